@@ -1,0 +1,84 @@
+"""Exceptions of the scorer, and the HTTP status each one maps to.
+
+    ScorerError
+     ├── RequestError                  the caller's fault: never a 5xx
+     │    ├── InvalidRequest           422, System One validation shape
+     │    ├── PayloadTooLarge          413, body over the payload limit
+     │    ├── ContextOverflow          413, prompt longer than the model's context
+     │    └── UnsupportedMedia         415, unknown Content-Encoding or type
+     ├── Overloaded                    503 + Retry-After: admission refused the request
+     ├── ModelNotReady                 503: still loading, or refused its manifest
+     ├── ModelFileError                the model file or its manifest is wrong (start-up)
+     └── EngineFailure                 500: llama.cpp failed on a valid request
+
+The server maps these to bodies in one place (`server.py`); messages are written for
+callers and never carry exception text from below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ScorerError(Exception):
+    status = 500
+    error_type = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RequestError(ScorerError):
+    status = 400
+    error_type = "api_usage_error"
+
+
+class InvalidRequest(RequestError):
+    """Validation failed; `details` follows the FastAPI/System One 422 item shape."""
+
+    status = 422
+
+    def __init__(self, details: list[dict[str, Any]]) -> None:
+        super().__init__("request validation failed")
+        self.details = details
+
+    @classmethod
+    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
+        return cls([{"loc": ["body", *loc], "msg": msg, "type": type_}])
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+    error_type = "max_tokens_exceeded"
+
+
+class ContextOverflow(RequestError):
+    status = 413
+    error_type = "max_tokens_exceeded"
+
+
+class UnsupportedMedia(RequestError):
+    status = 415
+
+
+class Overloaded(ScorerError):
+    status = 503
+    error_type = "overloaded"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ModelNotReady(ScorerError):
+    status = 503
+    error_type = "overloaded"
+
+
+class ModelFileError(ScorerError):
+    """The model or its manifest cannot be trusted; the server stays unhealthy."""
+
+
+class EngineFailure(ScorerError):
+    status = 500

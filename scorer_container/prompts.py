@@ -1,0 +1,95 @@
+"""Rendering decision questions and chats into the model's prompt text.
+
+Every decision prompt puts the state first in the user turn, so that all questions of
+a request share the state's tokens and llama.cpp evaluates them once. The question id
+is never shown to the model: renaming a question cannot change its answer.
+
+Traps this module avoids (measured on the embedded models):
+- a prompt ending in "Answer: " (trailing space) breaks single-token labels, so
+  prompts end in "Answer:" and labels are read with their leading space (" A");
+- SmolLM2's chat template starts with its own start token: a BOS is added only when
+  the vocabulary asks for one and the rendered text does not already begin with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# Bumped whenever the text below changes: decision records name it (prompt template version).
+PROMPT_VERSION = "decision-prompt/1"
+CONTENT_FREE_STATE = "N/A"
+ANSWER_CUE = "Answer:"
+
+
+def render_value(value: Any) -> str:
+    """A state, instruction or description as prompt text: strings as they are, the rest as canonical JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ListedOption:
+    """One option as the model sees it: a handle (letter or name) and what it means."""
+
+    handle: str
+    meaning: str | None
+
+
+def question_block(instructions: str | None, options: Sequence[ListedOption], reply_hint: str) -> str:
+    lines = []
+    if instructions:
+        lines.append(f"Task: {instructions}")
+    lines.append("Options:")
+    for option in options:
+        lines.append(f"{option.handle}: {option.meaning}" if option.meaning else option.handle)
+    lines.append(reply_hint)
+    return "\n".join(lines)
+
+
+class PromptFormat:
+    """Wraps a user message in the model's chat template (or a plain format for base models)."""
+
+    def __init__(self, chat_template: str | None, bos_text: str, eos_text: str) -> None:
+        self.chat_template = chat_template
+        self._bos_text = bos_text
+        self._eos_text = eos_text
+        self._template = None
+        if chat_template:
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise_template_error
+            env.globals["strftime_now"] = lambda fmt: datetime.now(UTC).strftime(fmt)
+            self._template = env.from_string(chat_template)
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        """The prompt for a chat: the template with the assistant turn opened."""
+        if self._template is None:
+            turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+            return "\n\n".join(turns) + "\n\nAssistant:"
+        return self._template.render(
+            messages=list(messages),
+            add_generation_prompt=True,
+            bos_token=self._bos_text,
+            eos_token=self._eos_text,
+        )
+
+    def decision_prompt(self, state_text: str, block: str) -> str:
+        """The full prompt of one decision branch, ending with the answer cue."""
+        content = f"Text:\n{state_text.rstrip()}\n\n{block}"
+        if self._template is None:
+            return f"{content}\n\n{ANSWER_CUE}"
+        return self.render_chat([{"role": "user", "content": content}]) + ANSWER_CUE
+
+    def starts_with_bos(self, text: str) -> bool:
+        return bool(self._bos_text) and text.startswith(self._bos_text)
+
+
+def _raise_template_error(message: str) -> None:
+    raise TemplateError(message)
