@@ -1,0 +1,72 @@
+"""Bounded admission: one job on the model at a time, a short line behind it, then 503.
+
+A request that would wait behind more than `max_waiting` others is refused at once
+with a Retry-After estimated from recent job durations, instead of joining an
+unbounded queue that would only time out later (SageMaker gives a container 60 s per
+invocation). Scale comes from more instances, not from a longer line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from scorer_container.errors import Overloaded
+
+
+class Ticket:
+    """A place in line, taken at admission; released exactly once."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._released = False
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Wait for the model, then hold it for the job."""
+        async with self._admission._running:
+            started = time.monotonic()
+            try:
+                yield
+            finally:
+                self._admission._observe(time.monotonic() - started)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._admission._admitted -= 1
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Admission:
+    def __init__(self, max_waiting: int) -> None:
+        self.max_waiting = max_waiting
+        self._running = asyncio.Semaphore(1)
+        self._admitted = 0
+        # Exponential moving average of job seconds, for Retry-After.
+        self._mean_job_s = 1.0
+
+    @property
+    def admitted(self) -> int:
+        return self._admitted
+
+    def admit(self) -> Ticket:
+        """A ticket, or Overloaded at once when one job runs and `max_waiting` wait."""
+        if self._admitted >= 1 + self.max_waiting:
+            raise Overloaded("the model is busy; retry later", self.retry_after())
+        self._admitted += 1
+        return Ticket(self)
+
+    def retry_after(self) -> int:
+        return max(1, min(60, math.ceil(self._mean_job_s * self._admitted)))
+
+    def _observe(self, seconds: float) -> None:
+        self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * seconds

@@ -1,0 +1,182 @@
+"""OpenAI-style chat completions on the same llama.cpp context the decisions use."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from scorer_container.errors import ContextOverflow, InvalidRequest
+from scorer_container.llama_runtime import Batch, Runtime
+from scorer_container.prompts import PromptFormat
+from scorer_container.schema import ChatRequest
+
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass
+class Piece:
+    text: str
+    finish_reason: str | None = None
+
+
+@dataclass
+class ChatUsage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+class ChatGenerator:
+    def __init__(self, runtime: Runtime, prompts: PromptFormat, model_name: str) -> None:
+        self.runtime = runtime
+        self.prompts = prompts
+        self.model_name = model_name
+
+    def prepare(self, request: ChatRequest) -> tuple[list[int], int]:
+        """Prompt tokens and the token budget; refuses prompts that do not fit."""
+        try:
+            messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+        except ValueError as exc:
+            raise InvalidRequest.at(["messages"], str(exc)) from None
+        prompt = self.prompts.render_chat(messages)
+        add_bos = self.runtime.adds_bos and not self.prompts.starts_with_bos(prompt)
+        tokens = self.runtime.tokenize(prompt, add_bos=add_bos)
+        room = self.runtime.n_ctx - len(tokens)
+        if room < 1:
+            raise ContextOverflow(f"the prompt has {len(tokens)} tokens; this model's context is {self.runtime.n_ctx}")
+        asked = request.max_completion_tokens or request.max_tokens
+        return tokens, min(asked or DEFAULT_MAX_TOKENS, room)
+
+    def generate(
+        self, request: ChatRequest, tokens: list[int], budget: int, usage: ChatUsage, stop_event: threading.Event
+    ) -> Iterator[Piece]:
+        """Yield text pieces; the last one carries the finish reason. Holds the runtime lock throughout."""
+        stops = request.stop_strings()
+        temperature = 0.7 if request.temperature is None else request.temperature
+        sampler = self.runtime.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
+        usage.prompt_tokens = len(tokens)
+        with self.runtime.lock:
+            try:
+                self.runtime.clear()
+                last = _prefill(self.runtime, tokens)
+                pending = b""  # bytes of an unfinished UTF-8 character
+                held = ""  # text that might be the start of a stop string
+                position = len(tokens)
+                finish = "length"
+                for _ in range(budget):
+                    if stop_event.is_set():
+                        finish = "stop"
+                        break
+                    token = sampler.sample(last)
+                    if self.runtime.is_end_of_generation(token):
+                        finish = "stop"
+                        break
+                    usage.completion_tokens += 1
+                    pending += self.runtime.token_bytes(token)
+                    text, pending = _complete_utf8(pending)
+                    held += text
+                    cut = _find_stop(held, stops)
+                    if cut is not None:
+                        if held[:cut]:
+                            yield Piece(held[:cut])
+                        held = ""
+                        finish = "stop"
+                        break
+                    safe = len(held) - _stop_prefix_overlap(held, stops)
+                    if safe > 0:
+                        yield Piece(held[:safe])
+                        held = held[safe:]
+                    batch = Batch.empty()
+                    last = batch.add(token, position, 0, True)
+                    self.runtime.decode(batch)
+                    position += 1
+                if held:
+                    yield Piece(held)
+                yield Piece("", finish)
+            finally:
+                sampler.close()
+                self.runtime.clear()
+
+    def completion(self, request: ChatRequest) -> dict:
+        tokens, budget = self.prepare(request)
+        usage = ChatUsage()
+        parts, finish = [], "stop"
+        for piece in self.generate(request, tokens, budget, usage, threading.Event()):
+            parts.append(piece.text)
+            finish = piece.finish_reason or finish
+        return {
+            "id": new_completion_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(parts)},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage.as_dict(),
+        }
+
+
+def new_completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def chunk(completion_id: str, model: str, created: int, delta: dict, finish: str | None) -> dict:
+    return {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def _prefill(runtime: Runtime, tokens: list[int]) -> int:
+    """Decode the prompt in n_batch pieces, logits only for its last token; returns that batch index."""
+    last_index = 0
+    for start in range(0, len(tokens), runtime.n_batch):
+        batch = Batch.empty()
+        piece = tokens[start : start + runtime.n_batch]
+        for i, token in enumerate(piece):
+            last_index = batch.add(token, start + i, 0, start + i == len(tokens) - 1)
+        runtime.decode(batch)
+    return last_index
+
+
+def _complete_utf8(data: bytes) -> tuple[str, bytes]:
+    """Decode the longest prefix of whole UTF-8 characters; keep the rest for later."""
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8"), data[cut:]
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="replace"), b""
+
+
+def _find_stop(text: str, stops: list[str]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _stop_prefix_overlap(text: str, stops: list[str]) -> int:
+    """How many trailing characters of `text` could begin a stop string."""
+    best = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:k]):
+                best = max(best, k)
+                break
+    return best

@@ -1,0 +1,373 @@
+"""The decision engine: a probability for every declared option, read from logits.
+
+For each question the engine renders one or more *probes*: prompts that list the
+options in a given order and end with the answer cue. Two readouts turn a probe into
+scores over the options it lists:
+
+- `letters`: options are labelled A, B, C...; the log-probabilities of the label
+  tokens at the answer position are the scores (what decision-tuned and larger
+  instruct models do best);
+- `likelihood`: each option's own text is the continuation; its per-token
+  log-probability is the score (what measured best on the tiny embedded models).
+
+Debiasing, both on by default and switchable per request:
+- order averaging: each question is probed with its options forward and reversed and
+  the two distributions are averaged (small models prefer the first listed option);
+- content-free prior ("calibrate before use"): each probe is also scored with the
+  state replaced by "N/A", and the scores are divided by (log: minus) that prior. The
+  prior depends only on the question, so it is cached per probe (bounded LRU) and
+  always computed alone, so a cached prior equals a fresh one bit for bit.
+
+Every probe of a request shares the state's tokens: they are evaluated once, in a
+prefix tree (`prefix_tree.py`). More options than single-token labels: the options are
+split into groups, each group is probed, the group winners are probed in a final
+round, and P(option) = P(its group wins the final) * P(option | its group).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scorer_container import scoring
+from scorer_container.llama_runtime import Runtime
+from scorer_container.prefix_tree import Branch, Read, evaluate
+from scorer_container.prompts import (
+    ANSWER_CUE,
+    CONTENT_FREE_STATE,
+    ListedOption,
+    PromptFormat,
+    question_block,
+    render_value,
+)
+from scorer_container.schema import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+DEFAULT_TASK = "Decide which option fits the text best."
+REPLY_HINTS = {
+    "letters": "Reply with the letter of the correct option.",
+    "likelihood": "Reply with the correct option, exactly as written.",
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # how the model reads it (choice name, "yes"/"no", level text)
+    meaning: str | None
+
+
+@dataclass(frozen=True)
+class PreparedQuestion:
+    qid: str
+    kind: str
+    instructions: str
+    options: tuple[Option, ...]
+    question: NoulQuestion | ChoiceQuestion | ScoreQuestion
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One prompt: the options at `shown` (indices into the question's options), in that order."""
+
+    readout: str
+    block: str
+    shown: tuple[int, ...]
+    continuations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecisionSettings:
+    readout: str
+    order_average: bool = True
+    prior: bool = True
+    temperature: float = 1.0
+
+
+@dataclass
+class _Plan:
+    """One question in one option order, through the rounds it needs."""
+
+    question: PreparedQuestion
+    order: tuple[int, ...]
+    groups: list[Probe] = field(default_factory=list)
+    final: Probe | None = None
+    group_scores: list[np.ndarray] = field(default_factory=list)
+
+
+class PriorCache:
+    """A bounded LRU of content-free scores, keyed by a digest of the probe."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> np.ndarray | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: str, value: np.ndarray) -> None:
+        if self.capacity <= 0:
+            return
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class DecisionEngine:
+    def __init__(
+        self,
+        runtime: Runtime,
+        prompt_format: PromptFormat,
+        *,
+        model_name: str,
+        default_readout: str,
+        prior_cache_size: int = 4096,
+        max_labels: int = 26,
+        temperature: float = 1.0,
+    ) -> None:
+        self.runtime = runtime
+        self.prompts = prompt_format
+        self.model_name = model_name
+        self.default_readout = default_readout
+        self.temperature = temperature
+        self.priors = PriorCache(prior_cache_size)
+        self.labels = self._single_token_labels(max_labels)
+        if len(self.labels) < 2:
+            raise ValueError("the model's vocabulary has fewer than two single-token letter labels")
+
+    def _single_token_labels(self, limit: int) -> list[int]:
+        """Token ids of " A", " B"... that stay single tokens right after the answer cue."""
+        labels = []
+        cue = self.runtime.tokenize(ANSWER_CUE)
+        for letter in LETTERS[:limit]:
+            alone = self.runtime.tokenize(" " + letter)
+            after_cue = self.runtime.tokenize(ANSWER_CUE + " " + letter)
+            if len(alone) != 1 or after_cue != [*cue, alone[0]]:
+                break  # labels must stay contiguous: A, B, C...
+            labels.append(alone[0])
+        return labels
+
+    # -- public ----------------------------------------------------------------------
+
+    def settings_for(self, request: DecisionRequest) -> DecisionSettings:
+        return DecisionSettings(
+            readout=request.x_readout or self.default_readout,
+            order_average=True if request.x_order_average is None else request.x_order_average,
+            prior=True if request.x_prior is None else request.x_prior,
+            temperature=self.temperature,
+        )
+
+    def decide(self, request: DecisionRequest) -> dict[str, Any]:
+        """Answer every question of a validated System One request (the caller holds no lock)."""
+        settings = self.settings_for(request)
+        state_text = render_value(request.state)
+        questions = [prepare_question(qid, q) for qid, q in request.questions.items()]
+        with self.runtime.lock:
+            distributions, evaluated = self._distributions(state_text, questions, settings)
+        answers = {q.qid: answer(q, p) for q, p in zip(questions, distributions, strict=True)}
+        return {
+            "model": self.model_name,
+            "answers": answers,
+            "usage": {"input_tokens": int(evaluated), "output_tokens": 0},
+            "x_readout": settings.readout,
+            "x_debias": {"order_average": settings.order_average, "prior": settings.prior},
+        }
+
+    # -- rounds ------------------------------------------------------------------------
+
+    def _distributions(
+        self, state_text: str, questions: Sequence[PreparedQuestion], settings: DecisionSettings
+    ) -> tuple[list[np.ndarray], int]:
+        plans: list[list[_Plan]] = []
+        for question in questions:
+            n = len(question.options)
+            orders = [tuple(range(n))]
+            if settings.order_average:
+                orders.append(tuple(reversed(range(n))))
+            plans.append([self._plan(question, order, settings.readout) for order in orders])
+
+        first_round = [probe for per_q in plans for plan in per_q for probe in plan.groups]
+        scores, evaluated = self._score(state_text, first_round, settings)
+        finals: list[Probe] = []
+        for per_q in plans:
+            for plan in per_q:
+                plan.group_scores = [scores[probe] for probe in plan.groups]
+                if len(plan.groups) > 1:
+                    winners = tuple(g.shown[int(np.argmax(s))] for g, s in zip(plan.groups, plan.group_scores))
+                    plan.final = self._probe(plan.question, winners, settings.readout)
+                    finals.append(plan.final)
+        if finals:
+            final_scores, more = self._score(state_text, finals, settings)
+            scores.update(final_scores)
+            evaluated += more
+
+        results = []
+        for question, per_q in zip(questions, plans, strict=True):
+            per_order = [self._combine(plan, scores) for plan in per_q]
+            combined = scoring.average(per_order)
+            results.append(scoring.with_temperature(combined, settings.temperature))
+        return results, evaluated
+
+    def _plan(self, question: PreparedQuestion, order: tuple[int, ...], readout: str) -> _Plan:
+        plan = _Plan(question=question, order=order)
+        size = len(order) if readout == "likelihood" else len(self.labels)
+        n_groups = math.ceil(len(order) / size)
+        # Balanced groups (255 options, 26 labels: ten groups of 25-26), in the given order.
+        bounds = [round(i * len(order) / n_groups) for i in range(n_groups + 1)]
+        plan.groups = [self._probe(question, order[a:b], readout) for a, b in zip(bounds, bounds[1:])]
+        return plan
+
+    def _combine(self, plan: _Plan, scores: dict[Probe, np.ndarray]) -> np.ndarray:
+        n = len(plan.question.options)
+        probabilities = np.zeros(n)
+        group_weights = scoring.softmax(scores[plan.final]) if plan.final else np.ones(1)
+        for weight, probe, group_scores in zip(group_weights, plan.groups, plan.group_scores, strict=True):
+            probabilities[list(probe.shown)] = weight * scoring.softmax(group_scores)
+        return probabilities / probabilities.sum()
+
+    # -- probes -------------------------------------------------------------------------
+
+    def _probe(self, question: PreparedQuestion, shown: Sequence[int], readout: str) -> Probe:
+        options = [question.options[i] for i in shown]
+        if readout == "letters":
+            listed = [
+                ListedOption(LETTERS[k], f"{o.name} — {o.meaning}" if o.meaning else o.name)
+                for k, o in enumerate(options)
+            ]
+            return Probe(readout, question_block(question.instructions, listed, REPLY_HINTS[readout]), tuple(shown))
+        listed = [ListedOption(o.name, o.meaning) for o in options]
+        block = question_block(question.instructions, listed, REPLY_HINTS[readout])
+        return Probe(readout, block, tuple(shown), tuple(" " + o.name for o in options))
+
+    def _score(
+        self, state_text: str, probes: Sequence[Probe], settings: DecisionSettings
+    ) -> tuple[dict[Probe, np.ndarray], int]:
+        """Scores over each probe's shown options, prior-corrected when asked."""
+        unique = list(dict.fromkeys(probes))
+        raw, evaluated = self._evaluate(state_text, unique)
+        if not settings.prior:
+            return dict(zip(unique, raw, strict=True)), evaluated
+        corrected = {}
+        for probe, scores in zip(unique, raw, strict=True):
+            corrected[probe] = scores - self._prior(probe)
+        return corrected, evaluated
+
+    def _prior(self, probe: Probe) -> np.ndarray:
+        key = hashlib.sha256(
+            "\x1f".join((probe.readout, probe.block, *probe.continuations)).encode()
+        ).hexdigest()
+        cached = self.priors.get(key)
+        if cached is not None:
+            return cached
+        # Alone, so the value never depends on what else was in the batch.
+        (scores,), _ = self._evaluate(CONTENT_FREE_STATE, [probe])
+        self.priors.put(key, scores)
+        return scores
+
+    def _evaluate(self, state_text: str, probes: Sequence[Probe]) -> tuple[list[np.ndarray], int]:
+        branches: list[Branch] = []
+        spans: list[tuple[int, int]] = []
+        for probe in probes:
+            start = len(branches)
+            branches.extend(self._branches(state_text, probe))
+            spans.append((start, len(branches)))
+        result = evaluate(self.runtime, branches)
+        scores = []
+        for probe, (start, end) in zip(probes, spans, strict=True):
+            reads = result.results[start:end]
+            if probe.readout == "letters":
+                scores.append(scoring.log_normalize(reads[0][0]))
+            else:
+                # Per-token mean log-probability of each option's text: length-aware, so
+                # a long option is not punished for having more tokens to predict.
+                scores.append(np.array([np.concatenate(r).mean() for r in reads]))
+        return scores, result.evaluated_tokens
+
+    def _branches(self, state_text: str, probe: Probe) -> list[Branch]:
+        prompt = self.prompts.decision_prompt(state_text, probe.block)
+        add_bos = self.runtime.adds_bos and not self.prompts.starts_with_bos(prompt)
+        tokens = self.runtime.tokenize(prompt, add_bos=add_bos)
+        if probe.readout == "letters":
+            labels = tuple(self.labels[: len(probe.shown)])
+            return [Branch(tuple(tokens), (Read(len(tokens) - 1, labels),))]
+        branches = []
+        for continuation in probe.continuations:
+            full = self.runtime.tokenize(prompt + continuation, add_bos=add_bos)
+            # Where the option's tokens start: the tokenizer may merge across the seam.
+            start = _common_prefix(tokens, full)
+            start = min(start, len(full) - 1)
+            reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
+            branches.append(Branch(tuple(full), reads))
+        return branches
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prepare_question(qid: str, question: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> PreparedQuestion:
+    """The options the model reads, in declared order; the id is never part of the prompt."""
+    instructions = render_value(question.instructions) if question.instructions is not None else DEFAULT_TASK
+    if isinstance(question, NoulQuestion):
+        criteria = question.criteria
+        meanings = (criteria.true, criteria.false) if criteria else (None, None)
+        options = tuple(
+            Option(name, render_value(m) if m is not None else None)
+            for name, m in zip(("yes", "no"), meanings, strict=True)
+        )
+    elif isinstance(question, ChoiceQuestion):
+        options = tuple(
+            Option(name, render_value(m) if m is not None else None) for name, m in question.criteria.items()
+        )
+    else:
+        options = tuple(Option(render_value(level), None) for level in question.criteria)
+    return PreparedQuestion(qid, question.type, instructions, options, question)
+
+
+def answer(question: PreparedQuestion, probabilities: np.ndarray) -> dict[str, Any]:
+    """The System One answer for one question from its distribution over options."""
+    p = probabilities / probabilities.sum()
+    values = [float(x) for x in p]
+    if question.kind == "noul":
+        return {"type": "noul", "noul": values[0]}
+    if question.kind == "choice":
+        names = list(question.question.criteria)  # type: ignore[union-attr]
+        return {
+            "type": "choice",
+            "choice": names[int(np.argmax(p))],
+            "probabilities": dict(zip(names, values, strict=True)),
+            "confidence": scoring.choice_confidence(p),
+        }
+    levels = question.question.criteria  # type: ignore[union-attr]
+    return {
+        "type": "score",
+        "score": scoring.expected_score(p),
+        "legend": {str(i): level for i, level in enumerate(levels)},
+        "probabilities": {str(i): v for i, v in enumerate(values)},
+        "confidence": scoring.score_confidence(p),
+    }

@@ -1,0 +1,379 @@
+"""The HTTP server: SageMaker's container contract plus the same handlers on /v1 paths.
+
+Routes
+    GET  /ping, /health                 200 when the model is loaded and verified, else 503
+    POST /invocations                   decision or chat, chosen by the body or the
+                                        X-Amzn-SageMaker-Custom-Attributes header
+    POST /endpoints/{name}/invocations  the same, so boto3's sagemaker-runtime client
+                                        with endpoint_url pointed here works unchanged
+    POST /v1/systemone                  System One decisions
+    POST /v1/chat/completions           OpenAI chat (stream and non-stream)
+    GET  /v1/models                     one body in both the OpenAI and System One shape
+
+The model loads in a background thread after the socket is open, so /ping answers
+(503) within milliseconds and never waits behind inference: inference runs in worker
+threads, and llama.cpp releases the GIL while it computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+import logging
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from scorer_container.admission import Admission, Ticket
+from scorer_container.chat import ChatGenerator, ChatUsage, chunk, new_completion_id
+from scorer_container.engine import DecisionEngine
+from scorer_container.errors import (
+    InvalidRequest,
+    ModelNotReady,
+    PayloadTooLarge,
+    RequestError,
+    ScorerError,
+    UnsupportedMedia,
+)
+from scorer_container.model_files import ModelManifest, locate_model, verify_model
+from scorer_container.prompts import PromptFormat
+from scorer_container.schema import ChatRequest, DecisionRequest, parse
+from scorer_container.settings import ScorerSettings
+
+log = logging.getLogger("scorer")
+Flavor = Literal["systemone", "openai"]
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+
+
+@dataclass
+class Loaded:
+    manifest: ModelManifest
+    engine: DecisionEngine
+    chat: ChatGenerator
+    model_name: str
+
+
+class ScorerService:
+    """Holds the model once loaded, and why it is not when it is not."""
+
+    def __init__(self, settings: ScorerSettings) -> None:
+        self.settings = settings
+        self.admission = Admission(settings.max_waiting)
+        self.loaded: Loaded | None = None
+        self.status = "loading"
+        self.reason = "the model is loading"
+        self.started = int(time.time())
+
+    def load(self) -> None:
+        """Locate, verify and load the model; on any failure stay unhealthy and say why."""
+        from scorer_container.llama_runtime import Runtime  # llama.cpp only once loading
+
+        try:
+            path = locate_model(self.settings.model, self.settings.model_dir)
+            manifest = verify_model(path)
+            runtime = Runtime(path, self.settings.runtime)
+            prompts = PromptFormat(
+                runtime.chat_template(),
+                runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
+                runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
+            )
+            name = self.settings.alias or manifest.name
+            engine = DecisionEngine(
+                runtime,
+                prompts,
+                model_name=name,
+                default_readout=self.settings.readout or manifest.readout,
+                prior_cache_size=self.settings.prior_cache_size,
+                max_labels=self.settings.max_labels,
+                temperature=self.settings.temperature,
+            )
+            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name)
+            self.status, self.reason = "ready", ""
+            log.info("model ready: %s (%s, readout %s)", name, manifest.sha256[:12], engine.default_readout)
+        except ScorerError as exc:
+            self.status, self.reason = "failed", exc.message
+            log.error("model refused: %s", exc.message)
+        except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve
+            self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
+            log.exception("model load failed")
+
+    def require(self) -> Loaded:
+        if self.loaded is None:
+            raise ModelNotReady(self.reason)
+        return self.loaded
+
+
+def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> Starlette:
+    service = ScorerService(settings)
+    if settings.ignored_options:
+        log.warning("ignoring SM_LLAMA_CPP options this engine does not use: %s", ", ".join(settings.ignored_options))
+
+    async def ping(request: Request) -> Response:
+        if service.status == "ready":
+            return JSONResponse({"status": "ready", "model": service.loaded.model_name})  # type: ignore[union-attr]
+        return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
+
+    async def models(request: Request) -> Response:
+        loaded = service.require()
+        manifest = loaded.manifest
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": loaded.model_name, "object": "model", "created": service.started, "owned_by": "scorer"}],
+                "models": [
+                    {
+                        "name": loaded.model_name,
+                        "description": manifest.description or manifest.name,
+                        "release_date": manifest.release_date or "1970-01-01",
+                    }
+                ],
+            }
+        )
+
+    async def systemone(request: Request) -> Response:
+        return await _handle(request, "systemone", lambda body: _decide(service, body))
+
+    async def chat_completions(request: Request) -> Response:
+        return await _handle(request, "openai", lambda body: _chat(service, body))
+
+    async def invocations(request: Request) -> Response:
+        route = _route_from_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
+
+        async def dispatch(body: Any) -> Response:
+            chosen = route or _route_from_body(body)
+            if chosen == "chat":
+                return await _chat(service, body)
+            return await _decide(service, body)
+
+        flavor: Flavor = "openai" if route == "chat" else "systemone"
+        return await _handle(request, flavor, dispatch)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        if load_in_background:
+            threading.Thread(target=service.load, name="model-loader", daemon=True).start()
+        yield
+
+    app = Starlette(
+        routes=[
+            Route("/ping", ping, methods=["GET"]),
+            Route("/health", ping, methods=["GET"]),
+            Route("/invocations", invocations, methods=["POST"]),
+            Route("/endpoints/{endpoint}/invocations", invocations, methods=["POST"]),
+            Route("/v1/systemone", systemone, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    if not load_in_background:
+        service.load()
+    return app
+
+
+# -- request handling ----------------------------------------------------------------------
+
+
+async def _handle(request: Request, flavor: Flavor, handler) -> Response:
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    service: ScorerService = request.app.state.service
+    try:
+        body = await _read_json(request, service.settings.max_body_bytes)
+        response = await handler(body)
+    except ScorerError as exc:
+        if not isinstance(exc, RequestError):
+            log.warning("request %s: %s", request_id, exc.message)
+        response = error_response(exc, flavor)
+    except Exception:
+        log.exception("request %s failed", request_id)
+        response = error_response(ScorerError("the scorer failed on this request"), flavor)
+    response.headers["x-request-id"] = request_id
+    if flavor == "systemone":
+        response.headers["x-typesafe-request-id"] = request_id
+    return response
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the body is larger than {limit} bytes")
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise PayloadTooLarge(f"the body is larger than {limit} bytes")
+        chunks.append(part)
+    raw = _decompress(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+    if not raw.strip():
+        raise InvalidRequest.at([], "the body is empty; a JSON object is required", "missing")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest.at([], "the body is not valid JSON", "json_invalid") from None
+
+
+def _decompress(data: bytes, encoding: str, limit: int) -> bytes:
+    """Undo Content-Encoding, refusing bodies that inflate past the payload limit."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    try:
+        if encoding == "gzip":
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = inflater.decompress(data, limit + 1)
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
+            return out
+        if encoding == "zstd":
+            import zstandard
+
+            reader = zstandard.ZstdDecompressor().stream_reader(data)
+            out = reader.read(limit + 1)
+            if len(out) > limit:
+                raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
+            return out
+    except (zlib.error, gzip.BadGzipFile, OSError, ValueError) as exc:
+        if isinstance(exc, PayloadTooLarge):
+            raise
+        raise InvalidRequest.at([], f"the body is not valid {encoding} data", "decompression_error") from None
+    raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
+
+
+def _route_from_attributes(header: str) -> str | None:
+    """`route=chat` or `route=systemone` in the custom attributes picks the handler."""
+    for item in header.replace(",", ";").split(";"):
+        key, _, value = item.strip().partition("=")
+        if key.strip().lower() == "route":
+            value = value.strip().lower()
+            if value in ("chat", "chat/completions"):
+                return "chat"
+            if value in ("systemone", "decision", "decisions"):
+                return "systemone"
+    return None
+
+
+def _route_from_body(body: Any) -> str:
+    if isinstance(body, dict) and "messages" in body and "questions" not in body:
+        return "chat"
+    return "systemone"
+
+
+async def _decide(service: ScorerService, body: Any) -> Response:
+    request = parse(DecisionRequest, body)
+    loaded = service.require()
+    with service.admission.admit() as ticket:
+        async with ticket.running():
+            result = await asyncio.to_thread(loaded.engine.decide, request)
+    return JSONResponse(result)
+
+
+async def _chat(service: ScorerService, body: Any) -> Response:
+    request = parse(ChatRequest, body)
+    loaded = service.require()
+    if not request.stream:
+        with service.admission.admit() as ticket:
+            async with ticket.running():
+                result = await asyncio.to_thread(loaded.chat.completion, request)
+        return JSONResponse(result)
+    tokens, budget = loaded.chat.prepare(request)
+    ticket = service.admission.admit()
+    include_usage = bool((request.stream_options or {}).get("include_usage"))
+    events = _stream_chat(loaded, request, tokens, budget, ticket, include_usage)
+    return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
+
+
+async def _stream_chat(
+    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool
+):
+    """Server-sent events; generation runs in a worker thread that stops when the client goes."""
+    completion_id, created, model = new_completion_id(), int(time.time()), loaded.model_name
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+    usage = ChatUsage()
+    done = object()
+
+    def work() -> None:
+        try:
+            for piece in loaded.chat.generate(request, tokens, budget, usage, stop):
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+        except Exception as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, done)
+
+    try:
+        async with ticket.running():
+            worker = loop.run_in_executor(None, work)
+            try:
+                yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
+                while (item := await queue.get()) is not done:
+                    if isinstance(item, Exception):
+                        log.error("chat stream failed: %s", type(item).__name__)
+                        yield _sse({"error": {"message": "generation failed", "type": "server_error"}})
+                        break
+                    if item.text:
+                        yield _sse(chunk(completion_id, model, created, {"content": item.text}, None))
+                    if item.finish_reason:
+                        yield _sse(chunk(completion_id, model, created, {}, item.finish_reason))
+                if include_usage:
+                    final = chunk(completion_id, model, created, {}, None)
+                    final["choices"], final["usage"] = [], usage.as_dict()
+                    yield _sse(final)
+                yield "data: [DONE]\n\n"
+            finally:
+                stop.set()
+                await asyncio.shield(worker)
+    finally:
+        ticket.release()
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+# -- errors ------------------------------------------------------------------------------
+
+_OPENAI_TYPES = {
+    422: ("invalid_request_error", "invalid_request"),
+    413: ("invalid_request_error", "context_length_exceeded"),
+    415: ("invalid_request_error", "unsupported_encoding"),
+    503: ("server_error", "overloaded"),
+}
+
+
+def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
+    """The one place where errors become HTTP: System One or OpenAI body, status, Retry-After."""
+    headers = {}
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    elif exc.status == 503:
+        headers["Retry-After"] = "5"
+    if flavor == "systemone":
+        if isinstance(exc, InvalidRequest):
+            body: dict[str, Any] = {"detail": exc.details}
+        else:
+            body = {"detail": {"error_type": exc.error_type, "message": exc.message}}
+    else:
+        kind, code = _OPENAI_TYPES.get(exc.status, ("server_error", "internal_error"))
+        message = exc.message
+        param = None
+        if isinstance(exc, InvalidRequest) and exc.details:
+            first = exc.details[0]
+            param = ".".join(str(p) for p in first["loc"][1:]) or None
+            message = f"{param}: {first['msg']}" if param else first["msg"]
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=exc.status, headers=headers)

@@ -1,0 +1,95 @@
+"""Settings of the scorer, read once from the environment.
+
+`SM_LLAMA_CPP_*` follow the AWS llama.cpp container: `SM_LLAMA_CPP_FOO_BAR=v` is the
+server option `--foo-bar v` (`true` a bare flag, `false` dropped). The options this
+engine understands map to its settings; others are reported (by name only) and ignored.
+`SCORER_*` variables configure the server itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scorer_container.llama_runtime import RuntimeSettings
+
+PREFIX = "SM_LLAMA_CPP_"
+# llama-server option (long and short names) -> RuntimeSettings field.
+_RUNTIME_OPTIONS = {
+    "ctx-size": "n_ctx", "c": "n_ctx",
+    "batch-size": "n_batch", "b": "n_batch",
+    "ubatch-size": "n_ubatch", "ub": "n_ubatch",
+    "threads": "n_threads", "t": "n_threads",
+    "threads-batch": "n_threads_batch", "tb": "n_threads_batch",
+    "n-gpu-layers": "n_gpu_layers", "ngl": "n_gpu_layers", "gpu-layers": "n_gpu_layers",
+    "parallel": "n_seq_max", "np": "n_seq_max",
+    "flash-attn": "flash_attn", "fa": "flash_attn",
+    "no-mmap": "use_mmap",
+    "seed": "seed", "s": "seed",
+}
+_NOT_OPTIONS = {"model", "model-dir"}
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    model: str | None = None
+    model_dir: str | None = None
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    readout: str | None = None  # overrides the manifest's readout
+    alias: str | None = None  # the model name reported to callers
+    max_waiting: int = 4  # requests admitted beyond the one running; more get 503
+    prior_cache_size: int = 4096
+    max_body_bytes: int = 6 * 1024 * 1024
+    max_labels: int = 26
+    temperature: float = 1.0
+    ignored_options: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ScorerSettings:
+        env = os.environ if env is None else env
+        runtime: dict[str, object] = {}
+        ignored = []
+        for key, raw in sorted(env.items()):
+            if not key.startswith(PREFIX):
+                continue
+            option = key[len(PREFIX):].lower().replace("_", "-")
+            if option in _NOT_OPTIONS or option in ("readout", "alias"):
+                continue
+            target = _RUNTIME_OPTIONS.get(option)
+            if target is None:
+                ignored.append(option)
+                continue
+            if target == "use_mmap":
+                runtime[target] = not _flag(raw)
+            elif target == "flash_attn":
+                runtime[target] = raw.strip().lower() in ("true", "on", "1", "enabled", "yes")
+            else:
+                runtime[target] = _int(key, raw)
+        readout = env.get(PREFIX + "READOUT") or env.get("SCORER_READOUT")
+        if readout and readout not in ("letters", "likelihood"):
+            raise ValueError(f"{PREFIX}READOUT must be 'letters' or 'likelihood'")
+        return cls(
+            model=env.get(PREFIX + "MODEL") or None,
+            model_dir=env.get(PREFIX + "MODEL_DIR") or None,
+            runtime=RuntimeSettings(**runtime),  # type: ignore[arg-type]
+            readout=readout or None,
+            alias=env.get(PREFIX + "ALIAS") or None,
+            max_waiting=_int("SCORER_MAX_WAITING", env.get("SCORER_MAX_WAITING", "4")),
+            prior_cache_size=_int("SCORER_PRIOR_CACHE_SIZE", env.get("SCORER_PRIOR_CACHE_SIZE", "4096")),
+            max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
+            max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
+            temperature=float(env.get("SCORER_TEMPERATURE", "1.0")),
+            ignored_options=tuple(ignored),
+        )
+
+
+def _flag(raw: str) -> bool:
+    return raw.strip().lower() not in ("false", "0", "no", "off", "")
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer") from None
