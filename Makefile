@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make up` (local stack) and `make test` (whole suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SCORER_PORT ?= 8080
+MODEL ?= models/smollm2-135m-instruct-q4_1
+
+.PHONY: setup test test-fast lint up scorer eval bench-scorer pack-model clean
+
+setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
+	@$(PYTHON) scripts/setup_env.py
+
+test: setup  ## the whole suite, the real tiny models included
+	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts
+	@$(PY) -m pytest
+
+test-fast: setup  ## the tests that need no model
+	@$(PY) -m pytest -m "not model"
+
+lint: setup
+	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts
+
+up: scorer  ## the local stack (the gateway joins it with the gateway issue)
+
+scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
+	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)
+
+eval: setup  ## accuracy, baselines, calibration and order sensitivity of both readouts on both models
+	@$(PY) -m evals.run
+
+bench-scorer: setup  ## engine vs naive approaches vs the raw-decode floor, in one run
+	@$(PY) -m bench.scorer
+
+pack-model: setup  ## model.tar.gz for SageMaker from MODEL
+	@$(PY) -m scorer_container pack $(firstword $(wildcard $(MODEL)/*.gguf)) --output build/model.tar.gz
+
+clean:
+	rm -rf build reports .pytest_cache .ruff_cache
