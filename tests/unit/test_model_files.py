@@ -1,0 +1,94 @@
+import hashlib
+import json
+import tarfile
+
+import pytest
+
+from scorer_container.errors import ModelFileError
+from scorer_container.model_files import ModelManifest, locate_model, pack_model, verify_model, write_manifest
+
+
+@pytest.fixture
+def model(tmp_path):
+    folder = tmp_path / "model" / "inner"
+    folder.mkdir(parents=True)
+    path = folder / "tiny.gguf"
+    path.write_bytes(b"GGUF" + bytes(100))
+    manifest = ModelManifest(
+        name="tiny", file="tiny.gguf", size=104, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        source="test", revision="1", quantization="Q4_0", readout="likelihood",
+    )
+    write_manifest(path, manifest)
+    return path
+
+
+def test_verify_accepts_a_matching_file(model):
+    assert verify_model(model).readout == "likelihood"
+
+
+def test_a_changed_byte_is_refused(model):
+    data = bytearray(model.read_bytes())
+    data[-1] = 1
+    model.write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="sha256"):
+        verify_model(model)
+
+
+def test_a_changed_size_is_refused(model):
+    model.write_bytes(model.read_bytes() + b"x")
+    with pytest.raises(ModelFileError, match="size"):
+        verify_model(model)
+
+
+def test_a_missing_manifest_is_refused(model):
+    (model.parent / "model-manifest.json").unlink()
+    with pytest.raises(ModelFileError, match="missing"):
+        verify_model(model)
+
+
+def test_a_manifest_for_another_file_is_refused(model):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    manifest["file"] = "other.gguf"
+    (model.parent / "model-manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelFileError, match="other.gguf"):
+        verify_model(model)
+
+
+def test_an_incomplete_manifest_is_refused(model):
+    (model.parent / "model-manifest.json").write_text(json.dumps({"name": "tiny"}))
+    with pytest.raises(ModelFileError, match="lacks"):
+        verify_model(model)
+
+
+def test_locate_prefers_the_explicit_model(model, tmp_path):
+    assert locate_model(str(model), None) == model
+    assert locate_model("inner/tiny.gguf", str(tmp_path / "model")) == model
+
+
+def test_locate_searches_two_levels_deep(model, tmp_path):
+    assert locate_model(None, str(tmp_path / "model")) == model
+    deeper = tmp_path / "a" / "b" / "c" / "d"
+    deeper.mkdir(parents=True)
+    (deeper / "x.gguf").write_bytes(b"x")
+    with pytest.raises(ModelFileError, match="two levels"):
+        locate_model(None, str(tmp_path / "a"))
+
+
+def test_locate_reports_missing_things(tmp_path):
+    with pytest.raises(ModelFileError):
+        locate_model(str(tmp_path / "nope.gguf"), None)
+    with pytest.raises(ModelFileError):
+        locate_model(None, str(tmp_path / "nowhere"))
+
+
+def test_pack_writes_the_model_and_manifest_at_the_root(model, tmp_path):
+    out = pack_model(model, tmp_path / "build" / "model.tar.gz")
+    with tarfile.open(out) as tar:
+        assert sorted(tar.getnames()) == ["model-manifest.json", "tiny.gguf"]
+
+
+def test_pack_refuses_a_mismatched_model(model, tmp_path):
+    model.write_bytes(b"tampered")
+    with pytest.raises(ModelFileError):
+        pack_model(model, tmp_path / "model.tar.gz")
+    assert not (tmp_path / "model.tar.gz").exists()

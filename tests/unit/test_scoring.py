@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from scorer_container import scoring
+
+
+def test_choice_confidence_is_zero_for_uniform_and_one_for_one_hot():
+    assert scoring.choice_confidence(np.full(4, 0.25)) == pytest.approx(0.0)
+    assert scoring.choice_confidence(np.array([0.0, 1.0, 0.0])) == pytest.approx(1.0)
+
+
+def test_choice_confidence_formula():
+    # Given p_max = 0.82 over three options, when the confidence is computed,
+    # then it is (n * p_max - 1) / (n - 1).
+    p = np.array([0.82, 0.10, 0.08])
+    assert scoring.choice_confidence(p) == pytest.approx((3 * 0.82 - 1) / 2)
+
+
+def test_expected_score_uses_zero_based_levels():
+    assert scoring.expected_score(np.array([0.12, 0.64, 0.24])) == pytest.approx(0.64 + 2 * 0.24)
+
+
+def test_score_confidence_formula_and_bounds():
+    p = np.array([0.12, 0.64, 0.24])
+    k = 1
+    spread = sum(pi * abs(i - k) for i, pi in enumerate(p))
+    uniform = sum(abs(i - k) for i in range(3)) / 3
+    assert scoring.score_confidence(p) == pytest.approx(1 - spread / uniform)
+    assert scoring.score_confidence(np.array([0.0, 0.0, 1.0])) == pytest.approx(1.0)
+    # Mass on both extremes is worse than uniform: clamped at 0, never negative.
+    assert scoring.score_confidence(np.array([0.5, 0.0, 0.0, 0.0, 0.5])) == 0.0
+
+
+def test_softmax_with_temperature_flattens():
+    logits = np.array([2.0, 0.0])
+    sharp, flat = scoring.softmax(logits), scoring.softmax(logits, temperature=4.0)
+    assert sharp.sum() == pytest.approx(1) and flat.sum() == pytest.approx(1)
+    assert flat[0] < sharp[0]
+
+
+def test_with_temperature_one_is_identity_and_keeps_normalisation():
+    p = np.array([0.7, 0.2, 0.1])
+    assert scoring.with_temperature(p, 1.0) is p
+    hot = scoring.with_temperature(p, 2.0)
+    assert hot.sum() == pytest.approx(1) and hot[0] < 0.7
+
+
+def test_log_normalize_is_log_softmax():
+    scores = np.array([-3.0, -1.0, -2.0])
+    assert np.exp(scoring.log_normalize(scores)).sum() == pytest.approx(1)
+
+
+def test_average_renormalises():
+    avg = scoring.average([np.array([1.0, 0.0]), np.array([0.0, 1.0])])
+    assert avg.tolist() == [0.5, 0.5]
