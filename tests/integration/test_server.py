@@ -1,0 +1,197 @@
+"""The scorer over real HTTP: SageMaker contract, dispatch, errors, admission, SDK clients."""
+
+import gzip
+import json
+import shutil
+import threading
+import time
+
+import boto3
+import httpx
+import pytest
+import zstandard
+from botocore.config import Config
+
+from scorer_container.server import create_app
+from scorer_container.settings import ScorerSettings
+from tests.conftest import ServerThread
+
+pytestmark = pytest.mark.model
+
+DECISION = {
+    "model": "jev-latest",
+    "state": "I was charged twice for order 4411, refund one please.",
+    "questions": {"refund": {"type": "noul", "instructions": "Is this a refund request?"}},
+}
+CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8, "temperature": 0}
+
+
+def test_ping_is_ready_and_models_answers_both_shapes(scorer_url):
+    assert httpx.get(f"{scorer_url}/ping").status_code == 200
+    body = httpx.get(f"{scorer_url}/v1/models").json()
+    assert body["object"] == "list" and body["data"][0]["object"] == "model"
+    assert body["models"][0]["name"] == body["data"][0]["id"] == "smollm2-135m-instruct-q4_1"
+
+
+def test_invocations_dispatch_on_the_body(scorer_url):
+    decision = httpx.post(f"{scorer_url}/invocations", json=DECISION, timeout=60)
+    assert decision.status_code == 200 and "refund" in decision.json()["answers"]
+    assert decision.headers["x-typesafe-request-id"] == decision.headers["x-request-id"]
+    chat = httpx.post(f"{scorer_url}/invocations", json=CHAT, timeout=60)
+    assert chat.status_code == 200 and chat.json()["object"] == "chat.completion"
+
+
+def test_invocations_dispatch_on_custom_attributes(scorer_url):
+    # A body with both keys goes where the header says.
+    body = {**DECISION, "messages": CHAT["messages"], "max_tokens": 4}
+    chat = httpx.post(f"{scorer_url}/invocations", json=body, timeout=60,
+                      headers={"X-Amzn-SageMaker-Custom-Attributes": "route=chat"})
+    assert chat.json()["object"] == "chat.completion"
+    decision = httpx.post(f"{scorer_url}/invocations", json=body, timeout=60)
+    assert "answers" in decision.json()
+
+
+def test_boto3_sagemaker_runtime_client_works_unchanged(scorer_url):
+    client = boto3.client(
+        "sagemaker-runtime", endpoint_url=scorer_url, region_name="us-east-1",
+        aws_access_key_id="local", aws_secret_access_key="local",  # noqa: S106 - a local server ignores them
+        config=Config(retries={"max_attempts": 1}),
+    )
+    reply = client.invoke_endpoint(EndpointName="decisions-cpu", ContentType="application/json",
+                                   Body=json.dumps(DECISION).encode())
+    assert "refund" in json.loads(reply["Body"].read())["answers"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_compressed_bodies_are_accepted(scorer_url, encoding):
+    raw = json.dumps(DECISION).encode()
+    data = gzip.compress(raw) if encoding == "gzip" else zstandard.ZstdCompressor().compress(raw)
+    reply = httpx.post(f"{scorer_url}/v1/systemone", content=data, timeout=60,
+                       headers={"content-type": "application/json", "content-encoding": encoding})
+    assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "status"),
+    [
+        (b"{not json", {}, 422),
+        (b"", {}, 422),
+        (b"\x00\x01garbage", {"content-encoding": "gzip"}, 422),
+        (b"{}", {"content-encoding": "br"}, 415),
+        (json.dumps({**DECISION, "state": None}).encode(), {}, 422),
+        (b" " * (6 * 1024 * 1024 + 1), {}, 413),
+        (gzip.compress(b"[" + b"1," * (4 * 1024 * 1024) + b"1]"), {"content-encoding": "gzip"}, 413),
+    ],
+)
+def test_bad_requests_get_4xx_in_the_system_one_shape(scorer_url, content, headers, status):
+    reply = httpx.post(f"{scorer_url}/v1/systemone", content=content, headers=headers, timeout=60)
+    assert reply.status_code == status
+    detail = reply.json()["detail"]
+    if status == 422:
+        assert isinstance(detail, list) and detail[0]["loc"][0] == "body"
+    else:
+        assert set(detail) == {"error_type", "message"}
+
+
+def test_a_prompt_beyond_the_context_is_413_not_truncated(scorer_url):
+    body = {**DECISION, "state": "word " * 6000}
+    reply = httpx.post(f"{scorer_url}/v1/systemone", json=body, timeout=60)
+    assert reply.status_code == 413 and reply.json()["detail"]["error_type"] == "max_tokens_exceeded"
+
+
+def test_chat_errors_use_the_openai_shape(scorer_url):
+    reply = httpx.post(f"{scorer_url}/v1/chat/completions", json={"messages": []}, timeout=60)
+    assert reply.status_code == 422
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_openai_sdk_chat_with_and_without_stream(scorer_url):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{scorer_url}/v1", api_key="unused-locally", max_retries=0)
+    completion = client.chat.completions.create(model="x", messages=CHAT["messages"], max_tokens=8, temperature=0)
+    text = completion.choices[0].message.content
+    assert text and completion.usage.completion_tokens <= 8
+    stream = client.chat.completions.create(model="x", messages=CHAT["messages"], max_tokens=8, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    pieces, usage = [], None
+    for event in stream:
+        if event.choices and event.choices[0].delta.content:
+            pieces.append(event.choices[0].delta.content)
+        usage = event.usage or usage
+    assert "".join(pieces) == text  # greedy: the same text both ways
+    assert usage.completion_tokens == completion.usage.completion_tokens
+
+
+def test_stop_strings_end_the_text_before_them(scorer_url):
+    base = {"messages": [{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6"}], "max_tokens": 30, "temperature": 0}
+    full = httpx.post(f"{scorer_url}/v1/chat/completions", json=base, timeout=60).json()
+    text = full["choices"][0]["message"]["content"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    cut = httpx.post(f"{scorer_url}/v1/chat/completions", json={**base, "stop": [stop]}, timeout=60).json()
+    assert cut["choices"][0]["message"]["content"] == text[: text.find(stop)]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+def long_decision(n_questions=12):
+    questions = {f"q{i}": {"type": "choice", "instructions": f"Question {i}: which team?",
+                           "criteria": {f"team {k}": f"handles case type {k}" for k in range(8)}}
+                 for i in range(n_questions)}
+    return {"model": "m", "state": "A long ticket. " * 150, "questions": questions}
+
+
+@pytest.fixture(scope="module")
+def tight_scorer(smollm2_path):
+    settings = ScorerSettings.from_env(
+        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "0"}
+    )
+    with ServerThread(create_app(settings, load_in_background=False)) as server:
+        yield server.url
+
+
+def test_ping_answers_while_a_long_decision_runs_and_saturation_gets_503(tight_scorer):
+    results = {}
+
+    def slow():
+        results["slow"] = httpx.post(f"{tight_scorer}/v1/systemone", json=long_decision(), timeout=120)
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(1.0)
+    assert "slow" not in results, "the long decision should still be running"
+    start = time.monotonic()
+    ping = httpx.get(f"{tight_scorer}/ping", timeout=5)
+    ping_seconds = time.monotonic() - start
+    busy = httpx.post(f"{tight_scorer}/v1/systemone", json=DECISION, timeout=30)
+    still_running = "slow" not in results
+    worker.join()
+    assert still_running
+    assert ping.status_code == 200 and ping_seconds < 2
+    assert busy.status_code == 503
+    assert int(busy.headers["retry-after"]) >= 1
+    assert busy.json()["detail"]["error_type"] == "overloaded"
+    assert results["slow"].status_code == 200
+    # Once the line is free again, the same request is served.
+    assert httpx.post(f"{tight_scorer}/v1/systemone", json=DECISION, timeout=60).status_code == 200
+
+
+def test_a_model_that_does_not_match_its_manifest_never_becomes_healthy(tmp_path, smollm2_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(smollm2_path.parent / "model-manifest.json", folder / "model-manifest.json")
+    tampered = folder / smollm2_path.name
+    shutil.copy(smollm2_path, tampered)
+    with tampered.open("r+b") as handle:
+        handle.seek(-1, 2)
+        last = handle.read(1)
+        handle.seek(-1, 2)
+        handle.write(bytes([last[0] ^ 0xFF]))
+    settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL_DIR": str(folder)})
+    with ServerThread(create_app(settings)) as server:
+        deadline = time.monotonic() + 30
+        while (ping := httpx.get(f"{server.url}/ping")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ping.status_code == 503
+        assert ping.json()["status"] == "failed" and "sha256" in ping.json()["reason"]
+        refused = httpx.post(f"{server.url}/v1/systemone", json=DECISION)
+        assert refused.status_code == 503
