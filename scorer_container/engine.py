@@ -27,6 +27,7 @@ round, and P(option) = P(its group wins the final) * P(option | its group).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import threading
 from collections import OrderedDict
@@ -214,7 +215,9 @@ class DecisionEngine:
             for plan in per_q:
                 plan.group_scores = [scores[probe] for probe in plan.groups]
                 if len(plan.groups) > 1:
-                    winners = tuple(g.shown[int(np.argmax(s))] for g, s in zip(plan.groups, plan.group_scores))
+                    winners = tuple(
+                        g.shown[int(np.argmax(s))] for g, s in zip(plan.groups, plan.group_scores, strict=True)
+                    )
                     plan.final = self._probe(plan.question, winners, settings.readout)
                     finals.append(plan.final)
         if finals:
@@ -223,7 +226,7 @@ class DecisionEngine:
             evaluated += more
 
         results = []
-        for question, per_q in zip(questions, plans, strict=True):
+        for per_q in plans:
             per_order = [self._combine(plan, scores) for plan in per_q]
             combined = scoring.average(per_order)
             results.append(scoring.with_temperature(combined, settings.temperature))
@@ -235,7 +238,7 @@ class DecisionEngine:
         n_groups = math.ceil(len(order) / size)
         # Balanced groups (255 options, 26 labels: ten groups of 25-26), in the given order.
         bounds = [round(i * len(order) / n_groups) for i in range(n_groups + 1)]
-        plan.groups = [self._probe(question, order[a:b], readout) for a, b in zip(bounds, bounds[1:])]
+        plan.groups = [self._probe(question, order[a:b], readout) for a, b in itertools.pairwise(bounds)]
         return plan
 
     def _combine(self, plan: _Plan, scores: dict[Probe, np.ndarray]) -> np.ndarray:

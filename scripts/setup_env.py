@@ -206,8 +206,6 @@ def ensure_model(model: EmbeddedModel) -> None:
 
 
 def main() -> None:
-    if sys.version_info < (3, 11):
-        sys.exit("[setup] Python 3.11 or newer is needed")
     start = time.monotonic()
     ensure_venv()
     ensure_llama()

@@ -54,7 +54,7 @@ def test_invocations_dispatch_on_custom_attributes(scorer_url):
 def test_boto3_sagemaker_runtime_client_works_unchanged(scorer_url):
     client = boto3.client(
         "sagemaker-runtime", endpoint_url=scorer_url, region_name="us-east-1",
-        aws_access_key_id="local", aws_secret_access_key="local",  # noqa: S106 - a local server ignores them
+        aws_access_key_id="local", aws_secret_access_key="local",
         config=Config(retries={"max_attempts": 1}),
     )
     reply = client.invoke_endpoint(EndpointName="decisions-cpu", ContentType="application/json",

@@ -50,7 +50,7 @@ def test_a_manifest_for_another_file_is_refused(model):
     manifest = json.loads((model.parent / "model-manifest.json").read_text())
     manifest["file"] = "other.gguf"
     (model.parent / "model-manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ModelFileError, match="other.gguf"):
+    with pytest.raises(ModelFileError, match=r"other\.gguf"):
         verify_model(model)
 
 
