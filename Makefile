@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
-MODEL ?= models/smollm2-135m-instruct-q4_1
+MODEL ?= models/gemma-3-270m-q4_k_m
 
 .PHONY: setup test test-fast lint up scorer eval bench-scorer pack-model clean
 

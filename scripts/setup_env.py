@@ -44,7 +44,7 @@ WHEEL_CACHE = Path(
 )
 STAMP = VENV / ".setup-stamp"
 # The readout each embedded model answers best with, as measured by `make eval`
-# (see evals/README.md); written into the manifests.
+# (gemma-3-270m + likelihood: 57.6% on the dev set, baselines 35-38%); written into the manifests.
 DEFAULT_READOUTS = {SMOLLM2.name: "likelihood", GEMMA3_270M.name: "likelihood"}
 
 
