@@ -128,8 +128,7 @@ def main() -> int:
     args = parser.parse_args()
     path = sorted((ROOT / "models" / args.model).glob("*.gguf"))[0]
     runtime = Runtime(path, RuntimeSettings(n_ctx=8192))
-    prompts = PromptFormat(runtime.chat_template(), runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
-                           runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"))
+    prompts = PromptFormat.for_runtime(runtime)
     chat = ChatGenerator(runtime, prompts, args.model)
     state_tokens = len(runtime.tokenize(STATE))
     print(f"model {args.model}; state {state_tokens} tokens; n_batch {runtime.n_batch}; best of {args.repeat}")

@@ -35,11 +35,7 @@ def load_engine(name: str) -> DecisionEngine:
     path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
     verify_model(path)
     runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
-    prompts = PromptFormat(
-        runtime.chat_template(),
-        runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
-        runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
-    )
+    prompts = PromptFormat.for_runtime(runtime)
     return DecisionEngine(runtime, prompts, model_name=name, default_readout="letters")
 
 

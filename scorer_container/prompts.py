@@ -68,6 +68,15 @@ class PromptFormat:
             env.globals["strftime_now"] = lambda fmt: datetime.now(UTC).strftime(fmt)
             self._template = env.from_string(chat_template)
 
+    @classmethod
+    def for_runtime(cls, runtime: Any) -> PromptFormat:
+        """The format of the model loaded in `runtime` (its chat template and special tokens)."""
+        return cls(
+            runtime.chat_template(),
+            runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
+            runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
+        )
+
     def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
         """The prompt for a chat: the template with the assistant turn opened."""
         if self._template is None:

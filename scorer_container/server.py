@@ -83,11 +83,7 @@ class ScorerService:
             path = locate_model(self.settings.model, self.settings.model_dir)
             manifest = verify_model(path)
             runtime = Runtime(path, self.settings.runtime)
-            prompts = PromptFormat(
-                runtime.chat_template(),
-                runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
-                runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
-            )
+            prompts = PromptFormat.for_runtime(runtime)
             name = self.settings.alias or manifest.name
             engine = DecisionEngine(
                 runtime,

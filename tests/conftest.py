@@ -45,11 +45,7 @@ def make_engine(runtime, readout: str, **kwargs):
     from scorer_container.engine import DecisionEngine
     from scorer_container.prompts import PromptFormat
 
-    prompts = PromptFormat(
-        runtime.chat_template(),
-        runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
-        runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
-    )
+    prompts = PromptFormat.for_runtime(runtime)
     return DecisionEngine(runtime, prompts, model_name="test-model", default_readout=readout, **kwargs)
 
 
