@@ -153,7 +153,10 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
             return await _decide(service, body)
 
         flavor: Flavor = "openai" if route == "chat" else "systemone"
-        return await _handle(request, flavor, dispatch)
+        response = await _handle(request, flavor, dispatch)
+        if "endpoint" in request.path_params:
+            return as_sagemaker_runtime(response, request.path_params["endpoint"])
+        return response
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -245,6 +248,26 @@ def _decompress(data: bytes, encoding: str, limit: int) -> bytes:
             raise
         raise InvalidRequest.at([], f"the body is not valid {encoding} data", "decompression_error") from None
     raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
+
+
+def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
+    """What SageMaker's InvokeEndpoint makes of a container's error: HTTP 424 `ModelError`
+    carrying the container's status and body, so boto3 pointed here raises exactly what
+    it raises against AWS (a container 503 is ModelError with OriginalStatusCode 503)."""
+    if response.status_code < 400:
+        return response
+    original = bytes(response.body).decode("utf-8", "replace")
+    kind = "client" if response.status_code < 500 else "server"
+    body = {
+        "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL",
+        "message": f"Received {kind} error ({response.status_code}) from primary with message \"{original}\".",
+        "OriginalStatusCode": response.status_code,
+        "OriginalMessage": original,
+        "LogStreamArn": f"arn:aws:logs:local:000000000000:log-group:/aws/sagemaker/Endpoints/{endpoint}",
+    }
+    headers = {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/coral/com.amazonaws.sagemaker/"}
+    headers.update({k: v for k, v in response.headers.items() if k.lower() in ("x-request-id", "retry-after")})
+    return JSONResponse(body, status_code=424, headers=headers)
 
 
 def _route_from_attributes(header: str) -> str | None:

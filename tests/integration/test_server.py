@@ -62,6 +62,23 @@ def test_boto3_sagemaker_runtime_client_works_unchanged(scorer_url):
     assert "refund" in json.loads(reply["Body"].read())["answers"]
 
 
+def test_boto3_sees_a_container_error_as_sagemaker_reports_it(scorer_url):
+    """Given a bad decision sent through InvokeEndpoint, boto3 raises ModelError (HTTP 424)
+    with the container's own status and body, as it does against AWS."""
+    client = boto3.client(
+        "sagemaker-runtime", endpoint_url=scorer_url, region_name="us-east-1",
+        aws_access_key_id="local", aws_secret_access_key="local",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    bad = {"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": {"0": "low"}}}}
+    with pytest.raises(client.exceptions.ModelError) as raised:
+        client.invoke_endpoint(EndpointName="decisions-cpu", ContentType="application/json", Body=json.dumps(bad).encode())
+    error = raised.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
+    assert error["OriginalStatusCode"] == 422
+    assert json.loads(error["OriginalMessage"])["detail"][0]["loc"][:3] == ["body", "questions", "q"]
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
 def test_compressed_bodies_are_accepted(scorer_url, encoding):
     raw = json.dumps(DECISION).encode()

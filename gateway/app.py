@@ -1,0 +1,151 @@
+"""The REST routes, on Powertools' APIGatewayRestResolver with request validation.
+
+Handlers are thin: the resolver validates the body into a wire model, the handler
+checks the caller's scope, calls one domain function and renders the answer. Errors
+become bodies in `gateway.wire.errors`, in the shape of the route's API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from gateway.auth.credentials import Principal
+from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
+from gateway.runtime import GatewayRuntime
+from gateway.wire import models as models_wire
+from gateway.wire import openai_decisions, systemone
+from gateway.wire.errors import Flavor, error_body, validation_details
+from gateway.wire.openai_chat import ChatRequest, as_event_stream
+
+log = logging.getLogger("gateway.app")
+
+SYSTEM_ONE_PATHS = ("/v1/systemone",)
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
+PUBLIC_PATHS = ("/health",)
+
+
+def flavor_of(path: str) -> Flavor | None:
+    """The error shape of a path: System One, OpenAI, or None for both (models, unknown paths)."""
+    if path in SYSTEM_ONE_PATHS or path in PUBLIC_PATHS:
+        return "systemone"
+    if path in OPENAI_PATHS:
+        return "openai"
+    return None
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return Response(status_code=status, content_type="application/json", body=text, headers=headers or {})
+
+
+def error_response(exc: GatewayError, path: str) -> Response:
+    flavor = flavor_of(path)
+    if flavor is not None:
+        status, body, headers = error_body(exc, flavor)
+        return json_response(status, body, headers)
+    # /v1/models and unknown paths are called by both SDKs: one body with both keys.
+    status, openai_body, headers = error_body(exc, "openai")
+    _, systemone_body, _ = error_body(exc, "systemone")
+    return json_response(status, {**openai_body, **systemone_body}, headers)
+
+
+def principal_of(event: dict[str, Any]) -> Principal:
+    """The principal the authorizer put in the request context, or 401 with its reason."""
+    context = (event.get("requestContext") or {}).get("authorizer") or {}
+    tenant = context.get("tenant_id")
+    if not tenant:
+        raise Unauthenticated(context.get("reason") or "missing credentials: send Authorization: Bearer <API key>")
+    models = context.get("models", "*")
+    return Principal(
+        tenant_id=tenant,
+        scopes=frozenset(str(context.get("scopes", "")).split()),
+        models=None if models == "*" else frozenset(json.loads(models)),
+        credential_id=str(context.get("credential_id", "")),
+    )
+
+
+def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
+    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=strict_json)
+
+    def caller(scope: str | None) -> Principal:
+        principal = principal_of(app.current_event.raw_event)
+        if scope is not None and scope not in principal.scopes:
+            raise Forbidden(f"this credential lacks the {scope!r} scope")
+        app.append_context(tenant_id=principal.tenant_id)
+        return principal
+
+    def allowed(principal: Principal, model: str) -> None:
+        # A model outside the credential's list does not exist for it.
+        if not principal.may_use(model):
+            raise NotFound(f"the model {model!r} does not exist; GET /v1/models lists the available models")
+
+    @app.get("/health", summary="Liveness of the gateway function (no credentials needed)", tags=["Operations"])
+    def health():
+        return json_response(200, {"status": "ok"})
+
+    @app.get("/v1/models", summary="Models and aliases, in the OpenAI and System One list shapes at once", tags=["Models"])
+    def list_models():
+        principal = caller(None)
+        visible = [r for r in runtime.registry.routes if any(principal.may_use(n) for n in (r.name, *r.aliases))]
+        return json_response(200, models_wire.render(visible))
+
+    @app.post("/v1/systemone", summary="System One decision: a probability for every declared option", tags=["System One"])
+    def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)]):
+        principal = caller("decide")
+        allowed(principal, request.model)
+        outcome = runtime.decisions.decide(request.to_decision())
+        return json_response(200, systemone.render(outcome), {"x-endpoint": outcome.endpoint})
+
+    @app.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"])
+    def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)]):
+        principal = caller("decide")
+        allowed(principal, request.model)
+        outcome = runtime.decisions.decide(request.to_decision())
+        request_id = app.context.get("request_id")
+        return json_response(200, openai_decisions.render(outcome, request_id), {"x-endpoint": outcome.endpoint})
+
+    @app.post("/v1/chat/completions", summary="OpenAI Chat Completions (a stream is buffered)", tags=["OpenAI"])
+    def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):
+        principal = caller("chat")
+        allowed(principal, request.model)
+        completion, endpoint = runtime.decisions.chat(request.backend_body())
+        if request.stream:
+            text = as_event_stream(completion, request.include_usage())
+            return Response(200, "text/event-stream", text, {"cache-control": "no-cache", "x-endpoint": endpoint})
+        return json_response(200, completion, {"x-endpoint": endpoint})
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(exc: RequestValidationError) -> Response:
+        return error_response(InvalidRequest(validation_details(exc.errors())), app.current_event.path)
+
+    @app.exception_handler(GatewayError)
+    def gateway_error(exc: GatewayError) -> Response:
+        if exc.status >= 500:
+            log.warning("request failed", extra={"status": exc.status, "error_type": exc.error_type})
+        return error_response(exc, app.current_event.path)
+
+    @app.not_found
+    def not_found(exc: Exception) -> Response:
+        return error_response(UnknownRoute("no such route; see the API reference"), app.current_event.path)
+
+    @app.exception_handler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unexpected error")
+        return error_response(GatewayError("the gateway failed on this request"), app.current_event.path)
+
+    return app
+
+
+def strict_json(text: str) -> Any:
+    """json.loads that refuses NaN and Infinity (they are not JSON, and not probabilities)."""
+
+    def refuse(constant: str) -> Any:
+        raise json.JSONDecodeError(f"{constant} is not valid JSON", text, 0)
+
+    return json.loads(text, parse_constant=refuse)

@@ -1,0 +1,72 @@
+"""Provisioning: create tenants and issue or revoke API keys."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+
+from gateway.auth.credentials import SCOPES, NewApiKey, api_key_id, hash_api_key, new_api_key
+from gateway.auth.store import ApiKeyRecord, Tenant, TenantStore
+
+_TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class ProvisioningError(ValueError):
+    pass
+
+
+def create_tenant(store: TenantStore, tenant_id: str, name: str = "") -> Tenant:
+    if not _TENANT_ID.match(tenant_id):
+        raise ProvisioningError("a tenant id is 1-63 lowercase letters, digits and dashes, starting with a letter or digit")
+    existing = store.get_tenant(tenant_id)
+    if existing is not None:
+        return existing
+    tenant = Tenant(tenant_id, name or tenant_id, time.time())
+    store.put_tenant(tenant)
+    return tenant
+
+
+def issue_api_key(
+    store: TenantStore,
+    tenant_id: str,
+    scopes: Iterable[str],
+    *,
+    models: Iterable[str] | None = None,
+    ttl_s: float | None = None,
+    name: str = "",
+    key: str | None = None,
+) -> NewApiKey:
+    """Store a new key's hash and return the key (the only time it is seen). `key` imports a given one."""
+    scopes = tuple(sorted(set(scopes)))
+    unknown = set(scopes) - set(SCOPES)
+    if unknown:
+        raise ProvisioningError(f"unknown scopes: {', '.join(sorted(unknown))} (known: {', '.join(SCOPES)})")
+    if store.get_tenant(tenant_id) is None:
+        raise ProvisioningError(f"no tenant {tenant_id!r}")
+    if key is None:
+        issued = new_api_key()
+    else:
+        key_id = api_key_id(key)
+        if key_id is None:
+            raise ProvisioningError("an API key reads dgk_<16 hex digits>_<43 base64url characters>")
+        if store.get_api_key(key_id) is not None:
+            existing = store.get_api_key(key_id)
+            if existing is not None and existing.key_hash == hash_api_key(key) and existing.tenant_id == tenant_id:
+                return NewApiKey(key_id, key)  # importing the same key again is a no-op
+            raise ProvisioningError("that key id is taken")
+        issued = NewApiKey(key_id, key)
+    now = time.time()
+    store.put_api_key(
+        ApiKeyRecord(
+            key_id=issued.key_id,
+            tenant_id=tenant_id,
+            key_hash=hash_api_key(issued.secret),
+            scopes=scopes,
+            models=None if models is None else tuple(sorted(set(models))),
+            created_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s,
+            name=name,
+        )
+    )
+    return issued

@@ -1,0 +1,6 @@
+"""Inference backends: how the gateway reaches a model endpoint.
+
+`base` holds the small interface the domain sees; `sagemaker` is the one real
+implementation (boto3 `sagemaker-runtime`, pointed at AWS or, with `endpoint_url`, at a
+local scorer that answers `/endpoints/{name}/invocations`).
+"""

@@ -1,0 +1,56 @@
+"""The backend interface and its errors.
+
+    EndpointError
+     ├── EndpointBusy        saturated, starting, throttled or timed out: another endpoint may answer
+     ├── EndpointRejected    the container refused the request (4xx): the same anywhere, never retried
+     └── EndpointFailed      anything else (a container 5xx, a misconfigured endpoint, a bad reply)
+
+Adapters translate their own exceptions into these once, so the domain never sees
+botocore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Route = Literal["systemone", "chat"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str  # the SageMaker endpoint name
+    region: str | None = None
+    endpoint_url: str | None = None  # a local scorer, or a VPC endpoint
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 25.0
+
+
+class EndpointError(Exception):
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"{endpoint}: {reason}")
+        self.endpoint = endpoint
+        self.reason = reason  # a short code for logs and metrics, never the raw exception text
+
+
+class EndpointBusy(EndpointError):
+    def __init__(self, endpoint: str, reason: str, retry_after: int | None = None) -> None:
+        super().__init__(endpoint, reason)
+        self.retry_after = retry_after
+
+
+class EndpointRejected(EndpointError):
+    def __init__(self, endpoint: str, status: int, body: bytes) -> None:
+        super().__init__(endpoint, f"container_{status}")
+        self.status = status
+        self.body = body  # the container's own error body (System One or OpenAI shape)
+
+
+class EndpointFailed(EndpointError):
+    pass
+
+
+class InferenceBackend(Protocol):
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route) -> bytes:
+        """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError."""
+        ...

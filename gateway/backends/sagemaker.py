@@ -1,0 +1,102 @@
+"""The SageMaker invoker: boto3 `sagemaker-runtime` InvokeEndpoint.
+
+botocore's own retries are off (one attempt) and timeouts are explicit, so the gateway
+owns the retry budget. Errors are classified as SageMaker documents them:
+a container 503 arrives as ModelError (HTTP 424) with OriginalStatusCode 503, a
+container timeout as ModelError with OriginalStatusCode 0; ThrottlingException is an
+HTTP 400 that means "busy", not "bad request".
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, Route
+
+# SageMaker error codes that mean "try elsewhere or later".
+_BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
+# Original container statuses that mean the same (0: the container timed out).
+_BUSY_ORIGINAL = {0, 429, 503}
+
+
+class SageMakerInvoker:
+    """Creates one client per endpoint configuration, lazily: no I/O at import or construction."""
+
+    def __init__(self, client_factory: Any = None) -> None:
+        self._client_factory = client_factory or _default_client
+        self._clients: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def client_for(self, endpoint: Endpoint) -> Any:
+        key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = self._client_factory(endpoint)
+        return client
+
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route) -> bytes:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+        )
+
+        client = self.client_for(endpoint)
+        try:
+            response = client.invoke_endpoint(
+                EndpointName=endpoint.name,
+                Body=body,
+                ContentType="application/json",
+                Accept="application/json",
+                CustomAttributes=f"route={route}",
+            )
+            return response["Body"].read()
+        except ClientError as exc:
+            raise _classify(endpoint.name, exc.response) from None
+        except (ConnectTimeoutError, EndpointConnectionError) as exc:
+            raise EndpointBusy(endpoint.name, "connect_failed") from exc
+        except (ReadTimeoutError, ConnectionClosedError) as exc:
+            raise EndpointBusy(endpoint.name, "read_timeout") from exc
+
+
+def _classify(name: str, response: dict[str, Any]) -> Exception:
+    error = response.get("Error", {})
+    code = error.get("Code", "")
+    if code == "ModelError":
+        original = response.get("OriginalStatusCode", error.get("OriginalStatusCode"))
+        try:
+            status = int(original)
+        except (TypeError, ValueError):
+            status = -1
+        if status in _BUSY_ORIGINAL:
+            return EndpointBusy(name, "container_timeout" if status == 0 else f"container_{status}")
+        message = response.get("OriginalMessage", error.get("OriginalMessage")) or ""
+        if 400 <= status < 500:
+            return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
+        return EndpointFailed(name, f"container_{status}")
+    if code in _BUSY_CODES:
+        return EndpointBusy(name, code)
+    # ValidationError here means the gateway or its configuration is wrong (an endpoint
+    # that does not exist, a body the gateway should have refused): not the caller's fault,
+    # and the same on every endpoint, so it is neither a 4xx nor a reason to fall back.
+    return EndpointFailed(name, code or "unknown_error")
+
+
+def _default_client(endpoint: Endpoint) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        retries={"max_attempts": 1, "mode": "standard"},
+        connect_timeout=endpoint.connect_timeout_s,
+        read_timeout=endpoint.read_timeout_s,
+        tcp_keepalive=True,
+        max_pool_connections=16,
+    )
+    return boto3.session.Session().client(
+        "sagemaker-runtime", region_name=endpoint.region, endpoint_url=endpoint.endpoint_url, config=config
+    )

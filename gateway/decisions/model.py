@@ -1,0 +1,71 @@
+"""The internal decision model. System One and OpenAI Decisions are two codecs over it,
+and the backend (the scorer) receives it rendered as System One.
+
+A question's options are ordered. Each option has a `key` (the name the backend sees
+and answers by), a `value` (what the caller gets back: OpenAI choice values keep their
+JSON type, so `true` and `"true"` are two options) and a `description` shown to the
+model next to the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# Text shown to the model: a string, or a JSON object or array rendered as canonical JSON.
+Text = str | dict[str, Any] | list[Any]
+Kind = Literal["noul", "choice", "score"]
+
+MAX_QUESTIONS = 400
+MAX_CHOICES = 255
+MAX_LEVELS = 10
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    value: str | bool | int
+    description: Text | None = None
+    label: Text | None = None  # score levels: the level as the caller wrote it
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str  # the backend's question id; never shown to the model
+    kind: Kind
+    instructions: Text | None
+    options: tuple[Option, ...]  # noul: the described sides only; choice: options; score: levels, lowest first
+    name: str | None = None  # the caller's name for it (OpenAI questions may be unnamed)
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: str  # as the caller wrote it: a model name or an alias
+    state: Text
+    questions: tuple[Question, ...]
+    # Per-request engine settings passed through to the backend (x_readout, x_order_average, x_prior).
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: Question
+    # noul: (P(true),); choice and score: one probability per option, in option order.
+    probabilities: tuple[float, ...] = ()
+    refused: bool = False  # the backend gave no usable answer to this question
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    model: str  # the real model that answered, as the backend reports it
+    answers: tuple[Answer, ...]
+    usage: Usage
+    endpoint: str = ""
+    extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)

@@ -1,0 +1,114 @@
+"""Exceptions of the gateway. Each carries the HTTP status it maps to; `gateway.wire.errors`
+turns them into System One or OpenAI bodies in one place.
+
+    GatewayError                       500 internal_error
+     ├── RequestError                  the caller's fault: never a 5xx
+     │    ├── InvalidRequest           422, System One validation items
+     │    ├── PayloadTooLarge          413, body (or prompt) over a limit
+     │    ├── UnsupportedMedia         415, unknown Content-Encoding
+     │    ├── NotFound                 404, unknown model (UnknownRoute: unknown path)
+     │    ├── Unauthenticated          401, missing, bad or expired credential
+     │    └── Forbidden                403, credential without the needed scope or model
+     ├── RateLimited                   429 + Retry-After, every endpoint of the pool saturated
+     ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
+     └── BackendFailed                 502, an endpoint answered something unusable
+
+Messages are written for callers; exception text from below never reaches them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    status = 500
+    error_type = "internal_error"  # System One `detail.error_type`
+    openai_type = "server_error"  # OpenAI `error.type`
+    openai_code = "internal_error"  # OpenAI `error.code`
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RequestError(GatewayError):
+    status = 400
+    error_type = "api_usage_error"
+    openai_type = "invalid_request_error"
+    openai_code = "invalid_request"
+
+
+class InvalidRequest(RequestError):
+    """Validation failed; `details` are System One / FastAPI 422 items (`loc` starts with "body")."""
+
+    status = 422
+
+    def __init__(self, details: list[dict[str, Any]]) -> None:
+        super().__init__("request validation failed")
+        self.details = details
+
+    @classmethod
+    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
+        return cls([{"loc": ["body", *loc], "msg": msg, "type": type_}])
+
+
+class PayloadTooLarge(RequestError):
+    status = 413
+    error_type = "max_tokens_exceeded"
+    openai_code = "context_length_exceeded"
+
+
+class UnsupportedMedia(RequestError):
+    status = 415
+    openai_code = "unsupported_encoding"
+
+
+class NotFound(RequestError):
+    status = 404
+    error_type = "not_found"
+    openai_code = "model_not_found"
+
+
+class UnknownRoute(NotFound):
+    openai_code = "unknown_url"
+
+
+class Unauthenticated(RequestError):
+    status = 401
+    error_type = "authentication_error"
+    openai_type = "authentication_error"
+    openai_code = "invalid_api_key"
+
+
+class Forbidden(RequestError):
+    status = 403
+    error_type = "permission_denied"
+    openai_type = "permission_error"
+    openai_code = "insufficient_permissions"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    error_type = "rate_limit_error"
+    openai_type = "rate_limit_error"
+    openai_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BackendUnavailable(GatewayError):
+    status = 503
+    error_type = "overloaded"
+    openai_code = "overloaded"
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BackendFailed(GatewayError):
+    status = 502
+    openai_code = "bad_gateway"

@@ -1,0 +1,155 @@
+"""The Lambda entry point (`gateway.handler.lambda_handler`), REST API proxy events (v1).
+
+Before routing, the body is made plain JSON text: base64 undone (API Gateway sends
+binary media that way), `Content-Encoding: gzip` or `zstd` inflated with a bound (a
+small compressed body cannot become a large one), and the size limit enforced. After
+routing, every response gets the request id (`x-request-id`, and
+`x-typesafe-request-id` on System One routes).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+import zlib
+from typing import Any
+
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, UnsupportedMedia
+
+log = logging.getLogger("gateway.handler")
+
+_app = None  # built on the first invocation, kept while the container is warm
+_runtime = None
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from gateway.observability import configure_logging, metrics
+
+    configure_logging()
+    app, runtime = _warm_app()
+    started = time.perf_counter()
+    request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
+    path = event.get("path") or "/"
+    try:
+        prepared = prepare_event(event, runtime.settings.max_body_bytes)
+    except GatewayError as exc:
+        result = _plain_response(exc, path)
+    else:
+        app.append_context(request_id=request_id)
+        result = app.resolve(prepared, context)
+    _stamp_request_id(result, request_id, path)
+    status = int(result.get("statusCode", 500))
+    log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status, "request_id": request_id,
+                               "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
+    recorder = metrics()
+    recorder.add_metric(name="Requests", unit="Count", value=1)
+    if status >= 500:
+        recorder.add_metric(name="ServerErrors", unit="Count", value=1)
+    elif status >= 400:
+        recorder.add_metric(name="ClientErrors", unit="Count", value=1)
+    recorder.flush_metrics()
+    return result
+
+
+def set_runtime(runtime: Any) -> None:
+    """Install a runtime (tests, the local runner, benchmarks); otherwise it is read from the environment."""
+    global _app, _runtime
+    from gateway.app import build_app
+
+    _runtime, _app = runtime, build_app(runtime)
+
+
+def _warm_app() -> tuple[Any, Any]:
+    if _app is None:
+        from gateway.runtime import GatewayRuntime
+        from gateway.settings import GatewaySettings
+
+        set_runtime(GatewayRuntime.build(GatewaySettings.from_env()))
+    return _app, _runtime
+
+
+def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
+    """A copy of the event whose body is JSON text, or a GatewayError for the caller."""
+    body = event.get("body")
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(v, str)}
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if body is None or (event.get("httpMethod") or "GET").upper() in ("GET", "HEAD", "OPTIONS"):
+        return event
+    if event.get("isBase64Encoded"):
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequest.at([], "the body is not valid base64", "body_encoding") from None
+    else:
+        raw = body.encode("utf-8", "surrogatepass")
+    if len(raw) > max_body_bytes and encoding in ("", "identity"):
+        raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes")
+    raw = inflate(raw, encoding, max_body_bytes)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest.at([], "the body is not UTF-8 text", "json_invalid") from None
+    replaced = ("content-encoding", "content-type")
+    new_headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() not in replaced}
+    new_headers["content-type"] = "application/json"  # every body of this API is JSON, whatever curl -d says
+    multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() not in replaced}
+    multi["content-type"] = ["application/json"]
+    return {**event, "body": text, "isBase64Encoded": False, "headers": new_headers, "multiValueHeaders": multi}
+
+
+def inflate(data: bytes, encoding: str, limit: int) -> bytes:
+    """Undo Content-Encoding, refusing anything that inflates past `limit` bytes."""
+    if encoding in ("", "identity"):
+        return data
+    too_large = PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
+    if encoding == "gzip":
+        try:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = inflater.decompress(data, limit + 1)
+        except zlib.error:
+            raise InvalidRequest.at([], "the body is not valid gzip data", "decompression_error") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise too_large
+        if not inflater.eof:
+            raise InvalidRequest.at([], "the gzip body is truncated", "decompression_error")
+        return out
+    if encoding == "zstd":
+        import zstandard
+
+        try:
+            out = zstandard.ZstdDecompressor().stream_reader(data).read(limit + 1)
+        except zstandard.ZstdError:
+            raise InvalidRequest.at([], "the body is not valid zstd data", "decompression_error") from None
+        if len(out) > limit:
+            raise too_large
+        return out
+    raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
+
+
+def _plain_response(exc: GatewayError, path: str) -> dict[str, Any]:
+    from gateway.app import error_response
+
+    response = error_response(exc, path)
+    headers = {"Content-Type": response.content_type, **{k: str(v) for k, v in response.headers.items()}}
+    return {"statusCode": response.status_code, "headers": headers, "body": response.body, "isBase64Encoded": False}
+
+
+def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:
+    names = ["x-request-id"]
+    if path.startswith("/v1/systemone"):
+        names.append("x-typesafe-request-id")
+    if "multiValueHeaders" in result:
+        for name in names:
+            result["multiValueHeaders"][name] = [request_id]
+    else:
+        result.setdefault("headers", {})
+        for name in names:
+            result["headers"][name] = request_id
+
+
+def _new_request_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex

@@ -1,0 +1,245 @@
+"""Run the gateway locally: `python -m gateway.local --port 3000`.
+
+An HTTP server that does what API Gateway (REST API, Lambda proxy integration) does
+in front of the function, with no AWS and no Docker: it turns each request into the
+v1 proxy event API Gateway would send (headers and multi-value headers, query strings,
+`requestContext.identity`, every body base64-encoded as with binary media type `*/*`),
+runs the REQUEST authorizer first on credentialed routes and puts its context in
+`requestContext.authorizer`, then calls the same `lambda_handler`, with API Gateway's
+limits: 10 MB requests, a 29 s integration timeout, and its error bodies for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from gateway import authorizer, handler
+
+log = logging.getLogger("gateway.local")
+HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
+
+MAX_REQUEST_BYTES = 10 * 1024 * 1024
+INTEGRATION_TIMEOUT_S = 29.0
+PUBLIC_PATHS = {"/health"}
+STAGE = "local"
+ACCOUNT = "000000000000"
+API_ID = "localapi00"
+# What the deployed API answers when no credential is sent (its UNAUTHORIZED gateway
+# response): a body both SDKs understand, like every other error of this API.
+UNAUTHORIZED_BODY = {
+    "error": {"message": "missing credentials: send Authorization: Bearer <API key>", "type": "authentication_error",
+              "param": None, "code": "invalid_api_key"},
+    "detail": {"error_type": "authentication_error", "message": "missing credentials: send Authorization: Bearer <API key>"},
+}
+# Hop-by-hop headers API Gateway does not pass to the integration.
+_DROPPED_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "expect"}
+
+
+class LocalApiGateway:
+    """The event translation and limits, independent of the HTTP server (tests call it directly)."""
+
+    def __init__(self, workers: int = 8) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lambda")
+
+    def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpReply:
+        if len(body) > MAX_REQUEST_BYTES:
+            return _api_gateway_error(413, "Request Too Long")
+        event = proxy_event(method, target, headers, body, source_ip)
+        if event["path"] not in PUBLIC_PATHS:
+            if not event["headers"].get("Authorization") and not _header(event, "authorization"):
+                return 401, [("Content-Type", "application/json")], json.dumps(UNAUTHORIZED_BODY).encode()
+            try:
+                policy = self.pool.submit(authorizer.lambda_handler, _authorizer_event(event), None).result(INTEGRATION_TIMEOUT_S)
+            except Exception:
+                log.exception("authorizer failed")
+                return _api_gateway_error(500, None, "AuthorizerConfigurationException")
+            event["requestContext"]["authorizer"] = {"principalId": policy["principalId"], **policy.get("context", {})}
+        future = self.pool.submit(handler.lambda_handler, event, _LambdaContext())
+        try:
+            result = future.result(timeout=INTEGRATION_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            return _api_gateway_error(504, "Endpoint request timed out")
+        except Exception:
+            log.exception("function failed")
+            return _api_gateway_error(502, "Internal server error")
+        return _http_response(result)
+
+def proxy_event(method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> dict[str, Any]:
+    """The REST API proxy event (payload v1) for one HTTP request, as API Gateway builds it."""
+    url = urlsplit(target)
+    single: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for name, value in headers:
+        if name.lower() in _DROPPED_HEADERS:
+            continue
+        single[name] = value
+        multi.setdefault(name, []).append(value)
+    trace = f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]}"
+    for name, value in (("X-Forwarded-For", source_ip), ("X-Forwarded-Proto", "http"), ("X-Amzn-Trace-Id", trace)):
+        single[name] = value
+        multi[name] = [value]
+    query = parse_qs(url.query, keep_blank_values=True)
+    now = time.time()
+    user_agent = next((v for k, v in headers if k.lower() == "user-agent"), None)
+    return {
+        "resource": "/{proxy+}",
+        "path": url.path,
+        "httpMethod": method,
+        "headers": single or None,
+        "multiValueHeaders": multi or None,
+        "queryStringParameters": {k: v[-1] for k, v in query.items()} or None,
+        "multiValueQueryStringParameters": query or None,
+        "pathParameters": {"proxy": url.path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourceId": "local",
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method,
+            "extendedRequestId": uuid.uuid4().hex[:16],
+            "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "path": f"/{STAGE}{url.path}",
+            "accountId": ACCOUNT,
+            "protocol": "HTTP/1.1",
+            "stage": STAGE,
+            "domainPrefix": "localhost",
+            "requestTimeEpoch": int(now * 1000),
+            "requestId": str(uuid.uuid4()),
+            "identity": {
+                "cognitoIdentityPoolId": None, "accountId": None, "cognitoIdentityId": None, "caller": None,
+                "sourceIp": source_ip, "principalOrgId": None, "accessKey": None, "cognitoAuthenticationType": None,
+                "cognitoAuthenticationProvider": None, "userArn": None, "userAgent": user_agent, "user": None,
+            },
+            "domainName": "localhost",
+            "apiId": API_ID,
+        },
+        "body": base64.b64encode(body).decode() if body else None,
+        "isBase64Encoded": bool(body),
+    }
+
+
+def _header(event: dict[str, Any], name: str) -> str | None:
+    for key, value in (event.get("headers") or {}).items():
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _authorizer_event(event: dict[str, Any]) -> dict[str, Any]:
+    method_arn = f"arn:aws:execute-api:local:{ACCOUNT}:{API_ID}/{STAGE}/{event['httpMethod']}{event['path']}"
+    return {
+        "type": "REQUEST",
+        "methodArn": method_arn,
+        **{k: event[k] for k in ("resource", "path", "httpMethod", "headers", "multiValueHeaders",
+                                 "queryStringParameters", "multiValueQueryStringParameters", "pathParameters",
+                                 "stageVariables", "requestContext")},
+    }
+
+
+def _http_response(result: dict[str, Any]) -> HttpReply:
+    if not isinstance(result, dict) or not isinstance(result.get("statusCode"), int):
+        return _api_gateway_error(502, "Internal server error")
+    headers = [(k, str(v)) for k, v in (result.get("headers") or {}).items()]
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers.extend((name, str(v)) for v in values)
+    body = result.get("body") or ""
+    data = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode()
+    return result["statusCode"], headers, data
+
+
+def _api_gateway_error(status: int, message: str | None, error_type: str | None = None) -> HttpReply:
+    headers = [("Content-Type", "application/json")]
+    if error_type:
+        headers.append(("x-amzn-ErrorType", error_type))
+    return status, headers, json.dumps({"message": message}).encode()
+
+
+class _LambdaContext:
+    function_name = "decision-gateway-local"
+    function_version = "$LATEST"
+    invoked_function_arn = f"arn:aws:lambda:local:{ACCOUNT}:function:decision-gateway-local"
+    memory_limit_in_mb = 256
+    log_group_name = "/aws/lambda/decision-gateway-local"
+    log_stream_name = "local"
+
+    def __init__(self) -> None:
+        self.aws_request_id = str(uuid.uuid4())
+        self._deadline = time.monotonic() + INTEGRATION_TIMEOUT_S
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def make_server(host: str, port: int, gateway: LocalApiGateway | None = None) -> ThreadingHTTPServer:
+    gateway = gateway or LocalApiGateway()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "decision-gateway-local"
+
+        def _serve(self) -> None:
+            length = self.headers.get("Content-Length")
+            if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
+                status, headers, data = _api_gateway_error(413, "Request Too Long")
+                self.close_connection = True
+            else:
+                body = self.rfile.read(int(length)) if length else b""
+                status, headers, data = gateway.handle(self.command, self.path, list(self.headers.items()), body,
+                                                       self.client_address[0])
+            self.send_response(status)
+            for name, value in headers:
+                if name.lower() not in ("content-length", "connection"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:  # the function logs each request itself
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway.local", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3000)
+    args = parser.parse_args(argv)
+    from gateway.observability import configure_logging
+    from gateway.settings import GatewaySettings, SettingsError
+
+    configure_logging()
+    try:
+        GatewaySettings.from_env()  # refuse to start on a bad configuration, before the first request
+    except SettingsError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionGateway")
+    server = make_server(args.host, args.port)
+    print(f"gateway listening on http://{args.host}:{args.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Logging and metrics, configured in one place.
+
+Logs are JSON lines (Powertools' formatter) on the `gateway` logger tree, so domain
+modules log with the standard library and keyword context. A filter scrubs anything
+that looks like a credential from every record before it is written: an API key, a
+bearer header or a signed token never reaches a log, whatever a caller put where.
+Metrics are CloudWatch EMF lines (Powertools Metrics), flushed once per invocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import traceback
+from functools import cache
+from typing import Any
+
+NAMESPACE = "DecisionGateway"
+REDACTED = "[redacted]"
+# API keys (dgk_...), bearer values, and JWT-like tokens of three base64url segments.
+_CREDENTIAL = re.compile(
+    r"dgk_[A-Za-z0-9_-]+|(?i:bearer)\s+[A-Za-z0-9._~+/=-]+|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
+)
+
+
+def redact(text: str) -> str:
+    return _CREDENTIAL.sub(REDACTED, text)
+
+
+class RedactCredentials(logging.Filter):
+    """Rewrites the message, its arguments and every extra string on the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.msg = record.getMessage()
+            record.args = None
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        for key, value in list(vars(record).items()):
+            if isinstance(value, str) and key not in ("msg", "name", "levelname", "pathname", "filename", "module", "funcName"):
+                setattr(record, key, redact(value))
+        if record.exc_info:
+            # Exception text may quote input: the trace is kept, redacted, as a plain field.
+            record.exception_trace = redact("".join(traceback.format_exception(*record.exc_info)))
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@cache
+def configure_logging(service: str = "decision-gateway") -> logging.Logger:
+    """Idempotent: one JSON handler with the redaction filter on the `gateway` logger."""
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    logger = logging.getLogger("gateway")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(LambdaPowertoolsFormatter(service=service))
+    handler.addFilter(RedactCredentials())
+    logger.addHandler(handler)
+    logger.setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "INFO").upper())
+    logger.propagate = False
+    return logger
+
+
+@cache
+def metrics(service: str = "decision-gateway") -> Any:
+    from aws_lambda_powertools import Metrics
+
+    return Metrics(namespace=NAMESPACE, service=service)

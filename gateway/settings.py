@@ -1,0 +1,111 @@
+"""Gateway settings: read and validated once per container, passed down explicitly.
+
+Models are configured as JSON, from `GATEWAY_MODELS` (the JSON itself) or
+`GATEWAY_MODELS_FILE` (a path to it):
+
+    {"models": [
+       {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
+        "description": "...", "release_date": "2026-11-01",
+        "endpoints": [{"name": "dg-gpu", "read_timeout_s": 10}, {"name": "dg-cpu"}]},
+       {"name": "chat-default", "serves": ["chat"], "endpoints": [{"name": "dg-cpu"}]}]}
+
+Each public name or alias maps to an ordered pool of SageMaker endpoints (first
+preferred). The response always reports the real model, as the endpoint names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.backends.base import Endpoint
+
+Service = Literal["decisions", "chat"]
+API_GATEWAY_TIMEOUT_S = 29.0
+
+
+class SettingsError(Exception):
+    """The configuration is invalid: the gateway refuses to start rather than guess."""
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EndpointSettings(_Settings):
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+    region: str | None = None
+    endpoint_url: str | None = None
+    connect_timeout_s: float = Field(default=2.0, gt=0, le=10)
+    read_timeout_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
+
+    def endpoint(self, default_region: str | None) -> Endpoint:
+        return Endpoint(
+            name=self.name,
+            region=self.region or default_region,
+            endpoint_url=self.endpoint_url,
+            connect_timeout_s=self.connect_timeout_s,
+            read_timeout_s=self.read_timeout_s,
+        )
+
+
+class ModelSettings(_Settings):
+    name: str = Field(min_length=1, max_length=128)
+    aliases: tuple[str, ...] = ()
+    serves: tuple[Service, ...] = ("decisions", "chat")
+    description: str = ""
+    release_date: str = Field(default="1970-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
+    endpoints: tuple[EndpointSettings, ...] = Field(min_length=1)
+
+
+class GatewaySettings(_Settings):
+    models: tuple[ModelSettings, ...] = Field(min_length=1)
+    region: str | None = None
+    max_body_bytes: int = Field(default=6 * 1024 * 1024, gt=0, le=10 * 1024 * 1024)
+    # The embedded SQLite store (local stack); DynamoDB tables are configured in AWS.
+    sqlite_path: str | None = None
+    service_name: str = "decision-gateway"
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> GatewaySettings:
+        seen: set[str] = set()
+        for model in self.models:
+            for name in (model.name, *model.aliases):
+                if name in seen:
+                    raise ValueError(f"model name or alias {name!r} is declared twice")
+                seen.add(name)
+        return self
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+        env = os.environ if env is None else env
+        raw = env.get("GATEWAY_MODELS")
+        if raw is None and env.get("GATEWAY_MODELS_FILE"):
+            try:
+                raw = Path(env["GATEWAY_MODELS_FILE"]).read_text()
+            except OSError as exc:
+                raise SettingsError(f"GATEWAY_MODELS_FILE cannot be read: {exc.strerror}") from None
+        if raw is None:
+            raise SettingsError("set GATEWAY_MODELS (JSON) or GATEWAY_MODELS_FILE (a path to it)")
+        try:
+            document = json.loads(raw)
+        except ValueError:
+            raise SettingsError("the model configuration is not valid JSON") from None
+        if not isinstance(document, dict):
+            raise SettingsError("the model configuration must be a JSON object with a 'models' list")
+        values = dict(document)
+        values.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
+        if env.get("GATEWAY_SQLITE_PATH"):
+            values["sqlite_path"] = env["GATEWAY_SQLITE_PATH"]
+        if env.get("GATEWAY_MAX_BODY_BYTES"):
+            values["max_body_bytes"] = env["GATEWAY_MAX_BODY_BYTES"]
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+            raise SettingsError(f"invalid gateway settings: {problems}") from None

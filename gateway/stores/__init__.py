@@ -1,0 +1,1 @@
+"""Storage adapters behind the store interfaces of the domain."""

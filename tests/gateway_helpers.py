@@ -1,0 +1,59 @@
+"""Building the gateway for tests: settings, runtime, API Gateway events, a tenant."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from gateway import handler
+from gateway.local import proxy_event
+from gateway.runtime import GatewayRuntime
+from gateway.settings import GatewaySettings
+
+PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "k1"}
+
+
+def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] = ("dg-cpu",), **extra: Any) -> GatewaySettings:
+    pool = [{"name": name, **({"endpoint_url": endpoint_url} if endpoint_url else {})} for name in endpoints]
+    return GatewaySettings.model_validate({
+        "region": "us-east-1",
+        "models": [
+            {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"], "description": "decisions",
+             "release_date": "2026-11-01", "endpoints": pool},
+            {"name": "chat-default", "serves": ["chat"], "endpoints": pool},
+        ],
+        **extra,
+    })
+
+
+def install(backend: Any = None, endpoint_url: str | None = None, **kwargs: Any) -> GatewayRuntime:
+    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend)
+    handler.set_runtime(runtime)
+    return runtime
+
+
+def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
+          principal: dict[str, str] | None = PRINCIPAL, raw: bytes | None = None) -> dict[str, Any]:
+    """The proxy event API Gateway sends after the authorizer accepted `principal`."""
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    ev = proxy_event(method, path, list(all_headers.items()), data, "127.0.0.1")
+    if principal is not None:
+        ev["requestContext"]["authorizer"] = dict(principal)
+    return ev
+
+
+def call(ev: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    """Invoke the handler; returns (status, lower-cased headers, parsed JSON body or text)."""
+    result = handler.lambda_handler(ev, None)
+    headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        headers[name.lower()] = values[-1]
+    body = result.get("body") or ""
+    if result.get("isBase64Encoded"):
+        body = base64.b64decode(body).decode()
+    try:
+        return result["statusCode"], headers, json.loads(body)
+    except ValueError:
+        return result["statusCode"], headers, body

@@ -1,0 +1,215 @@
+"""The gateway function through `lambda_handler`, with a fake backend (no model)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import zstandard
+
+from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected
+from tests.fakes import FailingBackend, UniformBackend
+from tests.gateway_helpers import call, event, install
+
+SYSTEM_ONE = {
+    "model": "jev-latest",
+    "state": "I was charged twice for order 4411.",
+    "questions": {
+        "is refund? 🤔": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+        "queue": {"type": "choice", "criteria": {"billing": "payments", "delivery": None, "account": None}},
+        "anger": {"type": "score", "criteria": ["calm", {"level": "annoyed"}, "angry"]},
+    },
+}
+DECISIONS = {
+    "model": "decision-default",
+    "input": [{"role": "user", "content": "I was charged twice."}, {"role": "assistant", "content": [{"type": "output_text", "text": "Sorry!"}]}],
+    "questions": [
+        {"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."},
+        {"type": "choice", "instructions": "Which?", "choices": [{"value": True}, {"value": "true"}, {"value": "billing", "description": "money"}]},
+        {"type": "score", "name": "anger", "instructions": "How angry?", "levels": [{"label": "calm"}, {"label": "angry", "description": "shouting"}]},
+    ],
+}
+
+
+@pytest.fixture
+def backend():
+    backend = UniformBackend()
+    install(backend)
+    return backend
+
+
+def test_system_one_answers_every_question_by_its_own_id(backend):
+    status, headers, body = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert status == 200, body
+    assert list(body["answers"]) == list(SYSTEM_ONE["questions"])
+    assert body["answers"]["is refund? 🤔"] == {"type": "noul", "noul": 0.5}
+    queue = body["answers"]["queue"]
+    assert list(queue["probabilities"]) == ["billing", "delivery", "account"] and queue["confidence"] == 0.0
+    anger = body["answers"]["anger"]
+    assert anger["legend"] == {"0": "calm", "1": {"level": "annoyed"}, "2": "angry"} and anger["score"] == pytest.approx(1.0)
+    assert body["usage"] == {"input_tokens": 10, "output_tokens": 0}
+    assert headers["x-request-id"] == headers["x-typesafe-request-id"]
+    # The backend never sees the caller's ids, and the alias became the model's real name.
+    _, sent, route = backend.calls[0]
+    assert route == "systemone" and list(sent["questions"]) == ["q0", "q1", "q2"] and sent["model"] == "decision-default"
+
+
+def test_openai_decisions_keep_choice_types_and_order(backend):
+    status, _, body = call(event("POST", "/v1/decisions", DECISIONS))
+    assert status == 200, body
+    assert body["object"] == "decision" and body["id"].startswith("decision_")
+    refund, which, anger = body["answers"]
+    assert refund == {"type": "predicate", "name": "refund", "probability": 0.5}
+    assert which["name"] is None and [p["value"] for p in which["probabilities"]] == [True, "true", "billing"]
+    assert which["choice"] is True
+    assert [p["label"] for p in anger["probabilities"]] == ["calm", "angry"]
+    assert body["usage"]["total_tokens"] == 10 and body["usage"]["output_tokens_details"] == {"reasoning_tokens": 0}
+    _, sent, _ = backend.calls[0]
+    assert sent["state"] == "I was charged twice.\n\nSorry!"
+    assert list(sent["questions"]["q1"]["criteria"]) == ["true", "true (2)", "billing"]
+    assert sent["questions"]["q2"]["criteria"] == ["calm", "angry: shouting"]
+
+
+def test_models_body_satisfies_both_list_shapes(backend):
+    status, _, body = call(event("GET", "/v1/models"))
+    assert status == 200
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["decision-default", "jev-latest", "chat-default"]
+    assert {m["name"] for m in body["models"]} == {"decision-default", "jev-latest", "chat-default"}
+    assert all(m["release_date"] for m in body["models"])
+
+
+def test_chat_stream_is_framed_as_server_sent_events(backend):
+    request = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+               "stream_options": {"include_usage": True}}
+    status, headers, text = call(event("POST", "/v1/chat/completions", request))
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    events = [line.removeprefix("data: ") for line in text.split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == "hello"
+    assert chunks[-1]["usage"]["total_tokens"] == 4
+    _, sent, route = backend.calls[0]
+    assert route == "chat" and sent["stream"] is False and "stream_options" not in sent
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+def test_compressed_bodies_are_inflated(backend, encoding):
+    data = json.dumps(SYSTEM_ONE).encode()
+    packed = gzip.compress(data) if encoding == "gzip" else zstandard.ZstdCompressor().compress(data)
+    status, _, body = call(event("POST", "/v1/systemone", raw=packed, headers={"Content-Encoding": encoding}))
+    assert status == 200, body
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "headers", "status", "kind"),
+    [
+        ("/v1/systemone", b"{not json", {}, 422, "json_invalid"),
+        ("/v1/systemone", b'{"model": "m", "state": NaN, "questions": {}}', {}, 422, "json_invalid"),
+        ("/v1/systemone", b"", {}, 422, "missing"),
+        ("/v1/systemone", b"[1, 2]", {}, 422, "model_attributes_type"),
+        ("/v1/systemone", b"\x1f\x8b garbage", {"Content-Encoding": "gzip"}, 422, "decompression_error"),
+        ("/v1/systemone", b"{}", {"Content-Encoding": "br"}, 415, None),
+        ("/v1/systemone", gzip.compress(b" " * (7 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413, None),
+    ],
+)
+def test_bad_bodies_get_4xx_in_the_system_one_shape(backend, path, raw, headers, status, kind):
+    code, _, body = call(event("POST", path, raw=raw, headers=headers))
+    assert code == status, body
+    if kind:
+        assert body["detail"][0]["type"] == kind and body["detail"][0]["loc"][0] == "body"
+    else:
+        assert set(body["detail"]) == {"error_type", "message"}
+    assert not backend.calls
+
+
+@pytest.mark.parametrize(
+    ("questions", "loc", "kind"),
+    [
+        ({}, ["body", "questions"], "too_short"),
+        ({"q": {"type": "score", "criteria": {"0": "low", "1": "high"}}}, ["body", "questions", "q", "criteria"], "list_type"),
+        ({"q": {"type": "choice", "criteria": {"only": None}}}, ["body", "questions", "q", "criteria"], "too_short"),
+        ({"q": {"type": "noul"}}, ["body", "questions", "q"], "value_error"),
+        ({"q": {"type": "box"}}, ["body", "questions", "q"], "union_tag_invalid"),
+        ({"q": {"type": "noul", "instructions": 3}}, ["body", "questions", "q", "instructions"], "text_type"),
+        ({"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(256)}}}, ["body", "questions", "q", "criteria"], "too_long"),
+    ],
+)
+def test_invalid_questions_are_422_with_the_path_to_the_problem(backend, questions, loc, kind):
+    status, _, body = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": "s", "questions": questions}))
+    assert status == 422
+    assert {"loc": loc, "type": kind} in [{"loc": d["loc"], "type": d["type"]} for d in body["detail"]], body
+    assert all(set(d) == {"loc", "msg", "type"} for d in body["detail"])
+
+
+def test_openai_routes_answer_errors_in_the_openai_shape(backend):
+    bad = {**DECISIONS, "questions": [{"type": "choice", "instructions": "x", "choices": [{"value": "a"}, {"value": "a"}]}]}
+    status, _, body = call(event("POST", "/v1/decisions", bad))
+    assert status == 422
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "questions.0.choices"
+    status, _, body = call(event("POST", "/v1/decisions", {**DECISIONS, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "https://example.com/a.png"}]}]}))
+    assert status == 422 and "input_image" in body["error"]["message"]
+
+
+def test_unknown_model_is_404_and_the_wrong_kind_too(backend):
+    status, _, body = call(event("POST", "/v1/systemone", {**SYSTEM_ONE, "model": "nope"}))
+    assert status == 404 and body["detail"]["error_type"] == "not_found"
+    status, _, body = call(event("POST", "/v1/chat/completions", {"model": "decision-default", "messages": [{"role": "user", "content": "x"}]}))
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+
+
+def test_credentials_and_scopes_are_checked_per_route(backend):
+    status, _, body = call(event("POST", "/v1/systemone", SYSTEM_ONE, principal={"tenant_id": "", "reason": "invalid credentials"}))
+    assert status == 401 and body["detail"] == {"error_type": "authentication_error", "message": "invalid credentials"}
+    chat_only = {"tenant_id": "acme", "scopes": "chat", "models": "*"}
+    status, _, body = call(event("POST", "/v1/decisions", DECISIONS, principal=chat_only))
+    assert status == 403 and body["error"]["type"] == "permission_error"
+    limited = {"tenant_id": "acme", "scopes": "decide", "models": json.dumps(["chat-default"])}
+    status, _, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE, principal=limited))
+    assert status == 404
+    status, _, body = call(event("GET", "/v1/models", principal=limited))
+    assert [m["id"] for m in body["data"]] == ["chat-default"]
+    status, _, body = call(event("GET", "/health", principal=None))
+    assert status == 200
+    assert not backend.calls
+
+
+def test_unknown_route_is_404_in_both_shapes(backend):
+    status, _, body = call(event("GET", "/v2/nothing"))
+    assert status == 404
+    assert body["error"]["code"] == "unknown_url" and body["detail"]["error_type"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "retry_after"),
+    [
+        (EndpointBusy("dg-cpu", "container_503"), 503, "5"),
+        (EndpointFailed("dg-cpu", "ValidationError"), 502, None),
+        (EndpointRejected("dg-cpu", 413, b'{"detail": {"error_type": "max_tokens_exceeded", "message": "too long"}}'), 413, None),
+        (EndpointRejected("dg-cpu", 422, b'{"detail": [{"loc": ["body", "state"], "msg": "bad", "type": "x"}]}'), 422, None),
+        (EndpointRejected("dg-cpu", 400, b"not json"), 400, None),
+    ],
+)
+def test_backend_errors_map_to_statuses_without_leaking_internals(error, status, retry_after):
+    install(FailingBackend({"dg-cpu": error}))
+    code, headers, body = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert code == status
+    assert headers.get("retry-after") == retry_after
+    assert "dg-cpu" not in json.dumps(body) and "Traceback" not in json.dumps(body)
+
+
+def test_a_busy_endpoint_hands_the_request_to_the_next_one():
+    backend = FailingBackend({"dg-gpu": EndpointBusy("dg-gpu", "container_503")})
+    install(backend, endpoints=("dg-gpu", "dg-cpu"))
+    status, headers, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert status == 200 and headers["x-endpoint"] == "dg-cpu"
+    assert [name for name, _, _ in backend.calls] == ["dg-gpu", "dg-cpu"]
+
+
+def test_a_rejection_is_not_retried_elsewhere():
+    backend = FailingBackend({"dg-gpu": EndpointRejected("dg-gpu", 422, b"{}")})
+    install(backend, endpoints=("dg-gpu", "dg-cpu"))
+    status, _, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert status == 422 and [name for name, _, _ in backend.calls] == ["dg-gpu"]
