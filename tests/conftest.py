@@ -89,3 +89,52 @@ def scorer_url(smollm2_path) -> Iterator[str]:
     settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2"})
     with ServerThread(create_app(settings, load_in_background=False)) as server:
         yield server.url
+
+
+class LocalStack:
+    """The scorer (a real model) behind the gateway's local API Gateway runner, over HTTP."""
+
+    def __init__(self, url: str, api_key: str, runtime, authenticator, store) -> None:
+        self.url, self.api_key, self.runtime, self.authenticator, self.store = url, api_key, runtime, authenticator, store
+
+    def activate(self) -> LocalStack:
+        # The function's warm state is process-global (as in Lambda); other tests install
+        # their own, so each test of the stack puts its own back.
+        from gateway import authorizer, handler
+
+        handler.set_runtime(self.runtime)
+        authorizer.set_authenticator(self.authenticator)
+        return self
+
+
+@pytest.fixture(scope="session")
+def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
+    import os
+
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.local import make_server
+    from gateway.runtime import GatewayRuntime
+    from gateway.stores.sqlite import SQLiteStore
+    from tests.gateway_helpers import settings_for
+
+    # boto3 signs every call; the local scorer ignores the signature. Not a credential.
+    for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(name, value)
+    store = SQLiteStore(tmp_path_factory.mktemp("store") / "gateway.db")
+    create_tenant(store, "acme")
+    key = issue_api_key(store, "acme", ["chat", "decide"])
+    runtime = GatewayRuntime.build(settings_for(scorer_url))
+    stack = LocalStack("", key.secret, runtime, Authenticator(store), store)
+    server = make_server("127.0.0.1", 0)
+    stack.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield stack
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def local_stack(_local_stack) -> LocalStack:
+    return _local_stack.activate()

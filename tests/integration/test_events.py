@@ -1,0 +1,51 @@
+"""Every events/*.json through the real `lambda_handler`, the real boto3 SageMaker
+client and a real scorer (smollm2) behind `endpoint_url`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.gateway_helpers import call
+
+pytestmark = pytest.mark.model
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+EXPECTED = {
+    "health": 200,
+    "models": 200,
+    "systemone": 200,
+    "systemone-gzip": 200,
+    "systemone-invalid": 422,
+    "systemone-unauthenticated": 401,
+    "decisions": 200,
+    "decisions-forbidden": 403,
+    "chat": 200,
+    "chat-stream": 200,
+}
+
+
+def test_every_event_file_has_an_expectation():
+    assert sorted(p.stem for p in EVENTS.glob("*.json")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_event(local_stack, name):
+    event = json.loads((EVENTS / f"{name}.json").read_text())
+    status, headers, body = call(event)
+    assert status == EXPECTED[name], body
+    assert headers["x-request-id"] == event["requestContext"]["requestId"]
+    if name.startswith("systemone"):
+        assert headers["x-typesafe-request-id"] == headers["x-request-id"]
+    if name in ("systemone", "systemone-gzip"):
+        assert set(body["answers"]) == {"is_refund", "queue", "anger"}
+        assert body["model"] == "smollm2-135m-instruct-q4_1"
+        assert isinstance(body["usage"]["input_tokens"], int)
+    if name == "decisions":
+        assert [a["name"] for a in body["answers"]] == ["is_refund", "queue", "anger"]
+    if name == "chat-stream":
+        assert headers["content-type"] == "text/event-stream" and body.endswith("data: [DONE]\n\n")
+    if status >= 400:
+        assert "Traceback" not in json.dumps(body)
