@@ -44,6 +44,8 @@ DECISIONS = {
          "levels": [{"label": "calm"}, {"label": "annoyed", "description": "irritated"}, {"label": "angry"}]},
     ],
 }
+# A score's levels as a map instead of an ordered array: 422.
+INVALID = {**SYSTEM_ONE, "questions": {"anger": {"type": "score", "criteria": {"0": "calm"}}}}
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
 
 # name: (method, path, body bytes or None, extra headers, authorizer context or None)
@@ -53,9 +55,7 @@ CASES = {
     "systemone": ("POST", "/v1/systemone", json.dumps(SYSTEM_ONE).encode(), AUTH, BEARER),
     "systemone-gzip": ("POST", "/v1/systemone", gzip.compress(json.dumps(SYSTEM_ONE).encode(), mtime=0),
                        {**AUTH, "Content-Encoding": "gzip"}, BEARER),
-    "systemone-invalid": ("POST", "/v1/systemone",
-                          json.dumps({**SYSTEM_ONE, "questions": {"anger": {"type": "score", "criteria": {"0": "calm"}}}}).encode(),
-                          AUTH, BEARER),
+    "systemone-invalid": ("POST", "/v1/systemone", json.dumps(INVALID).encode(), AUTH, BEARER),
     "systemone-unauthenticated": ("POST", "/v1/systemone", json.dumps(SYSTEM_ONE).encode(), AUTH, REFUSED),
     "decisions": ("POST", "/v1/decisions", json.dumps(DECISIONS).encode(), AUTH, BEARER),
     "decisions-forbidden": ("POST", "/v1/decisions", json.dumps(DECISIONS).encode(), AUTH, CHAT_ONLY),
@@ -73,7 +73,8 @@ def build(name: str) -> dict:
     context.update(requestId=f"00000000-0000-4000-8000-{zlib.crc32(name.encode()):012d}", extendedRequestId="events",
                    requestTime="30/Nov/2026:00:00:00 +0000", requestTimeEpoch=1795996800000, stage="prod",
                    path=f"/prod{path}", domainName=all_headers["Host"], apiId="abc123", accountId="123456789012")
-    event["headers"]["X-Amzn-Trace-Id"] = event["multiValueHeaders"]["X-Amzn-Trace-Id"][0] = "Root=1-00000000-000000000000000000000000"
+    trace = "Root=1-00000000-000000000000000000000000"
+    event["headers"]["X-Amzn-Trace-Id"] = event["multiValueHeaders"]["X-Amzn-Trace-Id"][0] = trace
     if principal is not None:
         context["authorizer"] = dict(principal)
     return event
