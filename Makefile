@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
 MODEL ?= models/gemma-3-270m-q4_k_m
 
-.PHONY: setup test test-fast lint up scorer eval bench-scorer pack-model clean
+.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer pack-model clean
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
 	@$(PYTHON) scripts/setup_env.py
@@ -20,7 +20,13 @@ test-fast: setup  ## the tests that need no model
 lint: setup
 	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts
 
-up: scorer  ## the local stack (the gateway joins it with the gateway issue)
+GATEWAY_PORT ?= 3000
+
+up: setup  ## the local stack: scorer (embedded model) + gateway on GATEWAY_PORT + dev tenant; Ctrl-C stops both
+	@$(PY) scripts/up.py --model $(MODEL) --scorer-port $(SCORER_PORT) --gateway-port $(GATEWAY_PORT)
+
+gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GATEWAY_SQLITE_PATH must be set)
+	$(PY) -m gateway.local --port $(GATEWAY_PORT)
 
 scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
 	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)

@@ -115,7 +115,7 @@ class Predicate(Wire):
 
 
 class ChoiceOption(Wire):
-    value: str | bool
+    value: Annotated[str, Field(pattern=r"\S")] | bool
     description: str | None = None
 
 
@@ -153,7 +153,9 @@ DecisionQuestion = Annotated[Predicate | Choice | Score, Field(discriminator="ty
 
 class DecisionsRequest(Wire):
     model: str = Field(min_length=1)
-    input: str | list[InputItem] = Field(description="Text, or an ordered list of messages and tool items.")
+    input: str | Annotated[list[InputItem], Field(min_length=1)] = Field(
+        description="Text, or an ordered list of messages and tool items."
+    )
     questions: list[DecisionQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
     prompt_cache_key: str | None = None
     prompt_cache_options: dict[str, Any] | None = None

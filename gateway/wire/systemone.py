@@ -65,17 +65,10 @@ SystemOneQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Fie
 class SystemOneRequest(Wire):
     model: str = Field(min_length=1, description="A model name or alias from GET /v1/models (jev-latest works).")
     state: JsonText = Field(description="The text, or a JSON object or array, the questions are about.")
-    questions: dict[str, SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    questions: dict[Annotated[str, Field(min_length=1)], SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
     x_readout: Literal["letters", "likelihood"] | None = None
     x_order_average: bool | None = None
     x_prior: bool | None = None
-
-    @field_validator("questions")
-    @classmethod
-    def _ids_not_empty(cls, questions: dict[str, Any]) -> dict[str, Any]:
-        if any(qid == "" for qid in questions):
-            raise ValueError("question ids must be non-empty strings")
-        return questions
 
     def to_decision(self) -> Decision:
         questions = tuple(_question(question_id(i), qid, q) for i, (qid, q) in enumerate(self.questions.items()))

@@ -213,3 +213,8 @@ def test_a_rejection_is_not_retried_elsewhere():
     install(backend, endpoints=("dg-gpu", "dg-cpu"))
     status, _, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE))
     assert status == 422 and [name for name, _, _ in backend.calls] == ["dg-gpu"]
+
+
+def test_an_empty_question_id_is_refused(backend):
+    status, _, body = call(event("POST", "/v1/systemone", {**SYSTEM_ONE, "questions": {"": {"type": "noul", "instructions": "x"}}}))
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "questions", "", "[key]"]

@@ -1,0 +1,171 @@
+"""`make up`: the local stack in one command.
+
+Starts the scorer with the embedded model, creates the dev tenant in the embedded
+SQLite store, starts the gateway's local API Gateway runner in front of it, prints a
+curl example, and stops both cleanly on Ctrl-C. The dev API key comes from
+GATEWAY_DEV_API_KEY when set; otherwise a new one is generated and printed once (only
+its hash is stored, so it cannot be shown again: run `make up` again for a new one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".local"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="models/gemma-3-270m-q4_k_m", help="folder with the GGUF file and its manifest")
+    parser.add_argument("--scorer-port", type=int, default=int(os.environ.get("SCORER_PORT", 8080)))
+    parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("GATEWAY_PORT", 3000)))
+    args = parser.parse_args()
+    for port in (args.scorer_port, args.gateway_port):
+        if _port_taken(port):
+            print(f"up: port {port} is in use; stop what holds it or set SCORER_PORT / GATEWAY_PORT", file=sys.stderr)
+            return 2
+    STATE.mkdir(exist_ok=True)
+    models_file = STATE / "models.json"
+    models_file.write_text(json.dumps(_models(args.scorer_port), indent=2) + "\n")
+    store_path = STATE / "gateway.db"
+
+    processes: list[subprocess.Popen] = []
+    try:
+        scorer = _start("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
+                                   "--port", str(args.scorer_port)],
+                        {"SM_LLAMA_CPP_MODEL_DIR": str(ROOT / args.model)})
+        processes.append(scorer)
+        _wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
+
+        key = _dev_key(store_path)
+
+        gateway_env = {
+            "GATEWAY_MODELS_FILE": str(models_file),
+            "GATEWAY_SQLITE_PATH": str(store_path),
+            # boto3 signs its calls to the local scorer; these are placeholders, never real
+            # credentials, so a developer's own AWS identity is never used or sent.
+            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_PROFILE": "",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+        gateway = _start("gateway", [sys.executable, "-m", "gateway.local", "--port", str(args.gateway_port)], gateway_env)
+        processes.append(gateway)
+        base = f"http://127.0.0.1:{args.gateway_port}"
+        _wait_ready("gateway", f"{base}/health", gateway, timeout_s=60)
+
+        print("\nThe local stack is up: gateway", base, "-> scorer", f"http://127.0.0.1:{args.scorer_port}")
+        if key:
+            print("\nDev API key for tenant 'dev' (shown once, only its hash is stored):\n")
+            print(f"    {key}\n")
+        else:
+            print("\nDev API key: the one in GATEWAY_DEV_API_KEY.")
+        print("Try it (after `export DG_API_KEY=<the key>`):\n")
+        print(f"    curl -s {base}/v1/systemone -H \"Authorization: Bearer $DG_API_KEY\" \\")
+        print("      -d '{\"model\": \"jev-latest\", \"state\": \"I was charged twice, refund one please.\",")
+        print("           \"questions\": {\"refund\": {\"type\": \"noul\", \"instructions\": \"Is this a refund request?\"}}}'")
+        print(f"\nOpenAI SDK: OpenAI(base_url=\"{base}/v1\", api_key=...)   TypeSafe SDK: TYPESAFE_BASE_URL={base}")
+        print("Ctrl-C stops both.\n", flush=True)
+        while all(p.poll() is None for p in processes):
+            time.sleep(0.5)
+        failed = next(p for p in processes if p.poll() is not None)
+        print(f"up: {failed.args[2]} exited with status {failed.returncode}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping...", flush=True)
+        return 0
+    except StartupError as exc:
+        print(f"up: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _stop(processes)
+
+
+class StartupError(Exception):
+    pass
+
+
+def _models(scorer_port: int) -> dict:
+    endpoint = {"name": "local-scorer", "endpoint_url": f"http://127.0.0.1:{scorer_port}", "read_timeout_s": 28}
+    return {"models": [
+        {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
+         "description": "The embedded decision model of the local stack", "endpoints": [endpoint]},
+        {"name": "chat-default", "serves": ["chat"], "description": "The same model, for chat", "endpoints": [endpoint]},
+    ]}
+
+
+def _dev_key(store_path: Path) -> str | None:
+    """Create the dev tenant; import GATEWAY_DEV_API_KEY or issue a new key (returned to print once)."""
+    from gateway.auth.tenants import ProvisioningError, create_tenant, issue_api_key
+    from gateway.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(store_path)
+    create_tenant(store, "dev", "Local development")
+    given = os.environ.get("GATEWAY_DEV_API_KEY", "").strip()
+    scopes = ["chat", "decide", "catalogs:read", "catalogs:write"]
+    try:
+        if given:
+            issue_api_key(store, "dev", scopes, name="make up", key=given)
+            return None
+        return issue_api_key(store, "dev", scopes, name="make up").secret
+    except ProvisioningError as exc:
+        raise StartupError(f"GATEWAY_DEV_API_KEY: {exc}") from None
+
+
+def _start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    print(f"starting the {name}...", flush=True)
+    full_env = {**os.environ, **env}
+    for key in [k for k, v in env.items() if v == ""]:
+        full_env.pop(key, None)
+    full_env.pop("GATEWAY_DEV_API_KEY", None)  # the children never need it
+    return subprocess.Popen(command, cwd=ROOT, env=full_env, start_new_session=True)
+
+
+def _wait_ready(name: str, url: str, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    shown = time.monotonic()
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise StartupError(f"the {name} exited during start-up (status {process.returncode}); its log is above")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 (a loopback URL we built)
+                if reply.status == 200:
+                    print(f"{name} ready", flush=True)
+                    return
+        except OSError:
+            pass
+        if time.monotonic() - shown > 5:
+            print(f"  waiting for the {name} ({int(deadline - time.monotonic())} s left)...", flush=True)
+            shown = time.monotonic()
+        time.sleep(0.3)
+    raise StartupError(f"the {name} was not ready within {timeout_s:.0f} s")
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

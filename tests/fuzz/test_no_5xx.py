@@ -1,0 +1,123 @@
+"""Fuzzing: no request, valid or not, gets a 5xx.
+
+Schemathesis generates requests (conforming and non-conforming) from the OpenAPI
+document the resolver builds from the wire models, and sends them over HTTP to the
+local runner; the backend is the uniform fake, because what is fuzzed is everything in
+front of it. Hypothesis adds raw bodies: arbitrary JSON, bytes and encodings.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+
+import pytest
+import schemathesis
+from schemathesis import GenerationMode
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.app import build_app
+from gateway.auth.credentials import Principal
+from gateway.local import make_server
+from tests.fakes import UniformBackend
+from tests.gateway_helpers import call, event, install
+
+
+class _AllowEveryone:
+    def authenticate(self, header):
+        return Principal("fuzz", frozenset({"chat", "decide"}), None, "fuzz")
+
+
+@pytest.fixture(scope="module")
+def fuzz_url():
+    from gateway import authorizer
+
+    server = make_server("127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    authorizer.set_authenticator(None)
+
+
+def _operations():
+    """The operations of the OpenAPI document the resolver generates from the wire models."""
+    runtime = install(UniformBackend())
+    document = json.loads(build_app(runtime).get_openapi_json_schema(title="decision gateway", version="1"))
+    return [result.ok() for result in schemathesis.openapi.from_dict(document).get_all_operations()]
+
+
+OPERATIONS = _operations()
+
+
+def test_the_document_covers_every_route():
+    assert {(op.method, op.path) for op in OPERATIONS} == {
+        ("get", "/health"), ("get", "/v1/models"), ("post", "/v1/systemone"), ("post", "/v1/decisions"),
+        ("post", "/v1/chat/completions"),
+    }
+
+
+# Operations without a body or parameters have no non-conforming requests to generate.
+CASES = [(op, GenerationMode.POSITIVE) for op in OPERATIONS] + [(op, GenerationMode.NEGATIVE) for op in OPERATIONS if op.method == "post"]
+
+
+@pytest.mark.parametrize(("operation", "mode"), CASES, ids=lambda v: f"{v.method} {v.path}" if hasattr(v, "path") else v.value)
+def test_openapi_operations_never_answer_5xx(fuzz_url, operation, mode):
+    from gateway import authorizer
+
+    install(UniformBackend())
+    authorizer.set_authenticator(_AllowEveryone())
+
+    statuses: list[int] = []
+    models = {"/v1/chat/completions": "chat-default", "/v1/decisions": "decision-default", "/v1/systemone": "jev-latest"}
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def check(case):
+        if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and "model" in case.body:
+            case.body["model"] = models[case.path]  # a random model name would stop every request at 404
+        response = case.call(base_url=fuzz_url, headers={"Authorization": "Bearer fuzz"})
+        statuses.append(response.status_code)
+        assert response.status_code < 500, (case.method, case.path, response.status_code, response.text[:300])
+        assert "Traceback" not in response.text
+
+    check()
+    if mode is GenerationMode.POSITIVE:
+        # Enough conforming requests must get through validation to reach the codecs, or the
+        # fuzzing proves little (rules the schema cannot say, such as unique choice values,
+        # refuse the rest with a 422).
+        assert statuses.count(200) >= len(statuses) // 10, {s: statuses.count(s) for s in set(statuses)}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
+    max_leaves=30,
+)
+question = st.fixed_dictionaries(
+    {"type": st.sampled_from(["noul", "choice", "score", "box", 1])},
+    optional={"instructions": json_values, "criteria": json_values},
+)
+system_one_like = st.fixed_dictionaries(
+    {"model": st.sampled_from(["jev-latest", "", 3, None]), "state": json_values,
+     "questions": st.dictionaries(st.text(max_size=8), question, max_size=4) | json_values},
+)
+
+
+@given(body=system_one_like | json_values, path=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions"]))
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_arbitrary_json_bodies_never_answer_5xx(body, path):
+    install(UniformBackend())
+    status, _, answer = call(event("POST", path, body))
+    assert status < 500, (path, body, answer)
+
+
+@given(raw=st.binary(max_size=300), encoding=st.sampled_from(["", "gzip", "zstd", "identity", "deflate"]), wrap=st.booleans())
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_arbitrary_bytes_never_answer_5xx(raw, encoding, wrap):
+    install(UniformBackend())
+    data = gzip.compress(raw) if wrap and encoding == "gzip" else raw
+    status, _, _ = call(event("POST", "/v1/systemone", raw=data, headers={"Content-Encoding": encoding} if encoding else {}))
+    assert status < 500
