@@ -48,13 +48,28 @@ class RedactCredentials(logging.Filter):
         return True
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever sys.stdout is now (Lambda's, or a test's capture), not the one at setup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 @cache
 def configure_logging(service: str = "decision-gateway") -> logging.Logger:
     """Idempotent: one JSON handler with the redaction filter on the `gateway` logger."""
     from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
     logger = logging.getLogger("gateway")
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _StdoutHandler()
     handler.setFormatter(LambdaPowertoolsFormatter(service=service))
     handler.addFilter(RedactCredentials())
     logger.addHandler(handler)

@@ -104,3 +104,19 @@ def test_curl_style_requests(local_stack):
     assert reply.headers["x-typesafe-request-id"] == reply.headers["x-request-id"]
     health = httpx.get(f"{local_stack.url}/health", timeout=10)
     assert health.status_code == 200 and "authorization" not in health.text.lower()
+
+
+def test_the_api_key_never_appears_in_anything_the_gateway_writes(local_stack, client, typesafe, capsys):
+    """A canary: every log line and metric the gateway printed while serving real SDK calls,
+    good and bad ones, is free of the key, though the lines themselves are there."""
+    client.models.list()
+    typesafe.system_one(state="Refund?", questions={"r": ts.Noul(instructions="Refund?")})
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    leaked = openai.OpenAI(base_url=f"{local_stack.url}/v1", api_key=local_stack.api_key[:-1] + "Z", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        leaked.models.list()
+    written = capsys.readouterr()
+    output = written.out + written.err
+    assert output.count('"message":"request"') >= 4
+    assert local_stack.api_key not in output and local_stack.api_key[:-1] not in output

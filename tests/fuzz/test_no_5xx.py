@@ -14,9 +14,9 @@ import threading
 
 import pytest
 import schemathesis
-from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis import GenerationMode
 
 from gateway.app import build_app
 from gateway.auth.credentials import Principal

@@ -1,0 +1,86 @@
+"""The SageMaker invoker classifies what InvokeEndpoint raises (botocore Stubber, no network)."""
+
+from __future__ import annotations
+
+import io
+
+import boto3
+import pytest
+from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+from botocore.stub import Stubber
+
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
+from gateway.backends.sagemaker import SageMakerInvoker
+
+ENDPOINT = Endpoint("dg-cpu", region="us-east-1")
+
+
+@pytest.fixture
+def stubbed():
+    client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stubber:
+        yield SageMakerInvoker(client_factory=lambda endpoint: client), stubber
+
+
+def test_an_answer_is_returned_as_bytes_and_the_route_travels_in_custom_attributes(stubbed):
+    invoker, stubber = stubbed
+    stubber.add_response("invoke_endpoint", {"Body": io.BytesIO(b'{"ok": 1}'), "ContentType": "application/json"},
+                         {"EndpointName": "dg-cpu", "Body": b"{}", "ContentType": "application/json",
+                          "Accept": "application/json", "CustomAttributes": "route=systemone"})
+    assert invoker.invoke(ENDPOINT, b"{}", "systemone") == b'{"ok": 1}'
+
+
+@pytest.mark.parametrize(
+    ("code", "http", "fields", "expected", "reason"),
+    [
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": "busy"}, EndpointBusy, "container_503"),
+        ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
+        ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointBusy, "container_timeout"),
+        ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),
+        ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": "boom"}, EndpointFailed, "container_500"),
+        ("ServiceUnavailable", 503, {}, EndpointBusy, "ServiceUnavailable"),
+        ("ModelNotReadyException", 429, {}, EndpointBusy, "ModelNotReadyException"),
+        ("ThrottlingException", 400, {}, EndpointBusy, "ThrottlingException"),
+        ("InternalFailure", 500, {}, EndpointBusy, "InternalFailure"),
+        ("ValidationError", 400, {}, EndpointFailed, "ValidationError"),
+        ("InternalDependencyException", 530, {}, EndpointFailed, "InternalDependencyException"),
+    ],
+)
+def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, fields, expected, reason):
+    invoker, stubber = stubbed
+    stubber.add_client_error("invoke_endpoint", service_error_code=code, service_message="m", http_status_code=http,
+                             modeled_fields=fields)
+    with pytest.raises(expected) as raised:
+        invoker.invoke(ENDPOINT, b"{}", "systemone")
+    assert type(raised.value) is expected and raised.value.reason == reason
+    if expected is EndpointRejected:
+        assert raised.value.status == 422 and raised.value.body == b'{"detail": []}'
+
+
+class _TimingOut:
+    def __init__(self, error):
+        self.error = error
+
+    def invoke_endpoint(self, **kwargs):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [(ConnectTimeoutError(endpoint_url="http://x"), "connect_failed"), (ReadTimeoutError(endpoint_url="http://x"), "read_timeout")],
+)
+def test_timeouts_are_busy_so_another_endpoint_may_answer(error, reason):
+    invoker = SageMakerInvoker(client_factory=lambda endpoint: _TimingOut(error))
+    with pytest.raises(EndpointBusy) as raised:
+        invoker.invoke(ENDPOINT, b"{}", "chat")
+    assert raised.value.reason == reason
+
+
+def test_clients_are_made_lazily_once_per_configuration():
+    made = []
+    invoker = SageMakerInvoker(client_factory=lambda endpoint: made.append(endpoint) or object())
+    assert made == []
+    first = invoker.client_for(ENDPOINT)
+    assert invoker.client_for(Endpoint("other", region="us-east-1")) is first
+    assert invoker.client_for(Endpoint("x", region="us-east-1", read_timeout_s=5)) is not first
+    assert len(made) == 2

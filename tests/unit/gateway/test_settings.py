@@ -1,0 +1,40 @@
+"""Gateway settings: one JSON document, validated once, refused whole when wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.settings import GatewaySettings, SettingsError
+
+MODELS = {"models": [{"name": "decision-default", "aliases": ["jev-latest"], "endpoints": [{"name": "dg-gpu"}, {"name": "dg-cpu"}]}]}
+
+
+def test_models_from_the_environment_or_a_file(tmp_path):
+    direct = GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps(MODELS), "AWS_REGION": "eu-west-1"})
+    assert direct.region == "eu-west-1" and [e.name for e in direct.models[0].endpoints] == ["dg-gpu", "dg-cpu"]
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(MODELS))
+    from_file = GatewaySettings.from_env({"GATEWAY_MODELS_FILE": str(path), "GATEWAY_SQLITE_PATH": "/tmp/x.db"})
+    assert from_file.models == direct.models and from_file.sqlite_path == "/tmp/x.db"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "set GATEWAY_MODELS"),
+        ({"GATEWAY_MODELS": "{nope"}, "not valid JSON"),
+        ({"GATEWAY_MODELS": "[]"}, "JSON object"),
+        ({"GATEWAY_MODELS_FILE": "/nonexistent/models.json"}, "cannot be read"),
+        ({"GATEWAY_MODELS": json.dumps({"models": []})}, "models"),
+        ({"GATEWAY_MODELS": json.dumps({"models": [{"name": "a", "endpoints": []}]})}, "endpoints"),
+        ({"GATEWAY_MODELS": json.dumps({"models": [{"name": "a", "endpoints": [{"name": "x", "read_timeout_s": 30}]}]})}, "read_timeout_s"),
+        ({"GATEWAY_MODELS": json.dumps({"models": [{"name": "a", "endpoints": [{"name": "bad name!"}]}]})}, "name"),
+        ({"GATEWAY_MODELS": json.dumps({"models": [*MODELS["models"], {"name": "jev-latest", "endpoints": [{"name": "x"}]}]})}, "declared twice"),
+        ({"GATEWAY_MODELS": json.dumps({"models": MODELS["models"], "surprise": 1})}, "surprise"),
+    ],
+)
+def test_a_bad_configuration_is_refused_with_a_reason(env, message):
+    with pytest.raises(SettingsError, match=message):
+        GatewaySettings.from_env(env)
