@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
 MODEL ?= models/gemma-3-270m-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer pack-model clean
+.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway pack-model clean
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
 	@$(PYTHON) scripts/setup_env.py
@@ -36,6 +36,19 @@ eval: setup  ## accuracy, baselines, calibration and order sensitivity of both r
 
 bench-scorer: setup  ## engine vs naive approaches vs the raw-decode floor, in one run
 	@$(PY) -m bench.scorer
+
+LITELLM_ENV := .cache/bench-litellm
+# LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.
+LITELLM_VERSION := 1.80.0
+
+bench-gateway: setup $(LITELLM_ENV)/.installed  ## gateway overhead, cold start and RSS, and LiteLLM's proxy on the same requests
+	@$(PY) -m bench.gateway
+
+$(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison point, not a dependency
+	@echo "[bench] installing LiteLLM's proxy $(LITELLM_VERSION) into $(LITELLM_ENV) (once)"
+	@$(PYTHON) -m venv $(LITELLM_ENV)
+	@$(LITELLM_ENV)/bin/pip install -q "litellm[proxy]==$(LITELLM_VERSION)"
+	@touch $@
 
 pack-model: setup  ## model.tar.gz for SageMaker from MODEL
 	@$(PY) -m scorer_container pack $(firstword $(wildcard $(MODEL)/*.gguf)) --output build/model.tar.gz

@@ -186,6 +186,9 @@ def make_server(host: str, port: int, gateway: LocalApiGateway | None = None) ->
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "decision-gateway-local"
+        # Headers and body are separate writes: without TCP_NODELAY, keep-alive clients
+        # wait out a 40 ms delayed ACK on every response.
+        disable_nagle_algorithm = True
 
         def _serve(self) -> None:
             length = self.headers.get("Content-Length")

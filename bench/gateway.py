@@ -1,0 +1,350 @@
+"""`make bench-gateway`: what the gateway adds to a request, what its cold start costs,
+how much memory it holds, and the same requests through LiteLLM's proxy, in one run.
+
+1. Handler overhead, in process: `lambda_handler` on REST proxy events, with the
+   backend an in-process fake that answers instantly, against calling that fake
+   directly. The difference is the gateway's own time (validation, codecs, routing,
+   rendering, logging, metrics).
+2. Cold start, in fresh processes: importing `gateway.handler`, then the first request
+   through the real boto3 SageMaker client to an instant HTTP backend; and the RSS after
+   that first request and after a burst (the function runs in a 256 MB Lambda).
+3. Over HTTP, against an instant HTTP backend: direct, through the gateway's local
+   runner (the stand-in for API Gateway, with the authorizer on every call), and
+   through LiteLLM's proxy (OpenAI provider, no auth), for the same chat request.
+
+Writes reports/bench_gateway.json and reports/bench_gateway.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+LITELLM_PYTHON = ROOT / ".cache" / "bench-litellm" / "bin" / "python"
+
+SYSTEM_ONE = {
+    "model": "jev-latest",
+    "state": "Customer wrote: I was charged twice for order 4411, refund one please. " * 4,
+    "questions": {
+        "is_refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+        "queue": {"type": "choice", "instructions": "Which queue?",
+                  "criteria": {"billing": "payments and refunds", "delivery": "shipping", "account": None, "other": None}},
+        "anger": {"type": "score", "instructions": "How frustrated?", "criteria": ["calm", "annoyed", "angry"]},
+    },
+}
+DECISIONS = {
+    "model": "decision-default",
+    "input": [{"role": "user", "content": "I was charged twice for order 4411, refund one please."}],
+    "questions": [
+        {"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."},
+        {"type": "choice", "name": "queue", "instructions": "Which queue?", "choices": [{"value": "billing"}, {"value": "delivery"}]},
+        {"type": "score", "name": "anger", "instructions": "How frustrated?", "levels": [{"label": "calm"}, {"label": "angry"}]},
+    ],
+}
+CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- 1. in-process overhead ----------------------------------------------------------------
+
+
+def handler_overhead(requests: int) -> dict:
+    from gateway import handler
+    from gateway.observability import configure_logging
+    from tests.fakes import UniformBackend
+    from tests.gateway_helpers import event, install
+
+    configure_logging()
+    backend = UniformBackend()
+    install(backend)
+    cases = {
+        "systemone 3q": event("POST", "/v1/systemone", SYSTEM_ONE),
+        "decisions 3q": event("POST", "/v1/decisions", DECISIONS),
+        "chat": event("POST", "/v1/chat/completions", CHAT),
+        "models": event("GET", "/v1/models"),
+    }
+    results = {}
+    devnull = open(os.devnull, "w")  # log lines are part of the cost, not of the report
+    for name, ev in cases.items():
+        progress(f"  handler overhead: {name}")
+        stdout = sys.stdout
+        sys.stdout = devnull
+        try:
+            for _ in range(50):  # warm
+                handler.lambda_handler(ev, None)
+            handler_times, backend_times = [], []
+            for _ in range(requests):
+                started = time.perf_counter()
+                handler.lambda_handler(ev, None)
+                handler_times.append(time.perf_counter() - started)
+            if backend.calls:
+                # The fake, alone, on exactly the payload the handler sent it.
+                from gateway.backends.base import Endpoint
+
+                endpoint, payload, route = backend.calls[-1]
+                sent = json.dumps(payload).encode()
+                for _ in range(requests):
+                    started = time.perf_counter()
+                    backend.invoke(Endpoint(endpoint), sent, route)
+                    backend_times.append(time.perf_counter() - started)
+        finally:
+            sys.stdout = stdout
+        backend.calls.clear()
+        fake = statistics.median(backend_times) if backend_times else 0.0
+        results[name] = {
+            "handler_p50_ms": statistics.median(handler_times) * 1000,
+            "handler_p95_ms": percentile(handler_times, 0.95) * 1000,
+            "fake_backend_p50_ms": fake * 1000,
+            "added_p50_ms": (statistics.median(handler_times) - fake) * 1000,
+        }
+    return results
+
+
+# -- 2. cold start and memory ----------------------------------------------------------------
+
+_COLD_CHILD = r"""
+import json, resource, sys, time, os, io
+started = time.perf_counter()
+import gateway.handler as handler
+imported = time.perf_counter() - started
+events = json.loads(sys.stdin.read())
+real_stdout, sys.stdout = sys.stdout, io.StringIO()
+t = time.perf_counter()
+first = handler.lambda_handler(events["first"], None)
+first_s = time.perf_counter() - t
+rss_cold = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for i in range(int(os.environ["BURST"])):
+    sys.stdout = io.StringIO()
+    result = handler.lambda_handler(events["burst"][i % len(events["burst"])], None)
+    assert result["statusCode"] == 200, result
+rss_burst = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.stdout = real_stdout
+print(json.dumps({"import_s": imported, "first_request_s": first_s, "status": first["statusCode"],
+                  "rss_cold_mb": rss_cold / 1024, "rss_burst_mb": rss_burst / 1024}))
+"""
+
+
+def cold_start(runs: int, burst: int, backend_url: str) -> dict:
+    from tests.gateway_helpers import event
+
+    models = {"models": [
+        {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
+         "endpoints": [{"name": "bench", "endpoint_url": backend_url}]},
+        {"name": "chat-default", "serves": ["chat"], "endpoints": [{"name": "bench", "endpoint_url": backend_url}]},
+    ]}
+    env = {**os.environ, "GATEWAY_MODELS": json.dumps(models), "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+           "AWS_DEFAULT_REGION": "us-east-1", "BURST": str(burst), "PYTHONPATH": str(ROOT)}
+    env.pop("AWS_PROFILE", None)
+    events = {"first": event("POST", "/v1/systemone", SYSTEM_ONE),
+              "burst": [event("POST", "/v1/systemone", SYSTEM_ONE), event("POST", "/v1/decisions", DECISIONS),
+                        event("POST", "/v1/chat/completions", CHAT), event("GET", "/v1/models")]}
+    samples = []
+    for i in range(runs):
+        progress(f"  cold start {i + 1}/{runs}")
+        out = subprocess.run([sys.executable, "-c", _COLD_CHILD], input=json.dumps(events), capture_output=True, text=True,
+                             env=env, cwd=ROOT, timeout=300, check=True)
+        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert all(s["status"] == 200 for s in samples)
+    return {
+        "import_p50_ms": statistics.median(s["import_s"] for s in samples) * 1000,
+        "first_request_p50_ms": statistics.median(s["first_request_s"] for s in samples) * 1000,
+        "cold_total_p50_ms": statistics.median(s["import_s"] + s["first_request_s"] for s in samples) * 1000,
+        "rss_after_first_request_mb": max(s["rss_cold_mb"] for s in samples),
+        "rss_after_burst_mb": max(s["rss_burst_mb"] for s in samples),
+        "burst_requests": burst,
+        "runs": runs,
+    }
+
+
+# -- 3. over HTTP, against LiteLLM -------------------------------------------------------------
+
+
+def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
+    import httpx
+
+    from gateway import authorizer, handler
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.local import make_server
+    from gateway.runtime import GatewayRuntime
+    from gateway.stores.sqlite import SQLiteStore
+    from tests.gateway_helpers import settings_for
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    store = SQLiteStore(tmp / "gateway.db")
+    create_tenant(store, "bench")
+    key = issue_api_key(store, "bench", ["chat", "decide"]).secret
+    handler.set_runtime(GatewayRuntime.build(settings_for(backend_url)))
+    authorizer.set_authenticator(Authenticator(store))
+    server = make_server("127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    gateway_url = f"http://127.0.0.1:{server.server_address[1]}"
+
+    targets = {"direct": f"{backend_url}/v1/chat/completions", "gateway": f"{gateway_url}/v1/chat/completions"}
+    litellm = None
+    if with_litellm:
+        litellm, litellm_url = start_litellm(backend_url, tmp)
+        if litellm_url:
+            targets["litellm"] = f"{litellm_url}/v1/chat/completions"
+    results = {}
+    headers = {"Authorization": f"Bearer {key}"}
+    devnull = open(os.devnull, "w")
+    try:
+        with httpx.Client(timeout=30) as client:
+            for name, url in targets.items():
+                progress(f"  over HTTP: {name}")
+                stdout, sys.stdout = sys.stdout, devnull
+                try:
+                    for _ in range(30):
+                        assert client.post(url, json=CHAT, headers=headers).status_code == 200
+                    times = []
+                    for _ in range(requests):
+                        started = time.perf_counter()
+                        reply = client.post(url, json=CHAT, headers=headers)
+                        times.append(time.perf_counter() - started)
+                        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "hello"
+                finally:
+                    sys.stdout = stdout
+                results[name] = {"p50_ms": statistics.median(times) * 1000, "p95_ms": percentile(times, 0.95) * 1000}
+    finally:
+        server.shutdown()
+        if litellm is not None:
+            litellm.terminate()
+            litellm.wait(timeout=30)
+    direct = results["direct"]["p50_ms"]
+    for name in results:
+        results[name]["added_p50_ms"] = results[name]["p50_ms"] - direct
+    return results
+
+
+def start_litellm(backend_url: str, tmp: Path):
+    import httpx
+
+    if not LITELLM_PYTHON.exists():
+        progress(f"  LiteLLM is not installed at {LITELLM_PYTHON}: run `make bench-litellm-env` to include it")
+        return None, None
+    config = tmp / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: chat-default\n"
+        "    litellm_params:\n"
+        "      model: openai/chat-default\n"
+        f"      api_base: {backend_url}/v1\n"
+        "      api_key: none\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_TELEMETRY": "False"}
+    process = subprocess.Popen([str(LITELLM_PYTHON), "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--port", str(port),
+                                "--num_workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            progress("  LiteLLM's proxy exited during start-up; leaving it out")
+            return None, None
+        try:
+            if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    process.terminate()
+    progress("  LiteLLM's proxy did not start within 180 s; leaving it out")
+    return None, None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    overhead = report["handler_overhead"]
+    names = list(overhead)
+    left.barh(names, [overhead[n]["added_p50_ms"] for n in names], color="#4c72b0")
+    left.set_xlabel("ms added by the handler (p50, in process)")
+    left.set_title("Gateway handler overhead")
+    http = report["over_http"]
+    names = list(http)
+    right.barh(names, [http[n]["p50_ms"] for n in names], color=["#999999", "#4c72b0", "#dd8452"][: len(names)])
+    right.set_xlabel("ms per chat request over HTTP (p50), instant backend")
+    right.set_title("Direct vs gateway vs LiteLLM proxy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--cold-runs", type=int, default=5)
+    parser.add_argument("--burst", type=int, default=500)
+    parser.add_argument("--no-litellm", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from bench.fake_backend import FakeBackendServer
+
+    REPORTS.mkdir(exist_ok=True)
+    report: dict = {"requests": args.requests}
+    progress("1/3 handler overhead (in process)")
+    report["handler_overhead"] = handler_overhead(args.requests)
+    with FakeBackendServer() as backend:
+        progress("2/3 cold start and memory (fresh processes)")
+        report["cold_start"] = cold_start(args.cold_runs, args.burst, backend.url)
+        progress("3/3 over HTTP")
+        report["over_http"] = over_http(args.requests, backend.url, not args.no_litellm)
+    (REPORTS / "bench_gateway.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, REPORTS / "bench_gateway.png")
+
+    print("\nHandler overhead, in process (instant in-process backend)")
+    print(f"{'route':<14} {'handler p50':>12} {'p95':>8} {'added p50':>10}")
+    for name, row in report["handler_overhead"].items():
+        print(f"{name:<14} {row['handler_p50_ms']:>10.3f}ms {row['handler_p95_ms']:>6.3f}ms {row['added_p50_ms']:>8.3f}ms")
+    cold = report["cold_start"]
+    print(f"\nCold start (median of {cold['runs']} fresh processes): import {cold['import_p50_ms']:.0f} ms, "
+          f"first request {cold['first_request_p50_ms']:.0f} ms, total {cold['cold_total_p50_ms']:.0f} ms")
+    print(f"RSS: {cold['rss_after_first_request_mb']:.0f} MB after the first request, "
+          f"{cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more (Lambda: 256 MB)")
+    http = report["over_http"]
+    print("\nOver HTTP, chat request, instant backend")
+    for name, row in http.items():
+        print(f"{name:<8} p50 {row['p50_ms']:.2f} ms  p95 {row['p95_ms']:.2f} ms  added p50 {row['added_p50_ms']:.2f} ms")
+    if "litellm" in http:
+        ratio = http["gateway"]["added_p50_ms"] / http["litellm"]["added_p50_ms"]
+        print(f"gateway added / LiteLLM added: {ratio:.2f}x")
+    print(f"\nwrote {REPORTS / 'bench_gateway.json'} and {REPORTS / 'bench_gateway.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
