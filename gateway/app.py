@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from gateway.auth.credentials import Principal
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
+from gateway.observability import counters
 from gateway.runtime import GatewayRuntime
 from gateway.wire import models as models_wire
 from gateway.wire import openai_decisions, systemone
@@ -53,6 +54,11 @@ def error_response(exc: GatewayError, path: str) -> Response:
     status, openai_body, headers = error_body(exc, "openai")
     _, systemone_body, _ = error_body(exc, "systemone")
     return json_response(status, {**openai_body, **systemone_body}, headers)
+
+
+def served_by(endpoint: str, attempts: int) -> dict[str, str]:
+    """Transparency: which endpoint answered, after how many attempts."""
+    return {"x-endpoint": endpoint, "x-attempts": str(attempts)}
 
 
 def principal_of(event: dict[str, Any]) -> Principal:
@@ -99,26 +105,27 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)]):
         principal = caller("decide")
         allowed(principal, request.model)
-        outcome = runtime.decisions.decide(request.to_decision())
-        return json_response(200, systemone.render(outcome), {"x-endpoint": outcome.endpoint})
+        outcome = runtime.decisions.decide(request.to_decision(), counters())
+        return json_response(200, systemone.render(outcome), served_by(outcome.endpoint, outcome.attempts))
 
     @app.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"])
     def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)]):
         principal = caller("decide")
         allowed(principal, request.model)
-        outcome = runtime.decisions.decide(request.to_decision())
+        outcome = runtime.decisions.decide(request.to_decision(), counters())
         request_id = app.context.get("request_id")
-        return json_response(200, openai_decisions.render(outcome, request_id), {"x-endpoint": outcome.endpoint})
+        return json_response(200, openai_decisions.render(outcome, request_id), served_by(outcome.endpoint, outcome.attempts))
 
     @app.post("/v1/chat/completions", summary="OpenAI Chat Completions (a stream is buffered)", tags=["OpenAI"])
     def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):
         principal = caller("chat")
         allowed(principal, request.model)
-        completion, endpoint = runtime.decisions.chat(request.backend_body())
+        completion, invocation = runtime.decisions.chat(request.backend_body(), counters())
+        headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())
-            return Response(200, "text/event-stream", text, {"cache-control": "no-cache", "x-endpoint": endpoint})
-        return json_response(200, completion, {"x-endpoint": endpoint})
+            return Response(200, "text/event-stream", text, {"cache-control": "no-cache", **headers})
+        return json_response(200, completion, headers)
 
     @app.exception_handler(RequestValidationError)
     def invalid(exc: RequestValidationError) -> Response:

@@ -83,3 +83,14 @@ def metrics(service: str = "decision-gateway") -> Any:
     from aws_lambda_powertools import Metrics
 
     return Metrics(namespace=NAMESPACE, service=service)
+
+
+class _MetricCounters:
+    """The domain's metrics sink (`count(name)`), as Powertools EMF metrics."""
+
+    def count(self, name: str) -> None:
+        metrics().add_metric(name=name, unit="Count", value=1)
+
+
+def counters() -> _MetricCounters:
+    return _MetricCounters()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.backends.base import InferenceBackend
+from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint
 from gateway.decisions.routing import ModelRegistry, ModelRoute
 from gateway.decisions.service import DecisionService
 from gateway.settings import GatewaySettings
@@ -23,15 +24,16 @@ class GatewayRuntime:
             from gateway.backends.sagemaker import SageMakerInvoker
 
             backend = SageMakerInvoker()
-        registry = ModelRegistry(
-            ModelRoute(
-                name=m.name,
-                aliases=m.aliases,
-                serves=m.serves,
-                description=m.description,
-                release_date=m.release_date,
-                endpoints=tuple(e.endpoint(settings.region) for e in m.endpoints),
+        # One set of circuits for every pool: an endpoint serving two models is one endpoint.
+        circuits = Circuits(settings.routing.policy())
+        routes = []
+        for m in settings.models:
+            policy = (m.routing or settings.routing).policy()
+            members = tuple(
+                PoolEndpoint(e.endpoint(settings.region), tier=i if e.tier is None else e.tier, weight=e.weight)
+                for i, e in enumerate(m.endpoints)
             )
-            for m in settings.models
-        )
+            routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date,
+                                     EndpointPool(members, policy, circuits)))
+        registry = ModelRegistry(routes)
         return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend))

@@ -1,29 +1,34 @@
 """Gateway settings: read and validated once per container, passed down explicitly.
 
-Models are configured as JSON, from `GATEWAY_MODELS` (the JSON itself) or
-`GATEWAY_MODELS_FILE` (a path to it):
+Models are configured as JSON, from `GATEWAY_MODELS` (the JSON itself),
+`GATEWAY_MODELS_FILE` (a path to it, locally) or `GATEWAY_MODELS_SSM_PARAMETER` (the
+name of an SSM parameter holding it, in AWS; read once per cold start):
 
     {"models": [
        {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
         "description": "...", "release_date": "2026-11-01",
         "endpoints": [{"name": "dg-gpu", "read_timeout_s": 10}, {"name": "dg-cpu"}]},
-       {"name": "chat-default", "serves": ["chat"], "endpoints": [{"name": "dg-cpu"}]}]}
+       {"name": "chat-default", "serves": ["chat"], "endpoints": [{"name": "dg-cpu"}]}],
+     "routing": {"deadline_s": 25, "extra_attempts": 1, "cooldown_s": 15}}
 
-Each public name or alias maps to an ordered pool of SageMaker endpoints (first
-preferred). The response always reports the real model, as the endpoint names it.
+Each public name or alias maps to a pool of SageMaker endpoints, tried in order
+(`tier`, default the position; endpoints sharing a tier are spread by `weight`). A
+model may override the `routing` policy. The response always reports the real model,
+as the endpoint names it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.backends.base import Endpoint
+from gateway.decisions.pools import PoolPolicy
 
 Service = Literal["decisions", "chat"]
 API_GATEWAY_TIMEOUT_S = 29.0
@@ -43,6 +48,8 @@ class EndpointSettings(_Settings):
     endpoint_url: str | None = None
     connect_timeout_s: float = Field(default=2.0, gt=0, le=10)
     read_timeout_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
+    tier: int | None = Field(default=None, ge=0)
+    weight: float = Field(default=1.0, gt=0, le=1000)
 
     def endpoint(self, default_region: str | None) -> Endpoint:
         return Endpoint(
@@ -54,6 +61,18 @@ class EndpointSettings(_Settings):
         )
 
 
+class RoutingSettings(_Settings):
+    deadline_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
+    extra_attempts: int = Field(default=1, ge=0, le=5)
+    backoff_base_s: float = Field(default=0.1, ge=0, le=5)
+    backoff_max_s: float = Field(default=2.0, ge=0, le=10)
+    failure_threshold: int = Field(default=3, ge=1, le=100)
+    cooldown_s: float = Field(default=15.0, gt=0, le=600)
+
+    def policy(self) -> PoolPolicy:
+        return PoolPolicy(**self.model_dump())
+
+
 class ModelSettings(_Settings):
     name: str = Field(min_length=1, max_length=128)
     aliases: tuple[str, ...] = ()
@@ -61,10 +80,12 @@ class ModelSettings(_Settings):
     description: str = ""
     release_date: str = Field(default="1970-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
     endpoints: tuple[EndpointSettings, ...] = Field(min_length=1)
+    routing: RoutingSettings | None = None  # else the gateway's
 
 
 class GatewaySettings(_Settings):
     models: tuple[ModelSettings, ...] = Field(min_length=1)
+    routing: RoutingSettings = RoutingSettings()
     region: str | None = None
     max_body_bytes: int = Field(default=6 * 1024 * 1024, gt=0, le=10 * 1024 * 1024)
     # The embedded SQLite store (local stack); DynamoDB tables are configured in AWS.
@@ -82,16 +103,21 @@ class GatewaySettings(_Settings):
         return self
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, fetch_parameter: Callable[[str], str] | None = None
+    ) -> GatewaySettings:
+        """`fetch_parameter` reads an SSM parameter (decrypted); the default uses boto3."""
         env = os.environ if env is None else env
         raw = env.get("GATEWAY_MODELS")
+        if raw is None and env.get("GATEWAY_MODELS_SSM_PARAMETER"):
+            raw = (fetch_parameter or _ssm_parameter)(env["GATEWAY_MODELS_SSM_PARAMETER"])
         if raw is None and env.get("GATEWAY_MODELS_FILE"):
             try:
                 raw = Path(env["GATEWAY_MODELS_FILE"]).read_text()
             except OSError as exc:
                 raise SettingsError(f"GATEWAY_MODELS_FILE cannot be read: {exc.strerror}") from None
         if raw is None:
-            raise SettingsError("set GATEWAY_MODELS (JSON) or GATEWAY_MODELS_FILE (a path to it)")
+            raise SettingsError("set GATEWAY_MODELS (JSON), GATEWAY_MODELS_FILE or GATEWAY_MODELS_SSM_PARAMETER")
         try:
             document = json.loads(raw)
         except ValueError:
@@ -109,3 +135,15 @@ class GatewaySettings(_Settings):
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
             raise SettingsError(f"invalid gateway settings: {problems}") from None
+
+
+def _ssm_parameter(name: str) -> str:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        reply = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
+    except (ClientError, BotoCoreError) as exc:
+        code = exc.response["Error"]["Code"] if isinstance(exc, ClientError) else type(exc).__name__
+        raise SettingsError(f"the SSM parameter {name!r} cannot be read ({code})") from None
+    return reply["Parameter"]["Value"]

@@ -395,4 +395,8 @@ def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
             param = ".".join(str(p) for p in first["loc"][1:]) or None
             message = f"{param}: {first['msg']}" if param else first["msg"]
         body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    if "Retry-After" in headers:
+        # InvokeEndpoint passes a container's error body on (OriginalMessage) but not its
+        # headers: the body says it too, so a gateway in front can honour it.
+        body["x_retry_after"] = int(headers["Retry-After"])
     return JSONResponse(body, status_code=exc.status, headers=headers)

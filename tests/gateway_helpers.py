@@ -14,8 +14,11 @@ from gateway.settings import GatewaySettings
 PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "k1"}
 
 
-def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] = ("dg-cpu",), **extra: Any) -> GatewaySettings:
-    pool = [{"name": name, **({"endpoint_url": endpoint_url} if endpoint_url else {})} for name in endpoints]
+def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] = ("dg-cpu",),
+                 urls: dict[str, str] | None = None, **extra: Any) -> GatewaySettings:
+    """Two models over one pool; every endpoint at `endpoint_url`, or each at its own `urls[name]`."""
+    urls = urls or ({name: endpoint_url for name in endpoints} if endpoint_url else {})
+    pool = [{"name": name, **({"endpoint_url": urls[name]} if name in urls else {})} for name in endpoints]
     return GatewaySettings.model_validate({
         "region": "us-east-1",
         "models": [

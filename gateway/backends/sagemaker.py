@@ -9,6 +9,7 @@ HTTP 400 that means "busy", not "bad request".
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -72,9 +73,10 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
             status = int(original)
         except (TypeError, ValueError):
             status = -1
-        if status in _BUSY_ORIGINAL:
-            return EndpointBusy(name, "container_timeout" if status == 0 else f"container_{status}")
         message = response.get("OriginalMessage", error.get("OriginalMessage")) or ""
+        if status in _BUSY_ORIGINAL:
+            reason = "container_timeout" if status == 0 else f"container_{status}"
+            return EndpointBusy(name, reason, retry_after=_retry_after(message))
         if 400 <= status < 500:
             return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
         return EndpointFailed(name, f"container_{status}")
@@ -84,6 +86,16 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     # that does not exist, a body the gateway should have refused): not the caller's fault,
     # and the same on every endpoint, so it is neither a 4xx nor a reason to fall back.
     return EndpointFailed(name, code or "unknown_error")
+
+
+def _retry_after(original_message: str) -> int | None:
+    """The container's Retry-After, which it repeats in its body as `x_retry_after`."""
+    try:
+        body = json.loads(original_message)
+    except (TypeError, ValueError):
+        return None
+    value = body.get("x_retry_after") if isinstance(body, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 3600 else None
 
 
 def _default_client(endpoint: Endpoint) -> Any:

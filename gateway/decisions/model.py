@@ -67,5 +67,6 @@ class Outcome:
     model: str  # the real model that answered, as the backend reports it
     answers: tuple[Answer, ...]
     usage: Usage
-    endpoint: str = ""
+    endpoint: str = ""  # the endpoint that answered
+    attempts: int = 1  # endpoints tried, that one included
     extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)

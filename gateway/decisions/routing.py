@@ -1,30 +1,15 @@
-"""Model names and aliases to endpoint pools, and one pass over a pool.
-
-A pool is tried in its configured order. An endpoint that is busy (saturated,
-starting, throttled, timed out) hands the request to the next one; a refusal by the
-container (its 4xx) is the caller's and goes straight back, since every endpoint would
-say the same.
-"""
+"""Model names and aliases to endpoint pools (see `pools` for how a pool is tried), and
+what a container's refusal becomes."""
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from gateway.backends.base import (
-    Endpoint,
-    EndpointBusy,
-    EndpointFailed,
-    EndpointRejected,
-    InferenceBackend,
-    Route,
-)
-from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, NotFound, PayloadTooLarge, RequestError
-
-log = logging.getLogger("gateway.routing")
+from gateway.backends.base import EndpointRejected
+from gateway.decisions.pools import EndpointPool
+from gateway.errors import InvalidRequest, NotFound, PayloadTooLarge, RequestError
 
 
 @dataclass(frozen=True)
@@ -34,14 +19,7 @@ class ModelRoute:
     serves: tuple[str, ...]
     description: str
     release_date: str
-    endpoints: tuple[Endpoint, ...]
-
-
-@dataclass(frozen=True)
-class Invocation:
-    body: bytes
-    endpoint: str
-    attempts: int
+    pool: EndpointPool
 
 
 class ModelRegistry:
@@ -58,25 +36,6 @@ class ModelRegistry:
             what = "decision" if service == "decisions" else "chat"
             raise NotFound(f"the {what} model {name!r} does not exist; GET /v1/models lists the available models")
         return route
-
-
-def invoke_pool(backend: InferenceBackend, route: ModelRoute, payload: dict[str, Any], kind: Route) -> Invocation:
-    """Try each endpoint of the pool in order; the first answer wins."""
-    body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-    busy: list[EndpointBusy] = []
-    for attempt, endpoint in enumerate(route.endpoints, start=1):
-        try:
-            return Invocation(backend.invoke(endpoint, body, kind), endpoint.name, attempt)
-        except EndpointBusy as exc:
-            log.warning("endpoint busy", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempt})
-            busy.append(exc)
-        except EndpointRejected as exc:
-            raise rejection_error(exc) from None
-        except EndpointFailed as exc:
-            log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempt})
-            raise BackendFailed("the model endpoint failed on this request") from None
-    retry_after = max((exc.retry_after or 0 for exc in busy), default=0) or 5
-    raise BackendUnavailable("every endpoint for this model is busy; retry later", retry_after=retry_after)
 
 
 def rejection_error(exc: EndpointRejected) -> RequestError:

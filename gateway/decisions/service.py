@@ -14,7 +14,8 @@ from typing import Any
 
 from gateway.backends.base import InferenceBackend
 from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
-from gateway.decisions.routing import ModelRegistry, ModelRoute, invoke_pool
+from gateway.decisions.pools import Invocation, MetricsSink
+from gateway.decisions.routing import ModelRegistry, ModelRoute
 from gateway.decisions.scoring import normalise
 from gateway.errors import BackendFailed
 
@@ -26,21 +27,21 @@ class DecisionService:
         self.registry = registry
         self.backend = backend
 
-    def decide(self, decision: Decision) -> Outcome:
+    def decide(self, decision: Decision, metrics: MetricsSink | None = None) -> Outcome:
         route = self.registry.resolve(decision.model, "decisions")
-        invocation = invoke_pool(self.backend, route, backend_request(decision, route), "systemone")
-        return read_outcome(decision, invocation.body, invocation.endpoint)
+        invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
+        return read_outcome(decision, invocation)
 
-    def chat(self, request: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    def chat(self, request: dict[str, Any], metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
         """One chat completion (never streamed from the backend: the gateway frames any stream)."""
         route = self.registry.resolve(request["model"], "chat")
         payload = {**request, "stream": False}
         payload.pop("stream_options", None)
-        invocation = invoke_pool(self.backend, route, payload, "chat")
+        invocation = route.pool.invoke(self.backend, _json_bytes(payload), "chat", metrics)
         completion = _json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")
-        return completion, invocation.endpoint
+        return completion, invocation
 
 
 def backend_request(decision: Decision, route: ModelRoute) -> dict[str, Any]:
@@ -67,8 +68,9 @@ def _backend_question(question: Question) -> dict[str, Any]:
     return body
 
 
-def read_outcome(decision: Decision, raw: bytes, endpoint: str) -> Outcome:
-    body = _json_object(raw)
+def read_outcome(decision: Decision, invocation: Invocation) -> Outcome:
+    endpoint = invocation.endpoint
+    body = _json_object(invocation.body)
     answers = body.get("answers")
     if not isinstance(answers, dict) or not isinstance(body.get("model"), str):
         raise BackendFailed("the model endpoint answered in an unexpected shape")
@@ -90,6 +92,7 @@ def read_outcome(decision: Decision, raw: bytes, endpoint: str) -> Outcome:
             cached_tokens=_count(usage.get("x_cached_tokens")),
         ),
         endpoint=endpoint,
+        attempts=invocation.attempts,
         extensions={k: v for k, v in body.items() if k.startswith("x_")},
     )
 
@@ -117,6 +120,10 @@ def _is_probability(value: Any) -> bool:
 def _count(value: Any) -> int:
     is_count = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
     return int(value) if is_count else 0
+
+
+def _json_bytes(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

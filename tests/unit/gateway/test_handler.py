@@ -185,7 +185,9 @@ def test_unknown_route_is_404_in_both_shapes(backend):
 @pytest.mark.parametrize(
     ("error", "status", "retry_after"),
     [
-        (EndpointBusy("dg-cpu", "container_503"), 503, "5"),
+        (EndpointBusy("dg-cpu", "container_503"), 429, "2"),
+        (EndpointBusy("dg-cpu", "container_503", retry_after=7), 429, "7"),
+        (EndpointBusy("dg-cpu", "read_timeout"), 503, "2"),
         (EndpointFailed("dg-cpu", "ValidationError"), 502, None),
         (EndpointRejected("dg-cpu", 413, b'{"detail": {"error_type": "max_tokens_exceeded", "message": "too long"}}'), 413, None),
         (EndpointRejected("dg-cpu", 422, b'{"detail": [{"loc": ["body", "state"], "msg": "bad", "type": "x"}]}'), 422, None),
@@ -193,7 +195,7 @@ def test_unknown_route_is_404_in_both_shapes(backend):
     ],
 )
 def test_backend_errors_map_to_statuses_without_leaking_internals(error, status, retry_after):
-    install(FailingBackend({"dg-cpu": error}))
+    install(FailingBackend({"dg-cpu": error}), routing={"extra_attempts": 0})
     code, headers, body = call(event("POST", "/v1/systemone", SYSTEM_ONE))
     assert code == status
     assert headers.get("retry-after") == retry_after
@@ -204,7 +206,7 @@ def test_a_busy_endpoint_hands_the_request_to_the_next_one():
     backend = FailingBackend({"dg-gpu": EndpointBusy("dg-gpu", "container_503")})
     install(backend, endpoints=("dg-gpu", "dg-cpu"))
     status, headers, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE))
-    assert status == 200 and headers["x-endpoint"] == "dg-cpu"
+    assert status == 200 and headers["x-endpoint"] == "dg-cpu" and headers["x-attempts"] == "2"
     assert [name for name, _, _ in backend.calls] == ["dg-gpu", "dg-cpu"]
 
 

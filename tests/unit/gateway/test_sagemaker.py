@@ -34,6 +34,7 @@ def test_an_answer_is_returned_as_bytes_and_the_route_travels_in_custom_attribut
     ("code", "http", "fields", "expected", "reason"),
     [
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": "busy"}, EndpointBusy, "container_503"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_retry_after": 4}'}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
         ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointBusy, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),
@@ -53,6 +54,8 @@ def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, 
     with pytest.raises(expected) as raised:
         invoker.invoke(ENDPOINT, b"{}", "systemone")
     assert type(raised.value) is expected and raised.value.reason == reason
+    if "x_retry_after" in fields.get("OriginalMessage", ""):
+        assert raised.value.retry_after == 4
     if expected is EndpointRejected:
         assert raised.value.status == 422 and raised.value.body == b'{"detail": []}'
 

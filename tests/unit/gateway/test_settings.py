@@ -38,3 +38,29 @@ def test_models_from_the_environment_or_a_file(tmp_path):
 def test_a_bad_configuration_is_refused_with_a_reason(env, message):
     with pytest.raises(SettingsError, match=message):
         GatewaySettings.from_env(env)
+
+
+def test_models_from_an_ssm_parameter_read_through_boto3(monkeypatch):
+    """In AWS the configuration lives in SSM (moto here): read once, with decryption."""
+    from moto import mock_aws
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        import boto3
+
+        boto3.client("ssm").put_parameter(Name="/dg/models", Value=json.dumps(MODELS), Type="SecureString")
+        settings = GatewaySettings.from_env({"GATEWAY_MODELS_SSM_PARAMETER": "/dg/models"})
+        assert settings.models[0].aliases == ("jev-latest",)
+        with pytest.raises(SettingsError, match="ParameterNotFound"):
+            GatewaySettings.from_env({"GATEWAY_MODELS_SSM_PARAMETER": "/dg/missing"})
+
+
+def test_routing_policy_defaults_overrides_and_limits():
+    settings = GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps({
+        "models": [{**MODELS["models"][0], "routing": {"extra_attempts": 0}}],
+        "routing": {"deadline_s": 12, "cooldown_s": 30},
+    })})
+    assert settings.routing.policy().deadline_s == 12 and settings.models[0].routing.policy().extra_attempts == 0
+    with pytest.raises(SettingsError, match="deadline_s"):
+        GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps({**MODELS, "routing": {"deadline_s": 29}})})

@@ -1,0 +1,227 @@
+"""Endpoint pools: which endpoint gets a request, how long it may take, when to give up.
+
+One request makes at most one pass over its pool plus `extra_attempts`, inside one
+deadline (below API Gateway's 29 s). A busy endpoint hands the request to the next one
+at once; a second pass waits a jittered, capped backoff first. An endpoint that is busy
+`failure_threshold` times in a row is skipped for `cooldown_s` (its circuit is open),
+then gets one probe request (half-open): a dead endpoint costs no latency, and a burst
+never turns into a retry storm. A container's 4xx goes straight back to the caller.
+
+Circuit state lives in the warm function instance, as every instance learns the same
+facts from its own traffic within a few requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, InferenceBackend, Route
+from gateway.errors import BackendFailed, BackendUnavailable, RateLimited
+
+log = logging.getLogger("gateway.pools")
+
+# Busy reasons that mean "saturated" (the caller should slow down: 429), as opposed to
+# unreachable, starting or failing (503).
+SATURATED = {"container_503", "container_429", "ServiceUnavailable", "ThrottlingException"}
+# Read timeouts an attempt may be given when the deadline is closer than the endpoint's
+# own timeout: few values, so the invoker keeps few clients.
+_TIMEOUT_STEPS = (16.0, 8.0, 4.0, 2.0, 1.0)
+_MIN_ATTEMPT_S = 0.5
+
+
+class MetricsSink(Protocol):
+    def count(self, name: str) -> None: ...
+
+
+class NoMetrics:
+    def count(self, name: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    deadline_s: float = 25.0
+    extra_attempts: int = 1
+    backoff_base_s: float = 0.1
+    backoff_max_s: float = 2.0
+    failure_threshold: int = 3
+    cooldown_s: float = 15.0
+    default_retry_after_s: int = 2
+
+
+@dataclass(frozen=True)
+class PoolEndpoint:
+    endpoint: Endpoint
+    tier: int  # lower tiers first; endpoints sharing a tier are ordered by weighted chance
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Invocation:
+    body: bytes
+    endpoint: str
+    attempts: int
+
+
+class Circuits:
+    """Per-endpoint circuit breakers: closed -> open after repeated busy -> half-open probe."""
+
+    def __init__(self, policy: PoolPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy = policy
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+        self._opened_at: dict[str, float] = {}
+        self._probing: set[str] = set()
+
+    def allow(self, name: str) -> bool:
+        with self._lock:
+            opened = self._opened_at.get(name)
+            if opened is None:
+                return True
+            if self.clock() - opened < self.policy.cooldown_s or name in self._probing:
+                return False
+            self._probing.add(name)  # half-open: this request is the probe
+            return True
+
+    def succeeded(self, name: str) -> None:
+        with self._lock:
+            self._failures.pop(name, None)
+            self._opened_at.pop(name, None)
+            self._probing.discard(name)
+
+    def release(self, name: str) -> None:
+        """A granted probe was not used: let the next request probe instead."""
+        with self._lock:
+            self._probing.discard(name)
+
+    def failed(self, name: str) -> bool:
+        """Record a busy outcome; True when this opened the circuit."""
+        with self._lock:
+            if name in self._probing:
+                self._probing.discard(name)
+                self._opened_at[name] = self.clock()
+                return True
+            self._failures[name] = self._failures.get(name, 0) + 1
+            if self._failures[name] >= self.policy.failure_threshold and name not in self._opened_at:
+                self._opened_at[name] = self.clock()
+                return True
+            return False
+
+    def seconds_until_probe(self, names: list[str]) -> float:
+        with self._lock:
+            now = self.clock()
+            waits = [self.policy.cooldown_s - (now - self._opened_at[n]) for n in names if n in self._opened_at]
+        return max(0.0, min(waits)) if waits else 0.0
+
+
+class EndpointPool:
+    def __init__(
+        self,
+        members: tuple[PoolEndpoint, ...],
+        policy: PoolPolicy,
+        circuits: Circuits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.members = members
+        self.policy = policy
+        self.circuits = circuits
+        self.clock = clock
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+
+    def order(self) -> list[Endpoint]:
+        """Tiers ascending; within a tier, a weighted random order (weighted sampling without replacement)."""
+        ordered: list[Endpoint] = []
+        for tier in sorted({m.tier for m in self.members}):
+            group = [m for m in self.members if m.tier == tier]
+            keyed = sorted(group, key=lambda m: self.rng.random() ** (1.0 / m.weight), reverse=True)
+            ordered.extend(m.endpoint for m in keyed)
+        return ordered
+
+    def invoke(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None) -> Invocation:
+        metrics = metrics or NoMetrics()
+        deadline = self.clock() + self.policy.deadline_s
+        first_pass = self.order()
+        plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
+        attempts = 0
+        busy: list[EndpointBusy] = []
+        skipped: list[str] = []
+        asked_to_wait: dict[str, float] = {}  # endpoint -> its container's Retry-After
+        for position, endpoint in enumerate(plan):
+            if not self.circuits.allow(endpoint.name):
+                skipped.append(endpoint.name)
+                metrics.count("EndpointSkipped")
+                continue
+            if position >= len(first_pass) and busy:
+                # A second try at an endpoint: back off, and never sooner than it asked.
+                wait = max(self._backoff(position - len(first_pass)), asked_to_wait.get(endpoint.name, 0.0))
+                if self.clock() + wait + _MIN_ATTEMPT_S > deadline:
+                    self.circuits.release(endpoint.name)
+                    continue
+                self.sleep(wait)
+            remaining = deadline - self.clock()
+            if remaining < _MIN_ATTEMPT_S:
+                self.circuits.release(endpoint.name)
+                break
+            attempts += 1
+            try:
+                answer = backend.invoke(_within(endpoint, remaining), body, route)
+            except EndpointBusy as exc:
+                busy.append(exc)
+                if exc.retry_after:
+                    asked_to_wait[endpoint.name] = float(exc.retry_after)
+                metrics.count("AttemptBusy")
+                if self.circuits.failed(endpoint.name):
+                    metrics.count("CircuitOpened")
+                    log.warning("circuit opened", extra={"endpoint": endpoint.name, "reason": exc.reason})
+                log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempts})
+                continue
+            except EndpointRejected as exc:
+                self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
+                metrics.count("AttemptRejected")
+                from gateway.decisions.routing import rejection_error
+
+                raise rejection_error(exc) from None
+            except EndpointFailed as exc:
+                metrics.count("AttemptFailed")
+                log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
+                raise BackendFailed("the model endpoint failed on this request") from None
+            self.circuits.succeeded(endpoint.name)
+            metrics.count("AttemptOk")
+            if attempts > 1 or skipped:
+                metrics.count("Fallback")
+            return Invocation(answer, endpoint.name, attempts)
+        raise self._exhausted(busy, skipped, metrics)
+
+    def _backoff(self, retry: int) -> float:
+        """Full jitter: uniform in [0, min(cap, base * 2^retry)]."""
+        return self.rng.uniform(0, min(self.policy.backoff_max_s, self.policy.backoff_base_s * 2**retry))
+
+    def _exhausted(self, busy: list[EndpointBusy], skipped: list[str], metrics: MetricsSink) -> Exception:
+        hinted = [exc.retry_after for exc in busy if exc.retry_after]
+        probe_in = self.circuits.seconds_until_probe(skipped)
+        retry_after = max(1, round(max(hinted, default=0) or probe_in or self.policy.default_retry_after_s))
+        if busy and all(exc.reason in SATURATED for exc in busy):
+            metrics.count("Saturated")
+            return RateLimited("every endpoint for this model is saturated; retry later", retry_after)
+        metrics.count("Unavailable")
+        return BackendUnavailable("no endpoint for this model can answer now; retry later", retry_after)
+
+
+def _within(endpoint: Endpoint, remaining: float) -> Endpoint:
+    """The endpoint with a read timeout that ends before the request's deadline."""
+    budget = remaining - endpoint.connect_timeout_s
+    if endpoint.read_timeout_s <= budget:
+        return endpoint
+    step = next((s for s in _TIMEOUT_STEPS if s <= budget), _TIMEOUT_STEPS[-1])
+    return replace(endpoint, read_timeout_s=step)

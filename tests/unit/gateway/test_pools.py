@@ -1,0 +1,217 @@
+"""Endpoint pools: order, fallback, the error matrix, the deadline, backoff and circuits.
+
+A scripted backend and a fake clock: every wait is simulated, so the tests are exact
+and instant.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
+from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
+from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited
+
+OK = b'{"ok": true}'
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class Scripted:
+    """Each endpoint answers from its script, in turn (the last entry repeats); each call costs `cost_s`."""
+
+    def __init__(self, clock: Clock, scripts: dict[str, list], cost_s: float = 0.1) -> None:
+        self.clock, self.scripts, self.cost_s = clock, scripts, cost_s
+        self.calls: list[tuple[str, float]] = []
+
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+        self.calls.append((endpoint.name, endpoint.read_timeout_s))
+        script = self.scripts[endpoint.name]
+        outcome = script.pop(0) if len(script) > 1 else script[0]
+        self.clock.now += min(self.cost_s, endpoint.read_timeout_s)  # a call cannot outlast its read timeout
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
+
+
+def pool(clock: Clock, names=("gpu", "cpu"), policy: PoolPolicy | None = None, circuits: Circuits | None = None, **kw):
+    policy = policy or PoolPolicy(**kw)
+    members = tuple(PoolEndpoint(Endpoint(n, read_timeout_s=20.0), tier=i) for i, n in enumerate(names))
+    return EndpointPool(members, policy, circuits or Circuits(policy, clock), clock=clock, sleep=clock.sleep,
+                        rng=random.Random(7))
+
+
+def busy(reason="container_503", retry_after=None, name="gpu"):
+    return EndpointBusy(name, reason, retry_after)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["container_503", "container_429", "container_timeout", "ServiceUnavailable", "ModelNotReadyException",
+     "ThrottlingException", "InternalFailure", "connect_failed", "read_timeout"],
+)
+def test_every_busy_kind_falls_back_to_the_next_endpoint(reason):
+    clock, metrics = Clock(), Metrics()
+    backend = Scripted(clock, {"gpu": [busy(reason)], "cpu": [OK]})
+    invocation = pool(clock).invoke(backend, b"{}", "systemone", metrics)
+    assert (invocation.endpoint, invocation.attempts) == ("cpu", 2)
+    assert [name for name, _ in backend.calls] == ["gpu", "cpu"]
+    assert metrics.counts == {"AttemptBusy": 1, "AttemptOk": 1, "Fallback": 1}
+    assert clock.slept == []  # falling back to another endpoint does not wait
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        (EndpointRejected("gpu", 422, b'{"detail": [{"loc": ["body", "state"], "msg": "m", "type": "t"}]}'), InvalidRequest),
+        (EndpointRejected("gpu", 413, b'{"detail": {"error_type": "max_tokens_exceeded", "message": "too long"}}'), PayloadTooLarge),
+        (EndpointFailed("gpu", "ValidationError"), BackendFailed),
+        (EndpointFailed("gpu", "container_500"), BackendFailed),
+    ],
+)
+def test_refusals_and_failures_never_fall_back(error, raised):
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [error], "cpu": [OK]})
+    with pytest.raises(raised):
+        pool(clock).invoke(backend, b"{}", "systemone")
+    assert [name for name, _ in backend.calls] == ["gpu"]
+
+
+def test_a_rejection_keeps_the_containers_own_words():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [EndpointRejected("gpu", 413, b'{"detail": {"error_type": "x", "message": "prompt of 9000 tokens"}}')]})
+    with pytest.raises(PayloadTooLarge, match="9000 tokens"):
+        pool(clock, names=("gpu",)).invoke(backend, b"{}", "systemone")
+
+
+def test_saturation_everywhere_is_429_and_takes_the_longest_retry_after():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy("container_503", 3)], "cpu": [busy("ThrottlingException", name="cpu")]})
+    with pytest.raises(RateLimited) as raised:
+        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+    assert raised.value.retry_after == 3
+
+
+def test_unreachable_endpoints_are_503():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("container_503", name="cpu")]})
+    with pytest.raises(BackendUnavailable):
+        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+
+
+def test_extra_attempts_back_off_with_jitter_and_respect_retry_after():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy(retry_after=1), OK]})
+    invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.1, backoff_max_s=2).invoke(backend, b"{}", "chat")
+    assert invocation.attempts == 2 and clock.slept == [1.0]  # the container asked for 1 s: more than the backoff
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy(), OK]})
+    pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).invoke(backend, b"{}", "chat")
+    assert len(clock.slept) == 1 and 0 <= clock.slept[0] <= 0.4
+
+
+def test_at_most_one_pass_plus_the_extra_attempts():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy()], "cpu": [busy(name="cpu")]})
+    with pytest.raises(RateLimited):
+        pool(clock, extra_attempts=1, failure_threshold=100).invoke(backend, b"{}", "systemone")
+    assert [name for name, _ in backend.calls] == ["gpu", "cpu", "gpu"]
+
+
+def test_a_retry_after_beyond_the_deadline_is_not_waited_for():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy(retry_after=60), OK]})
+    with pytest.raises(RateLimited) as raised:
+        pool(clock, names=("gpu",), extra_attempts=2, deadline_s=10).invoke(backend, b"{}", "systemone")
+    assert clock.slept == [] and raised.value.retry_after == 60 and len(backend.calls) == 1
+
+
+def test_the_deadline_bounds_the_whole_request_and_each_read_timeout():
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]}, cost_s=9.0)
+    started = clock.now
+    with pytest.raises(BackendUnavailable):
+        pool(clock, extra_attempts=3, deadline_s=25, backoff_base_s=0, failure_threshold=100).invoke(backend, b"{}", "systemone")
+    assert clock.now - started <= 25
+    # The first attempt keeps its configured 20 s; later ones get less than what is left.
+    timeouts = [t for _, t in backend.calls]
+    assert timeouts[0] == 20.0 and all(t < 20.0 for t in timeouts[1:])
+    assert [name for name, _ in backend.calls][:3] == ["gpu", "cpu", "gpu"]
+
+
+def test_a_circuit_opens_after_repeated_busy_then_half_opens_for_one_probe():
+    clock = Clock()
+    policy = PoolPolicy(extra_attempts=0, failure_threshold=2, cooldown_s=10)
+    circuits = Circuits(policy, clock)
+    backend = Scripted(clock, {"gpu": [busy(), busy(), busy(), OK], "cpu": [OK]})
+    p = pool(clock, policy=policy, circuits=circuits)
+    metrics = Metrics()
+    for _ in range(2):
+        assert p.invoke(backend, b"{}", "systemone", metrics).endpoint == "cpu"
+    assert metrics.counts["CircuitOpened"] == 1
+    calls_before = len(backend.calls)
+    assert p.invoke(backend, b"{}", "systemone", metrics).attempts == 1  # gpu skipped: no latency spent on it
+    assert [name for name, _ in backend.calls[calls_before:]] == ["cpu"]
+    clock.now += 10
+    # Half-open: one probe; it fails, so the circuit opens again for a full cooldown.
+    assert p.invoke(backend, b"{}", "systemone").endpoint == "cpu"
+    assert [name for name, _ in backend.calls[-2:]] == ["gpu", "cpu"]
+    assert not circuits.allow("gpu")
+    clock.now += 10
+    assert p.invoke(backend, b"{}", "systemone").endpoint == "gpu"  # the probe succeeds: closed again
+    assert circuits.allow("gpu") and circuits.allow("gpu")
+
+
+def test_while_a_probe_is_out_other_requests_skip_the_endpoint():
+    clock = Clock()
+    circuits = Circuits(PoolPolicy(failure_threshold=1, cooldown_s=5), clock)
+    circuits.failed("gpu")
+    clock.now += 5
+    assert circuits.allow("gpu") and not circuits.allow("gpu")
+    circuits.release("gpu")
+    assert circuits.allow("gpu")
+
+
+def test_every_circuit_open_is_503_with_the_time_until_a_probe():
+    clock = Clock()
+    policy = PoolPolicy(failure_threshold=1, cooldown_s=8)
+    circuits = Circuits(policy, clock)
+    circuits.failed("gpu")
+    circuits.failed("cpu")
+    clock.now += 3
+    backend = Scripted(clock, {"gpu": [OK], "cpu": [OK]})
+    with pytest.raises(BackendUnavailable) as raised:
+        pool(clock, policy=policy, circuits=circuits).invoke(backend, b"{}", "systemone")
+    assert backend.calls == [] and raised.value.retry_after == 5
+
+
+def test_weights_spread_load_within_a_tier_and_tiers_stay_ordered():
+    clock = Clock()
+    policy = PoolPolicy()
+    members = (PoolEndpoint(Endpoint("a"), 0, 3.0), PoolEndpoint(Endpoint("b"), 0, 1.0), PoolEndpoint(Endpoint("cpu"), 1))
+    p = EndpointPool(members, policy, Circuits(policy, clock), clock=clock, rng=random.Random(1))
+    firsts = Counter(p.order()[0].name for _ in range(4000))
+    assert set(firsts) == {"a", "b"} and 2.6 < firsts["a"] / firsts["b"] < 3.4
+    assert all(p.order()[-1].name == "cpu" for _ in range(100))
