@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
 MODEL ?= models/gemma-3-270m-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway pack-model clean
+.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway bench-load pack-model clean
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
 	@$(PYTHON) scripts/setup_env.py
@@ -49,6 +49,9 @@ $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison poi
 	@$(PYTHON) -m venv $(LITELLM_ENV)
 	@$(LITELLM_ENV)/bin/pip install -q "litellm[proxy]==$(LITELLM_VERSION)"
 	@touch $@
+
+bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16), then with the first killed halfway
+	@$(PY) -m bench.load
 
 pack-model: setup  ## model.tar.gz for SageMaker from MODEL
 	@$(PY) -m scorer_container pack $(firstword $(wildcard $(MODEL)/*.gguf)) --output build/model.tar.gz

@@ -25,7 +25,7 @@ _runtime = None
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from gateway.observability import configure_logging, metrics
+    from gateway.observability import configure_logging, metrics, metrics_enabled
 
     configure_logging()
     app, runtime = _warm_app()
@@ -43,13 +43,14 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     status = int(result.get("statusCode", 500))
     log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status, "request_id": request_id,
                                "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
-    recorder = metrics()
-    recorder.add_metric(name="Requests", unit="Count", value=1)
-    if status >= 500:
-        recorder.add_metric(name="ServerErrors", unit="Count", value=1)
-    elif status >= 400:
-        recorder.add_metric(name="ClientErrors", unit="Count", value=1)
-    recorder.flush_metrics()
+    if metrics_enabled():
+        recorder = metrics()
+        recorder.add_metric(name="Requests", unit="Count", value=1)
+        if status >= 500:
+            recorder.add_metric(name="ServerErrors", unit="Count", value=1)
+        elif status >= 400:
+            recorder.add_metric(name="ClientErrors", unit="Count", value=1)
+        recorder.flush_metrics()
     return result
 
 

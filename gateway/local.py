@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,34 +47,153 @@ UNAUTHORIZED_BODY = {
 _DROPPED_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "expect"}
 
 
-class LocalApiGateway:
-    """The event translation and limits, independent of the HTTP server (tests call it directly)."""
+class InProcessFunction:
+    """The function as one warm instance in this process: like a Lambda instance, it serves
+    one request at a time (Powertools keeps the current event on the resolver class, so
+    two requests must never run through one process at once). For tests and tools that
+    install their own runtime with `handler.set_runtime`."""
 
-    def __init__(self, workers: int = 8) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lambda")
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="function")
+
+    def invoke(self, event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            with self._lock:
+                return handler.lambda_handler(event, _LambdaContext())
+
+        return self._threads.submit(run).result(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+class ProcessFunctions:
+    """The function as Lambda runs it under load: up to `max_instances` instances, each its
+    own process that imports the handler once, keeps its warm state and serves one request
+    at a time. A new instance starts (cold) only when every instance is busy; an instance
+    that overruns the integration timeout is killed, as Lambda kills it."""
+
+    def __init__(self, max_instances: int = 8, env: dict[str, str] | None = None) -> None:
+        import multiprocessing
+
+        self._context = multiprocessing.get_context("spawn")
+        self._env = dict(env or {})
+        self._max = max_instances
+        self._idle: list[Any] = []
+        self._count = 0
+        self._available = threading.Condition()
+
+    def invoke(self, event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        instance = self._acquire(timeout_s)
+        process, connection = instance
+        try:
+            connection.send(event)
+            if not connection.poll(timeout_s):
+                raise concurrent.futures.TimeoutError
+            kind, payload = connection.recv()
+        except (concurrent.futures.TimeoutError, EOFError, OSError):
+            self._discard(instance)
+            raise
+        self._release(instance)
+        if kind != "ok":
+            raise RuntimeError(f"the function raised {payload}")
+        return payload
+
+    def prewarm(self, instances: int) -> None:
+        """Start `instances` instances and run one request through each (provisioned
+        concurrency, in Lambda's terms), so measurements are not cold starts."""
+        held = [self._acquire(INTEGRATION_TIMEOUT_S) for _ in range(min(instances, self._max))]
+        health = proxy_event("GET", "/health", [], b"", "127.0.0.1")
+        for _, connection in held:
+            connection.send(health)
+        for instance in held:
+            instance[1].recv()
+            self._release(instance)
+
+    def _acquire(self, timeout_s: float) -> tuple[Any, Any]:
+        deadline = time.monotonic() + timeout_s
+        with self._available:
+            while not self._idle and self._count >= self._max:
+                if not self._available.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise concurrent.futures.TimeoutError
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=_instance_main, args=(child, self._env), daemon=True)
+        process.start()
+        return process, parent
+
+    def _release(self, instance: tuple[Any, Any]) -> None:
+        with self._available:
+            self._idle.append(instance)
+            self._available.notify()
+
+    def _discard(self, instance: tuple[Any, Any]) -> None:
+        process, connection = instance
+        process.kill()
+        connection.close()
+        with self._available:
+            self._count -= 1
+            self._available.notify()
+
+    def close(self) -> None:
+        with self._available:
+            idle, self._idle = self._idle, []
+        for process, connection in idle:
+            connection.close()
+            process.kill()
+
+
+def _instance_main(connection: Any, env: dict[str, str]) -> None:
+    """One function instance: import once, then serve events until the pipe closes."""
+    os.environ.update(env)
+    from gateway import handler as instance_handler
+
+    while True:
+        try:
+            event = connection.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        try:
+            connection.send(("ok", instance_handler.lambda_handler(event, _LambdaContext())))
+        except Exception as exc:  # the function crashed: API Gateway answers 502
+            connection.send(("error", type(exc).__name__))
+
+
+class LocalApiGateway:
+    """The event translation, the authorizer step and the limits, independent of the HTTP server."""
+
+    def __init__(self, function: InProcessFunction | ProcessFunctions | None = None) -> None:
+        self.function = function or InProcessFunction()
+        # The authorizer is stateless and thread-safe: it runs in this process, in threads.
+        self.authorizers = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="authorizer")
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpReply:
         if len(body) > MAX_REQUEST_BYTES:
             return _api_gateway_error(413, "Request Too Long")
         event = proxy_event(method, target, headers, body, source_ip)
         if event["path"] not in PUBLIC_PATHS:
-            if not event["headers"].get("Authorization") and not _header(event, "authorization"):
+            if not _header(event, "authorization"):
                 return 401, [("Content-Type", "application/json")], json.dumps(UNAUTHORIZED_BODY).encode()
             try:
-                policy = self.pool.submit(authorizer.lambda_handler, _authorizer_event(event), None).result(INTEGRATION_TIMEOUT_S)
+                policy = self.authorizers.submit(authorizer.lambda_handler, _authorizer_event(event), None).result(
+                    INTEGRATION_TIMEOUT_S
+                )
             except Exception:
                 log.exception("authorizer failed")
                 return _api_gateway_error(500, None, "AuthorizerConfigurationException")
             event["requestContext"]["authorizer"] = {"principalId": policy["principalId"], **policy.get("context", {})}
-        future = self.pool.submit(handler.lambda_handler, event, _LambdaContext())
         try:
-            result = future.result(timeout=INTEGRATION_TIMEOUT_S)
+            result = self.function.invoke(event, INTEGRATION_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             return _api_gateway_error(504, "Endpoint request timed out")
         except Exception:
             log.exception("function failed")
             return _api_gateway_error(502, "Internal server error")
         return _http_response(result)
+
 
 def proxy_event(method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> dict[str, Any]:
     """The REST API proxy event (payload v1) for one HTTP request, as API Gateway builds it."""
@@ -222,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.local", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000)
+    parser.add_argument("--instances", type=int, default=8, help="most function instances at once (Lambda concurrency)")
     args = parser.parse_args(argv)
     from gateway.observability import configure_logging
     from gateway.settings import GatewaySettings, SettingsError
@@ -233,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionGateway")
-    server = make_server(args.host, args.port)
+    functions = ProcessFunctions(max_instances=args.instances)
+    server = make_server(args.host, args.port, LocalApiGateway(functions))
     print(f"gateway listening on http://{args.host}:{args.port}", flush=True)
     try:
         server.serve_forever()
@@ -241,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         server.server_close()
+        functions.close()
     return 0
 
 

@@ -78,6 +78,10 @@ def configure_logging(service: str = "decision-gateway") -> logging.Logger:
     return logger
 
 
+def metrics_enabled() -> bool:
+    return os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() not in ("1", "true", "yes")
+
+
 @cache
 def metrics(service: str = "decision-gateway") -> Any:
     from aws_lambda_powertools import Metrics
@@ -89,7 +93,8 @@ class _MetricCounters:
     """The domain's metrics sink (`count(name)`), as Powertools EMF metrics."""
 
     def count(self, name: str) -> None:
-        metrics().add_metric(name=name, unit="Count", value=1)
+        if metrics_enabled():
+            metrics().add_metric(name=name, unit="Count", value=1)
 
 
 def counters() -> _MetricCounters:

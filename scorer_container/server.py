@@ -399,4 +399,6 @@ def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
         # InvokeEndpoint passes a container's error body on (OriginalMessage) but not its
         # headers: the body says it too, so a gateway in front can honour it.
         body["x_retry_after"] = int(headers["Retry-After"])
+    if isinstance(exc, ModelNotReady):
+        body["x_state"] = "not_ready"  # unavailable, not saturated: a gateway answers 503, not 429
     return JSONResponse(body, status_code=exc.status, headers=headers)

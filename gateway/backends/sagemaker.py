@@ -75,8 +75,11 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
             status = -1
         message = response.get("OriginalMessage", error.get("OriginalMessage")) or ""
         if status in _BUSY_ORIGINAL:
+            said = _container_body(message)
             reason = "container_timeout" if status == 0 else f"container_{status}"
-            return EndpointBusy(name, reason, retry_after=_retry_after(message))
+            if said.get("x_state") == "not_ready":
+                reason = "container_not_ready"
+            return EndpointBusy(name, reason, retry_after=_retry_after(said))
         if 400 <= status < 500:
             return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
         return EndpointFailed(name, f"container_{status}")
@@ -88,13 +91,17 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     return EndpointFailed(name, code or "unknown_error")
 
 
-def _retry_after(original_message: str) -> int | None:
-    """The container's Retry-After, which it repeats in its body as `x_retry_after`."""
+def _container_body(original_message: str) -> dict[str, Any]:
     try:
         body = json.loads(original_message)
     except (TypeError, ValueError):
-        return None
-    value = body.get("x_retry_after") if isinstance(body, dict) else None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _retry_after(body: dict[str, Any]) -> int | None:
+    """The container's Retry-After, which it repeats in its body as `x_retry_after`."""
+    value = body.get("x_retry_after")
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 3600 else None
 
 

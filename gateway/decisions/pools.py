@@ -2,7 +2,10 @@
 
 One request makes at most one pass over its pool plus `extra_attempts`, inside one
 deadline (below API Gateway's 29 s). A busy endpoint hands the request to the next one
-at once; a second pass waits a jittered, capped backoff first. An endpoint that is busy
+at once; a second pass waits a jittered, capped backoff first, and never goes back to
+an endpoint that said it is saturated: that one answered "later", so the caller gets
+429 with its Retry-After at once instead of the gateway queueing on its behalf (client
+SDKs retry 429 themselves; retrying here too would multiply the load). An endpoint that is busy
 `failure_threshold` times in a row is skipped for `cooldown_s` (its circuit is open),
 then gets one probe request (half-open): a dead endpoint costs no latency, and a burst
 never turns into a retry storm. A container's 4xx goes straight back to the caller.
@@ -77,23 +80,29 @@ class Circuits:
         self.clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, int] = {}
-        self._opened_at: dict[str, float] = {}
+        self._open_until: dict[str, float] = {}
+        self._reason: dict[str, str] = {}  # why the circuit last opened
         self._probing: set[str] = set()
 
     def allow(self, name: str) -> bool:
         with self._lock:
-            opened = self._opened_at.get(name)
-            if opened is None:
+            until = self._open_until.get(name)
+            if until is None:
                 return True
-            if self.clock() - opened < self.policy.cooldown_s or name in self._probing:
+            if self.clock() < until or name in self._probing:
                 return False
             self._probing.add(name)  # half-open: this request is the probe
             return True
 
+    def open_reason(self, name: str) -> str | None:
+        with self._lock:
+            return self._reason.get(name) if name in self._open_until else None
+
     def succeeded(self, name: str) -> None:
         with self._lock:
             self._failures.pop(name, None)
-            self._opened_at.pop(name, None)
+            self._open_until.pop(name, None)
+            self._reason.pop(name, None)
             self._probing.discard(name)
 
     def release(self, name: str) -> None:
@@ -101,23 +110,28 @@ class Circuits:
         with self._lock:
             self._probing.discard(name)
 
-    def failed(self, name: str) -> bool:
-        """Record a busy outcome; True when this opened the circuit."""
+    def failed(self, name: str, reason: str = "", hold_s: float | None = None) -> bool:
+        """Record a busy outcome; True when this opened the circuit.
+
+        A saturated endpoint that said when to come back (`hold_s`, its Retry-After) is
+        skipped for that long; otherwise for the cooldown.
+        """
+        hold = self.policy.cooldown_s if hold_s is None else min(hold_s, self.policy.cooldown_s)
         with self._lock:
             if name in self._probing:
                 self._probing.discard(name)
-                self._opened_at[name] = self.clock()
+                self._open_until[name], self._reason[name] = self.clock() + hold, reason
                 return True
             self._failures[name] = self._failures.get(name, 0) + 1
-            if self._failures[name] >= self.policy.failure_threshold and name not in self._opened_at:
-                self._opened_at[name] = self.clock()
+            if self._failures[name] >= self.policy.failure_threshold and name not in self._open_until:
+                self._open_until[name], self._reason[name] = self.clock() + hold, reason
                 return True
             return False
 
     def seconds_until_probe(self, names: list[str]) -> float:
         with self._lock:
             now = self.clock()
-            waits = [self.policy.cooldown_s - (now - self._opened_at[n]) for n in names if n in self._opened_at]
+            waits = [self._open_until[n] - now for n in names if n in self._open_until]
         return max(0.0, min(waits)) if waits else 0.0
 
 
@@ -156,16 +170,17 @@ class EndpointPool:
         attempts = 0
         busy: list[EndpointBusy] = []
         skipped: list[str] = []
-        asked_to_wait: dict[str, float] = {}  # endpoint -> its container's Retry-After
+        saturated: set[str] = set()
         for position, endpoint in enumerate(plan):
             if not self.circuits.allow(endpoint.name):
                 skipped.append(endpoint.name)
                 metrics.count("EndpointSkipped")
                 continue
             if position >= len(first_pass) and busy:
-                # A second try at an endpoint: back off, and never sooner than it asked.
-                wait = max(self._backoff(position - len(first_pass)), asked_to_wait.get(endpoint.name, 0.0))
-                if self.clock() + wait + _MIN_ATTEMPT_S > deadline:
+                # A second try at an endpoint that timed out, refused connections or was
+                # starting: back off first. A saturated one is not asked again.
+                wait = self._backoff(position - len(first_pass))
+                if endpoint.name in saturated or self.clock() + wait + _MIN_ATTEMPT_S > deadline:
                     self.circuits.release(endpoint.name)
                     continue
                 self.sleep(wait)
@@ -178,10 +193,11 @@ class EndpointPool:
                 answer = backend.invoke(_within(endpoint, remaining), body, route)
             except EndpointBusy as exc:
                 busy.append(exc)
-                if exc.retry_after:
-                    asked_to_wait[endpoint.name] = float(exc.retry_after)
+                if exc.reason in SATURATED:
+                    saturated.add(endpoint.name)
                 metrics.count("AttemptBusy")
-                if self.circuits.failed(endpoint.name):
+                hold = float(exc.retry_after) if exc.retry_after and exc.reason in SATURATED else None
+                if self.circuits.failed(endpoint.name, exc.reason, hold):
                     metrics.count("CircuitOpened")
                     log.warning("circuit opened", extra={"endpoint": endpoint.name, "reason": exc.reason})
                 log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempts})
@@ -211,7 +227,10 @@ class EndpointPool:
         hinted = [exc.retry_after for exc in busy if exc.retry_after]
         probe_in = self.circuits.seconds_until_probe(skipped)
         retry_after = max(1, round(max(hinted, default=0) or probe_in or self.policy.default_retry_after_s))
-        if busy and all(exc.reason in SATURATED for exc in busy):
+        # An endpoint that is saturated is alive: if any is, the caller is being rate
+        # limited (429, retry later), not facing an outage (503).
+        reasons = [exc.reason for exc in busy] + [self.circuits.open_reason(name) or "" for name in skipped]
+        if any(reason in SATURATED for reason in reasons):
             metrics.count("Saturated")
             return RateLimited("every endpoint for this model is saturated; retry later", retry_after)
         metrics.count("Unavailable")

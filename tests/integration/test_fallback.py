@@ -36,9 +36,10 @@ def test_a_503_from_the_first_scorer_is_served_by_the_second(tmp_path):
         assert (headers["x-endpoint"], headers["x-attempts"]) == ("second", "2")
         assert 0 <= body["answers"]["refund"]["noul"] <= 1
 
-        # When the healthy one is gone too, the caller gets a clear 503 with Retry-After,
-        # after the 5 s the broken scorer asked for, not a hang.
+        # When the healthy one is gone too, nothing can answer: a prompt 503 (not a 429:
+        # neither endpoint is merely full) with Retry-After, not a hang.
         healthy.kill()
         status, headers, body = call(event("POST", "/v1/systemone", DECISION))
         assert status == 503 and body["detail"]["error_type"] == "overloaded"
         assert int(headers["retry-after"]) >= 1
+        assert "x-endpoint" not in headers

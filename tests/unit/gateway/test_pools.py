@@ -114,28 +114,48 @@ def test_saturation_everywhere_is_429_and_takes_the_longest_retry_after():
     assert raised.value.retry_after == 3
 
 
-def test_unreachable_endpoints_are_503():
+def test_unreachable_endpoints_are_503_but_one_saturated_endpoint_makes_it_429():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("container_503", name="cpu")]})
+    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("connect_failed", name="cpu")]})
     with pytest.raises(BackendUnavailable):
+        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("container_503", name="cpu")]})
+    with pytest.raises(RateLimited):  # the cpu endpoint is alive, only full: retry later
         pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
 
 
-def test_extra_attempts_back_off_with_jitter_and_respect_retry_after():
+def test_a_saturated_endpoint_is_skipped_only_as_long_as_it_asked():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy(retry_after=1), OK]})
-    invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.1, backoff_max_s=2).invoke(backend, b"{}", "chat")
-    assert invocation.attempts == 2 and clock.slept == [1.0]  # the container asked for 1 s: more than the backoff
+    policy = PoolPolicy(extra_attempts=0, failure_threshold=1, cooldown_s=15)
+    circuits = Circuits(policy, clock)
+    backend = Scripted(clock, {"gpu": [busy(retry_after=2), OK], "cpu": [OK]})
+    p = pool(clock, policy=policy, circuits=circuits)
+    assert p.invoke(backend, b"{}", "systemone").endpoint == "cpu"
+    assert not circuits.allow("gpu") and circuits.open_reason("gpu") == "container_503"
+    clock.now += 2
+    assert p.invoke(backend, b"{}", "systemone").endpoint == "gpu"
+
+
+def test_extra_attempts_back_off_with_jitter():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy(), OK]})
-    pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).invoke(backend, b"{}", "chat")
-    assert len(clock.slept) == 1 and 0 <= clock.slept[0] <= 0.4
+    backend = Scripted(clock, {"gpu": [busy("read_timeout"), OK]})
+    invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).invoke(backend, b"{}", "chat")
+    assert invocation.attempts == 2 and len(clock.slept) == 1 and 0 <= clock.slept[0] <= 0.4
+
+
+def test_a_saturated_endpoint_is_not_asked_again_in_the_same_request():
+    """It said "later": the caller gets 429 and its Retry-After at once, no queueing here."""
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy(retry_after=3), OK]})
+    with pytest.raises(RateLimited) as raised:
+        pool(clock, names=("gpu",), extra_attempts=2).invoke(backend, b"{}", "chat")
+    assert raised.value.retry_after == 3 and len(backend.calls) == 1 and clock.slept == []
 
 
 def test_at_most_one_pass_plus_the_extra_attempts():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy()], "cpu": [busy(name="cpu")]})
-    with pytest.raises(RateLimited):
+    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]})
+    with pytest.raises(BackendUnavailable):
         pool(clock, extra_attempts=1, failure_threshold=100).invoke(backend, b"{}", "systemone")
     assert [name for name, _ in backend.calls] == ["gpu", "cpu", "gpu"]
 

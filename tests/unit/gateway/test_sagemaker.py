@@ -35,6 +35,7 @@ def test_an_answer_is_returned_as_bytes_and_the_route_travels_in_custom_attribut
     [
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": "busy"}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_retry_after": 4}'}, EndpointBusy, "container_503"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "not_ready"}'}, EndpointBusy, "container_not_ready"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
         ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointBusy, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),

@@ -1,0 +1,201 @@
+"""`make bench-load`: the gateway's pools under load and under a fault, on the local stack.
+
+Two scorer processes are the two endpoints of one pool: the first with little capacity
+(`SCORER_MAX_WAITING=0`: one request at a time, any other gets 503), the second with the
+default. A bounded number of decisions is sent at concurrency 1, 4 and 16 through the
+gateway's local runner; then the same again with the first scorer killed halfway. For
+each run it prints throughput, p50/p95/p99 latency, the share served by fallback (by
+another endpoint than the first tried, or after more than one attempt), client-visible
+errors by status, and checks that every request got exactly one answer.
+
+Writes reports/bench_load.json and reports/bench_load.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+STATE = ("Ticket 4411: I was charged twice for my March order and the second charge used the old price. "
+         "Please refund the duplicate and confirm by email.")
+QUESTIONS = {"refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+             "queue": {"type": "choice", "instructions": "Which queue?", "criteria": {"billing": None, "delivery": None}}}
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run(url: str, key: str, requests: int, concurrency: int, on_half=None) -> dict:
+    import httpx
+
+    results: list[dict | None] = [None] * requests
+    half = threading.Event()
+    done = Counter()
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        body = {"model": "jev-latest", "state": f"{STATE} (request {i})", "questions": QUESTIONS}
+        started = time.perf_counter()
+        try:
+            reply = httpx.post(f"{url}/v1/systemone", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=40)
+            status = reply.status_code
+            answered = status == 200 and set(reply.json().get("answers", {})) == set(QUESTIONS)
+            record = {"status": status, "answered": answered, "endpoint": reply.headers.get("x-endpoint"),
+                      "attempts": int(reply.headers.get("x-attempts", "0") or 0)}
+        except httpx.HTTPError as exc:
+            record = {"status": f"transport:{type(exc).__name__}", "answered": False, "endpoint": None, "attempts": 0}
+        record["latency_s"] = time.perf_counter() - started
+        if results[i] is not None:
+            raise AssertionError(f"request {i} answered twice")
+        results[i] = record
+        with lock:
+            done["n"] += 1
+            if done["n"] == requests // 2 and on_half is not None and not half.is_set():
+                half.set()
+                on_half()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(requests)))
+    elapsed = time.perf_counter() - started
+    assert all(r is not None for r in results), "a request got no answer"
+    ok = [r for r in results if r["status"] == 200]
+    statuses = Counter(str(r["status"]) for r in results if r["status"] != 200)
+    fallback = [r for r in ok if r["attempts"] > 1 or r["endpoint"] == "second"]
+    latencies = [r["latency_s"] for r in results]
+    return {
+        "requests": requests,
+        "concurrency": concurrency,
+        "throughput_rps": requests / elapsed,
+        "p50_s": percentile(latencies, 0.50),
+        "p95_s": percentile(latencies, 0.95),
+        "p99_s": percentile(latencies, 0.99),
+        "p50_answered_s": percentile([r["latency_s"] for r in ok], 0.50),
+        "p50_refused_s": percentile([r["latency_s"] for r in results if r["status"] != 200], 0.50),
+        "ok": len(ok),
+        "every_ok_answered": all(r["answered"] for r in ok),
+        "fallback_share": len(fallback) / len(ok) if ok else 0.0,
+        "served_by": dict(Counter(r["endpoint"] for r in ok)),
+        "errors": dict(statuses),
+        "client_5xx": sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=32, help="requests per run")
+    parser.add_argument("--levels", default="1,4,16")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from gateway import authorizer
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.local import LocalApiGateway, ProcessFunctions, make_server
+    from gateway.observability import configure_logging
+    from gateway.stores.sqlite import SQLiteStore
+    from tests.conftest import SMOLLM2_DIR, ScorerProcess
+    from tests.gateway_helpers import settings_for
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
+    configure_logging()
+    levels = [int(x) for x in args.levels.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    store = SQLiteStore(tmp / "gateway.db")
+    create_tenant(store, "bench")
+    key = issue_api_key(store, "bench", ["decide"]).secret
+    authorizer.set_authenticator(Authenticator(store))
+    model = {"SM_LLAMA_CPP_MODEL_DIR": str(SMOLLM2_DIR)}
+    rows = []
+    for phase in ("steady", "first killed halfway"):
+        for level in levels:
+            progress(f"{phase}: concurrency {level}, {args.requests} requests")
+            with ScorerProcess({**model, "SCORER_MAX_WAITING": "0"}) as first, ScorerProcess(model) as second:
+                first.wait("ready")
+                second.wait("ready")
+                # A fresh function per run (its instances are processes, as in Lambda), so
+                # every run starts from the same circuits; instances are warmed first.
+                settings = settings_for(endpoints=("first", "second"), urls={"first": first.url, "second": second.url})
+                functions = ProcessFunctions(max_instances=32, env={"GATEWAY_MODELS": settings.model_dump_json()})
+                server = make_server("127.0.0.1", 0, LocalApiGateway(functions))
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                url = f"http://127.0.0.1:{server.server_address[1]}"
+                functions.prewarm(level)
+                try:
+                    row = run(url, key, args.requests, level, on_half=first.kill if phase != "steady" else None)
+                finally:
+                    server.shutdown()
+                    server.server_close()
+                    functions.close()
+            rows.append({"phase": phase, **row})
+            progress(f"  {row['throughput_rps']:.2f} req/s, p50 {row['p50_s']:.2f} s, fallback {row['fallback_share']:.0%}, "
+                     f"errors {row['errors'] or 'none'}")
+    REPORTS.mkdir(exist_ok=True)
+    (REPORTS / "bench_load.json").write_text(json.dumps(rows, indent=2) + "\n")
+    plot(rows, REPORTS / "bench_load.png")
+
+    print(f"\n{'phase':<22}{'conc':>5}{'req/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'fallback':>10}  {'errors by status':<20} answered")
+    for r in rows:
+        errors = ", ".join(f"{k}: {v}" for k, v in sorted(r["errors"].items())) or "none"
+        print(f"{r['phase']:<22}{r['concurrency']:>5}{r['throughput_rps']:>8.2f}{r['p50_s']:>8.2f}{r['p95_s']:>8.2f}"
+              f"{r['p99_s']:>8.2f}{r['fallback_share']:>10.0%}  {errors:<20} {r['ok']}/{r['requests']}"
+              f"{'' if r['every_ok_answered'] else ' (INCOMPLETE ANSWERS)'}")
+    five_xx = sum(r["client_5xx"] for r in rows)
+    refused = [r for r in rows if r["errors"]]
+    for r in refused:
+        print(f"{r['phase']}, concurrency {r['concurrency']}: answered p50 {r['p50_answered_s']:.2f} s, "
+              f"refused p50 {r['p50_refused_s']:.2f} s")
+    print(f"\nclient-visible 5xx while an endpoint could answer: {five_xx}")
+    print(f"wrote {REPORTS / 'bench_load.json'} and {REPORTS / 'bench_load.png'}")
+    return 0 if five_xx == 0 and all(r["every_ok_answered"] for r in rows) else 1
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for phase, style in (("steady", "-o"), ("first killed halfway", "--s")):
+        sel = [r for r in rows if r["phase"] == phase]
+        conc = [r["concurrency"] for r in sel]
+        for q, color in (("p50_s", "#4c72b0"), ("p95_s", "#dd8452"), ("p99_s", "#c44e52")):
+            left.plot(conc, [r[q] for r in sel], style, color=color, label=f"{q[:-2]} ({phase})")
+        right.plot(conc, [r["fallback_share"] * 100 for r in sel], style, label=phase)
+    left.set_xlabel("concurrency")
+    left.set_ylabel("latency (s)")
+    left.legend(fontsize=7)
+    left.set_title("Latency through the gateway")
+    levels = sorted({r["concurrency"] for r in rows})
+    for axis in (left, right):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(levels, [str(level) for level in levels])
+    right.set_xlabel("concurrency")
+    right.set_ylabel("% of answers served by fallback")
+    right.legend(fontsize=8)
+    right.set_title("Fallback share")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
