@@ -86,7 +86,7 @@ class ProcessFunctions:
 
     def invoke(self, event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         instance = self._acquire(timeout_s)
-        process, connection = instance
+        connection = instance[1]
         try:
             connection.send(event)
             if not connection.poll(timeout_s):
