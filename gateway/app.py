@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth.credentials import Principal
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
@@ -29,6 +31,18 @@ log = logging.getLogger("gateway.app")
 SYSTEM_ONE_PATHS = ("/v1/systemone",)
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
 PUBLIC_PATHS = ("/health",)
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    scopes: list[str] | None = Field(default=None, description="A subset of the caller's scopes (default: all of them).")
+    models: list[str] | None = Field(default=None, description="A subset of the caller's models (default: the same).")
+    ttl_s: int | None = Field(default=None, ge=60, le=12 * 3600, description="Lifetime in seconds (default 3600).")
+
+
+class RevokeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    token: str = Field(min_length=1, max_length=4096)
 
 
 def flavor_of(path: str) -> Flavor | None:
@@ -61,26 +75,40 @@ def served_by(endpoint: str, attempts: int) -> dict[str, str]:
     return {"x-endpoint": endpoint, "x-attempts": str(attempts)}
 
 
-def principal_of(event: dict[str, Any]) -> Principal:
-    """The principal the authorizer put in the request context, or 401 with its reason."""
-    context = (event.get("requestContext") or {}).get("authorizer") or {}
-    tenant = context.get("tenant_id")
-    if not tenant:
-        raise Unauthenticated(context.get("reason") or "missing credentials: send Authorization: Bearer <API key>")
-    models = context.get("models", "*")
-    return Principal(
-        tenant_id=tenant,
-        scopes=frozenset(str(context.get("scopes", "")).split()),
-        models=None if models == "*" else frozenset(json.loads(models)),
-        credential_id=str(context.get("credential_id", "")),
-    )
+def principal_of(event: dict[str, Any], authenticator: Any, now: float) -> Principal:
+    """Who calls: the principal the bearer authorizer put in the request context, or the
+    IAM caller API Gateway authenticated with SigV4, mapped to its tenant."""
+    request_context = event.get("requestContext") or {}
+    context = request_context.get("authorizer") or {}
+    if "tenant_id" in context:
+        if not context["tenant_id"]:
+            raise Unauthenticated(context.get("reason") or "invalid credentials")
+        expires_at = float(context["expires_at"]) if context.get("expires_at") else None
+        # API Gateway may serve a cached authorization: a credential's own expiry still holds.
+        if expires_at is not None and expires_at <= now:
+            raise Unauthenticated("invalid credentials")
+        models = context.get("models", "*")
+        return Principal(
+            tenant_id=context["tenant_id"],
+            scopes=frozenset(str(context.get("scopes", "")).split()),
+            models=None if models == "*" else frozenset(json.loads(models)),
+            credential_id=str(context.get("credential_id", "")),
+            expires_at=expires_at,
+        )
+    identity = request_context.get("identity") or {}
+    # API Gateway fills userArn (and accessKey) only for a method that authenticated SigV4.
+    if identity.get("userArn") and identity.get("accessKey"):
+        if authenticator is None:
+            raise Unauthenticated("IAM callers are not configured on this gateway")
+        return authenticator.authenticate_iam(identity["userArn"])
+    raise Unauthenticated("missing credentials: send Authorization: Bearer <API key or token>, or sign with SigV4")
 
 
 def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=strict_json)
 
     def caller(scope: str | None) -> Principal:
-        principal = principal_of(app.current_event.raw_event)
+        principal = principal_of(app.current_event.raw_event, runtime.authenticator, time.time())
         if scope is not None and scope not in principal.scopes:
             raise Forbidden(f"this credential lacks the {scope!r} scope")
         app.append_context(tenant_id=principal.tenant_id)
@@ -126,6 +154,28 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
             text = as_event_stream(completion, request.include_usage())
             return Response(200, "text/event-stream", text, {"cache-control": "no-cache", **headers})
         return json_response(200, completion, headers)
+
+    @app.post("/v1/tokens", summary="Mint a short-lived bearer token for the caller's tenant (SigV4 callers only)",
+              tags=["Credentials"])
+    def mint_token(request: Annotated[TokenRequest, Body(embed=False)]):
+        principal = caller(None)
+        token, claims = runtime.authenticator.mint_token(principal, request.scopes, request.models, request.ttl_s)
+        return json_response(201, {
+            "token": token, "token_id": claims.token_id, "tenant_id": claims.tenant_id, "scopes": list(claims.scopes),
+            "models": None if claims.models is None else list(claims.models), "expires_at": claims.expires_at,
+            "expires_in": claims.expires_at - claims.issued_at,
+        }, {"cache-control": "no-store"})
+
+    @app.post("/v1/tokens/revoke", summary="Revoke a token of the caller's tenant (SigV4 callers, or the admin scope)",
+              tags=["Credentials"])
+    def revoke_token(request: Annotated[RevokeRequest, Body(embed=False)]):
+        principal = caller(None)
+        if not principal.iam and "admin" not in principal.scopes:
+            raise Forbidden("revoking tokens needs IAM credentials (SigV4) or the 'admin' scope")
+        if runtime.authenticator is None:
+            raise Forbidden("tokens are not configured on this gateway")
+        claims = runtime.authenticator.revoke_token(principal, request.token)
+        return json_response(200, {"token_id": claims.token_id, "revoked": True})
 
     @app.exception_handler(RequestValidationError)
     def invalid(exc: RequestValidationError) -> Response:

@@ -16,7 +16,7 @@ import time
 import zlib
 from typing import Any
 
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, UnsupportedMedia
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
 
 log = logging.getLogger("gateway.handler")
 
@@ -33,6 +33,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
     path = event.get("path") or "/"
     try:
+        refuse_credentials_in_query(event)
         prepared = prepare_event(event, runtime.settings.max_body_bytes)
     except GatewayError as exc:
         result = _plain_response(exc, path)
@@ -69,6 +70,16 @@ def _warm_app() -> tuple[Any, Any]:
 
         set_runtime(GatewayRuntime.build(GatewaySettings.from_env()))
     return _app, _runtime
+
+
+_CREDENTIAL_PARAMS = {"api_key", "apikey", "api-key", "key", "token", "access_token", "auth", "authorization", "bearer"}
+
+
+def refuse_credentials_in_query(event: dict[str, Any]) -> None:
+    """Credentials travel in the Authorization header only: URLs end up in logs and histories."""
+    for name, values in (event.get("multiValueQueryStringParameters") or {}).items():
+        if name.lower() in _CREDENTIAL_PARAMS or any(isinstance(v, str) and v.startswith(("dgk_", "dgt_")) for v in values):
+            raise RequestError("credentials are never accepted in the query string; send Authorization: Bearer ...")
 
 
 def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:

@@ -43,6 +43,9 @@ UNAUTHORIZED_BODY = {
               "param": None, "code": "invalid_api_key"},
     "detail": {"error_type": "authentication_error", "message": "missing credentials: send Authorization: Bearer <API key>"},
 }
+# Local only: a request carrying this header is treated as a SigV4 call that API Gateway
+# authenticated as the named IAM principal (its ARN), so the IAM path runs end to end.
+LOCAL_IAM_HEADER = "x-local-iam-principal"
 # Hop-by-hop headers API Gateway does not pass to the integration.
 _DROPPED_HEADERS = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection", "expect"}
 
@@ -173,8 +176,11 @@ class LocalApiGateway:
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpReply:
         if len(body) > MAX_REQUEST_BYTES:
             return _api_gateway_error(413, "Request Too Long")
-        event = proxy_event(method, target, headers, body, source_ip)
-        if event["path"] not in PUBLIC_PATHS:
+        iam_principal = next((v for k, v in headers if k.lower() == LOCAL_IAM_HEADER), None)
+        event = proxy_event(method, target, [(k, v) for k, v in headers if k.lower() != LOCAL_IAM_HEADER], body, source_ip)
+        if iam_principal:
+            _as_sigv4_caller(event, iam_principal)
+        elif event["path"] not in PUBLIC_PATHS:
             if not _header(event, "authorization"):
                 return 401, [("Content-Type", "application/json")], json.dumps(UNAUTHORIZED_BODY).encode()
             try:
@@ -246,6 +252,17 @@ def proxy_event(method: str, target: str, headers: list[tuple[str, str]], body: 
         "body": base64.b64encode(body).decode() if body else None,
         "isBase64Encoded": bool(body),
     }
+
+
+def _as_sigv4_caller(event: dict[str, Any], user_arn: str) -> None:
+    """What API Gateway puts in requestContext.identity after an AWS_IAM method authenticated the caller."""
+    parts = user_arn.split(":")
+    account = parts[4] if len(parts) > 5 else ACCOUNT
+    session = user_arn.rsplit("/", 1)[-1]
+    event["requestContext"]["identity"].update(
+        userArn=user_arn, accountId=account, caller=f"AROALOCAL:{session}", user=f"AROALOCAL:{session}",
+        accessKey="ASIALOCALEMULATED0000",
+    )
 
 
 def _header(event: dict[str, Any], name: str) -> str | None:

@@ -19,9 +19,9 @@ from typing import Any
 
 NAMESPACE = "DecisionGateway"
 REDACTED = "[redacted]"
-# API keys (dgk_...), bearer values, and JWT-like tokens of three base64url segments.
+# API keys (dgk_...), minted tokens (dgt_...), bearer values, and JWT-like tokens.
 _CREDENTIAL = re.compile(
-    r"dgk_[A-Za-z0-9_-]+|(?i:bearer)\s+[A-Za-z0-9._~+/=-]+|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
+    r"dg[kt]_[A-Za-z0-9_.-]+|(?i:bearer)\s+[A-Za-z0-9._~+/=-]+|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+"
 )
 
 

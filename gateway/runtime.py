@@ -4,6 +4,7 @@ on the first request (never at import: cold start is paid by users)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.backends.base import InferenceBackend
 from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint
@@ -17,9 +18,11 @@ class GatewayRuntime:
     settings: GatewaySettings
     registry: ModelRegistry
     decisions: DecisionService
+    authenticator: Any = None  # gateway.auth.authenticate.Authenticator: IAM callers and tokens
 
     @classmethod
-    def build(cls, settings: GatewaySettings, backend: InferenceBackend | None = None) -> GatewayRuntime:
+    def build(cls, settings: GatewaySettings, backend: InferenceBackend | None = None,
+              authenticator: Any = None) -> GatewayRuntime:
         if backend is None:
             from gateway.backends.sagemaker import SageMakerInvoker
 
@@ -36,4 +39,9 @@ class GatewayRuntime:
             routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date,
                                      EndpointPool(members, policy, circuits)))
         registry = ModelRegistry(routes)
-        return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend))
+        if authenticator is None:
+            from gateway.auth.factory import build_authenticator
+
+            authenticator = build_authenticator(settings.auth)
+        return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend),
+                   authenticator=authenticator)

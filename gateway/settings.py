@@ -83,13 +83,51 @@ class ModelSettings(_Settings):
     routing: RoutingSettings | None = None  # else the gateway's
 
 
+class AuthSettings(_Settings):
+    """Where tenants and credentials live, and the token signing keys. Read by the gateway
+    function and by the authorizer alike.
+
+    GATEWAY_SQLITE_PATH                       the embedded store (local stack), or
+    GATEWAY_TENANTS_TABLE, GATEWAY_KEYS_TABLE DynamoDB tables (AWS);
+    GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
+    GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack).
+    """
+
+    sqlite_path: str | None = None
+    tenants_table: str | None = None
+    keys_table: str | None = None
+    signing_secret_id: str | None = None
+    signing_keys_file: str | None = None
+    revocation_refresh_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _one_store(self) -> AuthSettings:
+        if self.sqlite_path and (self.tenants_table or self.keys_table):
+            raise ValueError("configure the SQLite store or the DynamoDB tables, not both")
+        if bool(self.tenants_table) != bool(self.keys_table):
+            raise ValueError("the DynamoDB store needs both GATEWAY_TENANTS_TABLE and GATEWAY_KEYS_TABLE")
+        return self
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AuthSettings:
+        env = os.environ if env is None else env
+        names = {"sqlite_path": "GATEWAY_SQLITE_PATH", "tenants_table": "GATEWAY_TENANTS_TABLE",
+                 "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
+                 "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "revocation_refresh_s": "GATEWAY_REVOCATION_REFRESH_S"}
+        values = {field: env[name] for field, name in names.items() if env.get(name)}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+            raise SettingsError(f"invalid auth settings: {problems}") from None
+
+
 class GatewaySettings(_Settings):
     models: tuple[ModelSettings, ...] = Field(min_length=1)
     routing: RoutingSettings = RoutingSettings()
+    auth: AuthSettings = AuthSettings()
     region: str | None = None
     max_body_bytes: int = Field(default=6 * 1024 * 1024, gt=0, le=10 * 1024 * 1024)
-    # The embedded SQLite store (local stack); DynamoDB tables are configured in AWS.
-    sqlite_path: str | None = None
     service_name: str = "decision-gateway"
 
     @model_validator(mode="after")
@@ -126,8 +164,7 @@ class GatewaySettings(_Settings):
             raise SettingsError("the model configuration must be a JSON object with a 'models' list")
         values = dict(document)
         values.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
-        if env.get("GATEWAY_SQLITE_PATH"):
-            values["sqlite_path"] = env["GATEWAY_SQLITE_PATH"]
+        values["auth"] = AuthSettings.from_env(env)
         if env.get("GATEWAY_MAX_BODY_BYTES"):
             values["max_body_bytes"] = env["GATEWAY_MAX_BODY_BYTES"]
         try:

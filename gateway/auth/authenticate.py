@@ -1,27 +1,58 @@
-"""Turn a bearer credential into a principal, or refuse it."""
+"""Turn a credential into a principal (tenant + scopes + models), or refuse it.
+
+Three ways in, one result:
+- an API key (`dgk_...`), checked against its stored hash;
+- a minted token (`dgt_...`), checked by signature and expiry, with no store read but a
+  revocation list refreshed every few seconds;
+- an IAM principal that API Gateway authenticated with SigV4, mapped to a tenant by a
+  stored rule (assumed-role sessions are normalised to their role).
+"""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from gateway.auth.credentials import Principal, api_key_id, bearer_credential, same_hash
+from gateway.auth.credentials import API_KEY_PREFIX, SCOPES, Principal, api_key_id, bearer_credential, same_hash
 from gateway.auth.store import TenantStore
-from gateway.errors import Unauthenticated
+from gateway.auth.tokens import DEFAULT_TTL_S, TOKEN_PREFIX, KeyRing, RevocationList, TokenClaims, TokenError, mint, verify
+from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
 
 # Touching last-used on every call would make each request a write; once a minute is enough.
 LAST_USED_RESOLUTION_S = 60.0
+_ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([^/]+)/[^/]+$")
+_IAM = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(root|user/.+|role/.+)$")
+
+
+def normalise_principal(arn: str) -> str | None:
+    """arn:aws:sts::123:assumed-role/Role/session -> arn:aws:iam::123:role/Role; IAM ARNs as they are."""
+    match = _ASSUMED_ROLE.match(arn)
+    if match:
+        partition, account, role = match.groups()
+        return f"arn:{partition}:iam::{account}:role/{role}"
+    return arn if _IAM.match(arn) else None
 
 
 class Authenticator:
-    def __init__(self, store: TenantStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: TenantStore, keys: KeyRing | None = None, clock: Callable[[], float] = time.time,
+                 revocations: RevocationList | None = None) -> None:
         self.store = store
+        self.keys = keys
         self.clock = clock
+        self.revocations = revocations or RevocationList(store.revoked_tokens, clock=clock)
 
     def authenticate(self, authorization: str | None) -> Principal:
         credential = bearer_credential(authorization)
         if credential is None:
-            raise Unauthenticated("missing credentials: send Authorization: Bearer <API key>")
+            raise Unauthenticated("missing credentials: send Authorization: Bearer <API key or token>")
+        if credential.startswith(TOKEN_PREFIX):
+            return self._token(credential)
+        if credential.startswith(API_KEY_PREFIX):
+            return self._api_key(credential)
+        raise Unauthenticated("invalid credentials")
+
+    def _api_key(self, credential: str) -> Principal:
         key_id = api_key_id(credential)
         record = self.store.get_api_key(key_id) if key_id else None
         now = self.clock()
@@ -32,9 +63,61 @@ class Authenticator:
             raise Unauthenticated("invalid credentials")
         if record.last_used_at is None or now - record.last_used_at > LAST_USED_RESOLUTION_S:
             self.store.touch_api_key(record.key_id, now)
-        return Principal(
-            tenant_id=record.tenant_id,
-            scopes=frozenset(record.scopes),
-            models=frozenset(record.models) if record.models is not None else None,
-            credential_id=record.key_id,
-        )
+        models = frozenset(record.models) if record.models is not None else None
+        return Principal(record.tenant_id, frozenset(record.scopes), models, record.key_id, record.expires_at)
+
+    def _token(self, credential: str) -> Principal:
+        claims = self.verify_token(credential)
+        models = frozenset(claims.models) if claims.models is not None else None
+        return Principal(claims.tenant_id, frozenset(claims.scopes), models, claims.token_id, float(claims.expires_at))
+
+    def verify_token(self, credential: str) -> TokenClaims:
+        if self.keys is None:
+            raise Unauthenticated("invalid credentials")
+        try:
+            claims = verify(self.keys, credential, self.clock())
+        except TokenError:
+            raise Unauthenticated("invalid credentials") from None
+        if self.revocations.is_revoked(claims.token_id):
+            raise Unauthenticated("invalid credentials")
+        return claims
+
+    def authenticate_iam(self, user_arn: str) -> Principal:
+        """A SigV4 caller, already authenticated by API Gateway: which tenant it acts for."""
+        normalised = normalise_principal(user_arn)
+        rule = self.store.get_principal_rule(normalised) if normalised else None
+        if rule is None:
+            raise Forbidden("this IAM principal is not mapped to a tenant")
+        models = frozenset(rule.models) if rule.models is not None else None
+        return Principal(rule.tenant_id, frozenset(rule.scopes), models, normalised or "", None, iam=True)
+
+    def mint_token(self, caller: Principal, scopes: Iterable[str] | None, models: Iterable[str] | None,
+                   ttl_s: int | None) -> tuple[str, TokenClaims]:
+        """A token for the caller's tenant, narrowed to what it asks and never wider than what it has."""
+        if not caller.iam:
+            raise Forbidden("tokens are minted with IAM credentials (SigV4), not with a bearer credential")
+        if self.keys is None:
+            raise Forbidden("token minting is not configured on this gateway")
+        wanted_scopes = set(caller.scopes if scopes is None else scopes)
+        unknown = wanted_scopes - set(SCOPES)
+        if unknown:
+            raise InvalidRequest.at(["scopes"], f"unknown scopes: {', '.join(sorted(unknown))}")
+        if not wanted_scopes <= caller.scopes:
+            raise Forbidden(f"this principal cannot grant: {', '.join(sorted(wanted_scopes - caller.scopes))}")
+        wanted_models = None if models is None else set(models)
+        if caller.models is not None:
+            if wanted_models is None:
+                wanted_models = set(caller.models)
+            elif not wanted_models <= caller.models:
+                raise Forbidden("this principal cannot grant those models")
+        return mint(self.keys, caller.tenant_id, tuple(wanted_scopes),
+                    None if wanted_models is None else tuple(wanted_models), ttl_s or DEFAULT_TTL_S, self.clock())
+
+    def revoke_token(self, caller: Principal, credential: str) -> TokenClaims:
+        """Revoke a token the caller holds: it must verify and belong to the caller's tenant."""
+        claims = self.verify_token(credential)
+        if claims.tenant_id != caller.tenant_id:
+            raise Forbidden("that token belongs to another tenant")
+        self.store.revoke_token(claims.token_id, claims.tenant_id, float(claims.expires_at))
+        self.revocations.add(claims.token_id)
+        return claims

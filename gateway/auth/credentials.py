@@ -24,7 +24,9 @@ class Principal:
     tenant_id: str
     scopes: frozenset[str]
     models: frozenset[str] | None  # None: every model
-    credential_id: str  # the key or token id, for logs and records (never the secret)
+    credential_id: str  # the key id, token id or IAM principal, for logs and records (never the secret)
+    expires_at: float | None = None  # when the credential stops being valid
+    iam: bool = False  # authenticated by SigV4 (IAM), not by a bearer credential
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models

@@ -27,6 +27,14 @@ def create_tenant(store: TenantStore, tenant_id: str, name: str = "") -> Tenant:
     return tenant
 
 
+def checked_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
+    scopes = tuple(sorted(set(scopes)))
+    unknown = set(scopes) - set(SCOPES)
+    if unknown:
+        raise ProvisioningError(f"unknown scopes: {', '.join(sorted(unknown))} (known: {', '.join(SCOPES)})")
+    return scopes
+
+
 def issue_api_key(
     store: TenantStore,
     tenant_id: str,
@@ -38,10 +46,7 @@ def issue_api_key(
     key: str | None = None,
 ) -> NewApiKey:
     """Store a new key's hash and return the key (the only time it is seen). `key` imports a given one."""
-    scopes = tuple(sorted(set(scopes)))
-    unknown = set(scopes) - set(SCOPES)
-    if unknown:
-        raise ProvisioningError(f"unknown scopes: {', '.join(sorted(unknown))} (known: {', '.join(SCOPES)})")
+    scopes = checked_scopes(scopes)
     if store.get_tenant(tenant_id) is None:
         raise ProvisioningError(f"no tenant {tenant_id!r}")
     if key is None:

@@ -48,7 +48,7 @@ def test_only_the_hash_is_stored_and_a_good_key_gives_its_principal(store, tmp_p
 
 def test_tampered_unknown_revoked_and_expired_keys_are_refused_alike(store):
     clock = Clock(1_000.0)
-    auth = Authenticator(store, clock)
+    auth = Authenticator(store, clock=clock)
     good = issue_api_key(store, "acme", ["decide"])
     tampered = good.secret[:-1] + ("A" if good.secret[-1] != "A" else "B")
     unknown = new_api_key().secret
@@ -57,9 +57,9 @@ def test_tampered_unknown_revoked_and_expired_keys_are_refused_alike(store):
             auth.authenticate(f"Bearer {candidate}")
     short = issue_api_key(store, "acme", ["decide"], ttl_s=60)
     expires_at = store.get_api_key(short.key_id).expires_at
-    assert Authenticator(store, Clock(expires_at - 1)).authenticate(f"Bearer {short.secret}").tenant_id == "acme"
+    assert Authenticator(store, clock=Clock(expires_at - 1)).authenticate(f"Bearer {short.secret}").tenant_id == "acme"
     with pytest.raises(Unauthenticated):
-        Authenticator(store, Clock(expires_at)).authenticate(f"Bearer {short.secret}")
+        Authenticator(store, clock=Clock(expires_at)).authenticate(f"Bearer {short.secret}")
     assert store.revoke_api_key(good.key_id, 5.0) and not store.revoke_api_key(good.key_id, 6.0)
     with pytest.raises(Unauthenticated):
         auth.authenticate(f"Bearer {good.secret}")
@@ -68,7 +68,7 @@ def test_tampered_unknown_revoked_and_expired_keys_are_refused_alike(store):
 def test_last_used_is_recorded_without_a_write_per_call(store):
     key = issue_api_key(store, "acme", ["decide"])
     clock = Clock(10_000.0)
-    auth = Authenticator(store, clock)
+    auth = Authenticator(store, clock=clock)
     auth.authenticate(f"Bearer {key.secret}")
     assert store.get_api_key(key.key_id).last_used_at == 10_000.0
     clock.now += 30

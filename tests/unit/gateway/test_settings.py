@@ -17,7 +17,7 @@ def test_models_from_the_environment_or_a_file(tmp_path):
     path = tmp_path / "models.json"
     path.write_text(json.dumps(MODELS))
     from_file = GatewaySettings.from_env({"GATEWAY_MODELS_FILE": str(path), "GATEWAY_SQLITE_PATH": "/tmp/x.db"})
-    assert from_file.models == direct.models and from_file.sqlite_path == "/tmp/x.db"
+    assert from_file.models == direct.models and from_file.auth.sqlite_path == "/tmp/x.db"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,32 @@
+"""Build the store and the authenticator from settings (the adapters chosen once, here)."""
+
+from __future__ import annotations
+
+from gateway.auth.authenticate import Authenticator
+from gateway.auth.store import TenantStore
+from gateway.auth.tokens import RevocationList, file_key_ring, secrets_manager_key_ring
+from gateway.settings import AuthSettings
+
+
+def build_store(settings: AuthSettings) -> TenantStore | None:
+    if settings.sqlite_path:
+        from gateway.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(settings.sqlite_path)
+    if settings.tenants_table and settings.keys_table:
+        from gateway.stores.dynamodb import DynamoDBStore
+
+        return DynamoDBStore(settings.tenants_table, settings.keys_table)
+    return None
+
+
+def build_authenticator(settings: AuthSettings) -> Authenticator | None:
+    store = build_store(settings)
+    if store is None:
+        return None
+    keys = None
+    if settings.signing_secret_id:
+        keys = secrets_manager_key_ring(settings.signing_secret_id)
+    elif settings.signing_keys_file:
+        keys = file_key_ring(settings.signing_keys_file)
+    return Authenticator(store, keys, revocations=RevocationList(store.revoked_tokens, refresh_s=settings.revocation_refresh_s))

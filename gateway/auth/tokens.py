@@ -1,0 +1,204 @@
+"""Short-lived bearer tokens, signed with HMAC-SHA256 by a key from a key ring.
+
+    dgt_<base64url(claims JSON)>.<base64url(HMAC-SHA256(key[kid], "dgt_" + claims))>
+
+The claims name the key id (`kid`) they were signed with, so keys rotate without
+breaking live tokens: a new key becomes current for minting, the old one still
+verifies until its tokens expire. They carry a token id (`jti`) for revocation, the
+tenant, scopes, models and expiry, so verifying needs no store read. The prefix lets
+secret scanners find leaked tokens. The TTL is capped at 12 hours.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+TOKEN_PREFIX = "dgt_"  # noqa: S105 (a prefix, not a secret)
+DEFAULT_TTL_S = 3600
+MAX_TTL_S = 12 * 3600
+MIN_TTL_S = 60
+
+
+class TokenError(Exception):
+    """The token is malformed, forged, signed by an unknown key or expired (one message for all)."""
+
+
+class KeyRing(Protocol):
+    def current(self) -> tuple[str, bytes]:
+        """The key id and key that sign new tokens."""
+        ...
+
+    def key(self, key_id: str) -> bytes | None:
+        """A key that may still verify tokens, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    token_id: str
+    tenant_id: str
+    scopes: tuple[str, ...]
+    models: tuple[str, ...] | None
+    issued_at: int
+    expires_at: int
+    key_id: str
+
+
+def mint(ring: KeyRing, tenant_id: str, scopes: tuple[str, ...], models: tuple[str, ...] | None, ttl_s: int,
+         now: float) -> tuple[str, TokenClaims]:
+    if not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
+        raise ValueError(f"ttl_s must be between {MIN_TTL_S} and {MAX_TTL_S}")
+    key_id, key = ring.current()
+    claims = TokenClaims(secrets.token_hex(16), tenant_id, tuple(sorted(scopes)),
+                         None if models is None else tuple(sorted(models)), int(now), int(now) + ttl_s, key_id)
+    document = {"v": 1, "kid": key_id, "jti": claims.token_id, "ten": tenant_id, "scp": list(claims.scopes),
+                "mdl": None if claims.models is None else list(claims.models), "iat": claims.issued_at, "exp": claims.expires_at}
+    payload = _b64(json.dumps(document, separators=(",", ":"), sort_keys=True).encode())
+    return f"{TOKEN_PREFIX}{payload}.{_b64(_sign(key, payload))}", claims
+
+
+def verify(ring: KeyRing, token: str, now: float) -> TokenClaims:
+    if not token.startswith(TOKEN_PREFIX) or token.count(".") != 1 or len(token) > 4096:
+        raise TokenError
+    payload, _, signature = token[len(TOKEN_PREFIX):].partition(".")
+    try:
+        document = json.loads(_unb64(payload))
+        given = _unb64(signature)
+    except (ValueError, binascii.Error):
+        raise TokenError from None
+    if not isinstance(document, dict) or document.get("v") != 1 or not isinstance(document.get("kid"), str):
+        raise TokenError
+    key = ring.key(document["kid"])
+    if key is None or not hmac.compare_digest(given, _sign(key, payload)):
+        raise TokenError
+    try:
+        claims = TokenClaims(str(document["jti"]), str(document["ten"]), tuple(document["scp"]),
+                             None if document["mdl"] is None else tuple(document["mdl"]), int(document["iat"]),
+                             int(document["exp"]), document["kid"])
+    except (KeyError, TypeError, ValueError):
+        raise TokenError from None
+    if claims.expires_at <= now:
+        raise TokenError
+    return claims
+
+
+def _sign(key: bytes, payload: str) -> bytes:
+    return hmac.new(key, (TOKEN_PREFIX + payload).encode(), hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    if not text or any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_" for c in text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+# -- key rings --------------------------------------------------------------------------
+
+
+def parse_key_document(text: str) -> tuple[str, dict[str, bytes]]:
+    """`{"current": "<kid>", "keys": {"<kid>": "<base64 of 32+ random bytes>", ...}}`"""
+    try:
+        document = json.loads(text)
+        keys = {kid: base64.b64decode(value, validate=True) for kid, value in document["keys"].items()}
+        current = document["current"]
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
+        raise ValueError("the signing key document is not {\"current\": kid, \"keys\": {kid: base64}}") from None
+    if current not in keys or any(len(key) < 32 for key in keys.values()):
+        raise ValueError("the current key must be listed, and every key must hold at least 32 bytes")
+    return current, keys
+
+
+def new_key_document(previous: str | None = None) -> str:
+    """A document with a new current key; the previous keys stay, so their tokens still verify."""
+    keys: dict[str, str] = {}
+    if previous:
+        json_keys = json.loads(previous)["keys"]
+        keys.update(json_keys)
+    key_id = f"k{int(time.time())}-{secrets.token_hex(3)}"
+    keys[key_id] = base64.b64encode(secrets.token_bytes(32)).decode()
+    return json.dumps({"current": key_id, "keys": keys}, indent=2)
+
+
+class CachedKeyRing:
+    """Keys from a loader (Secrets Manager, a file), kept for `ttl_s` and reloaded early, at
+    most once per `min_reload_s`, when a token names a key it does not know (a rotation)."""
+
+    def __init__(self, load: Callable[[], str], ttl_s: float = 300.0, min_reload_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._load, self._ttl_s, self._min_reload_s, self._clock = load, ttl_s, min_reload_s, clock
+        self._lock = threading.Lock()
+        self._loaded_at = -1e18
+        self._current = ""
+        self._keys: dict[str, bytes] = {}
+
+    def _refresh(self, force: bool) -> None:
+        with self._lock:
+            age = self._clock() - self._loaded_at
+            if age < self._ttl_s and not (force and age >= self._min_reload_s):
+                return
+            self._current, self._keys = parse_key_document(self._load())
+            self._loaded_at = self._clock()
+
+    def current(self) -> tuple[str, bytes]:
+        self._refresh(force=False)
+        return self._current, self._keys[self._current]
+
+    def key(self, key_id: str) -> bytes | None:
+        self._refresh(force=False)
+        if key_id not in self._keys:
+            self._refresh(force=True)
+        return self._keys.get(key_id)
+
+
+def file_key_ring(path: str | Path) -> CachedKeyRing:
+    return CachedKeyRing(lambda: Path(path).read_text(), ttl_s=5.0, min_reload_s=1.0)
+
+
+def secrets_manager_key_ring(secret_id: str, client: Any = None) -> CachedKeyRing:
+    def load() -> str:
+        nonlocal client
+        if client is None:
+            import boto3
+
+            client = boto3.client("secretsmanager")
+        return client.get_secret_value(SecretId=secret_id)["SecretString"]
+
+    return CachedKeyRing(load)
+
+
+class RevocationList:
+    """Revoked token ids, read from the store at most once per `refresh_s` (not per request)."""
+
+    def __init__(self, load: Callable[[float], set[str]], refresh_s: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._load, self._refresh_s, self._clock = load, refresh_s, clock
+        self._lock = threading.Lock()
+        self._loaded_at = -1e18
+        self._revoked: set[str] = set()
+
+    def is_revoked(self, token_id: str) -> bool:
+        now = self._clock()
+        with self._lock:
+            if now - self._loaded_at >= self._refresh_s:
+                self._revoked, self._loaded_at = self._load(now), now
+            return token_id in self._revoked
+
+    def add(self, token_id: str) -> None:
+        """A revocation made through this instance applies here at once."""
+        with self._lock:
+            self._revoked.add(token_id)

@@ -1,0 +1,197 @@
+"""The DynamoDB store (AWS; moto in tests). Same contract as the SQLite store.
+
+Two tables, each with a string partition key `pk` and sort key `sk`:
+- tenants: tenants (`TENANT#<id>` / `TENANT`) and IAM principal rules
+  (`PRINCIPAL#<normalised arn>` / `RULE`);
+- keys: API key records (`KEY#<key id>` / `KEY`, found per tenant through the
+  `by_tenant` index on `tenant_id` + `created_at`) and token revocations
+  (`REVOKED` / `<token id>`, removed by DynamoDB's TTL on `ttl` once the token expired).
+Writes that must not overwrite are conditional, so a race never loses a record.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any
+
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+
+_REVOKED = "REVOKED"
+
+
+class DynamoDBStore:
+    def __init__(self, tenants_table: str, keys_table: str, client: Any = None) -> None:
+        self.tenants_table = tenants_table
+        self.keys_table = keys_table
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:  # lazily: no I/O at import or construction
+            import boto3
+
+            self._client = boto3.client("dynamodb")
+        return self._client
+
+    def create_tables(self) -> None:
+        """For tests and local tools; in AWS the template creates the tables."""
+        keys = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+        attributes = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
+        self.client.create_table(TableName=self.tenants_table, KeySchema=keys, AttributeDefinitions=attributes,
+                                 BillingMode="PAY_PER_REQUEST")
+        self.client.create_table(
+            TableName=self.keys_table, KeySchema=keys, BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[*attributes, {"AttributeName": "tenant_id", "AttributeType": "S"},
+                                  {"AttributeName": "created_at", "AttributeType": "N"}],
+            GlobalSecondaryIndexes=[{
+                "IndexName": "by_tenant",
+                "KeySchema": [{"AttributeName": "tenant_id", "KeyType": "HASH"},
+                              {"AttributeName": "created_at", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }],
+        )
+
+    # -- tenants ----------------------------------------------------------------------
+
+    def put_tenant(self, tenant: Tenant) -> None:
+        self.client.put_item(TableName=self.tenants_table, Item=_item({
+            "pk": f"TENANT#{tenant.tenant_id}", "sk": "TENANT", "tenant_id": tenant.tenant_id, "name": tenant.name,
+            "created_at": tenant.created_at,
+        }))
+
+    def get_tenant(self, tenant_id: str) -> Tenant | None:
+        item = self._get(self.tenants_table, f"TENANT#{tenant_id}", "TENANT")
+        return None if item is None else Tenant(item["tenant_id"], item["name"], item["created_at"])
+
+    # -- principal rules --------------------------------------------------------------
+
+    def put_principal_rule(self, rule: PrincipalRule) -> None:
+        self.client.put_item(TableName=self.tenants_table, Item=_item({
+            "pk": f"PRINCIPAL#{rule.principal_arn}", "sk": "RULE", "principal_arn": rule.principal_arn,
+            "tenant_id": rule.tenant_id, "scopes": list(rule.scopes), "models": _list_or_none(rule.models),
+            "created_at": rule.created_at,
+        }))
+
+    def get_principal_rule(self, principal_arn: str) -> PrincipalRule | None:
+        item = self._get(self.tenants_table, f"PRINCIPAL#{principal_arn}", "RULE")
+        if item is None:
+            return None
+        return PrincipalRule(item["principal_arn"], item["tenant_id"], tuple(item["scopes"]), _tuple_or_none(item.get("models")),
+                             item["created_at"])
+
+    def delete_principal_rule(self, principal_arn: str) -> bool:
+        key = _item({"pk": f"PRINCIPAL#{principal_arn}", "sk": "RULE"})
+        reply = self.client.delete_item(TableName=self.tenants_table, Key=key, ReturnValues="ALL_OLD")
+        return "Attributes" in reply
+
+    # -- API keys ---------------------------------------------------------------------
+
+    def put_api_key(self, record: ApiKeyRecord) -> None:
+        item = {
+            "pk": f"KEY#{record.key_id}", "sk": "KEY", "key_id": record.key_id, "tenant_id": record.tenant_id,
+            "key_hash": record.key_hash, "scopes": list(record.scopes), "models": _list_or_none(record.models),
+            "created_at": record.created_at, "expires_at": record.expires_at, "revoked_at": record.revoked_at,
+            "last_used_at": record.last_used_at, "name": record.name,
+        }
+        try:
+            self.client.put_item(TableName=self.keys_table, Item=_item(item), ConditionExpression="attribute_not_exists(pk)")
+        except self.client.exceptions.ConditionalCheckFailedException:
+            raise ValueError(f"key id {record.key_id!r} exists") from None
+
+    def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        item = self._get(self.keys_table, f"KEY#{key_id}", "KEY")
+        return None if item is None else _api_key(item)
+
+    def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
+        records, start = [], None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.client.query(TableName=self.keys_table, IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
+                                      ExpressionAttributeValues={":t": {"S": tenant_id}}, **extra)
+            records.extend(_api_key(_plain(item)) for item in reply["Items"] if _plain(item).get("sk") == "KEY")
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return records
+
+    def revoke_api_key(self, key_id: str, when: float) -> bool:
+        try:
+            self.client.update_item(
+                TableName=self.keys_table, Key=_item({"pk": f"KEY#{key_id}", "sk": "KEY"}),
+                UpdateExpression="SET revoked_at = :w",
+                ConditionExpression="attribute_exists(pk) AND (attribute_not_exists(revoked_at) OR revoked_at = :null)",
+                ExpressionAttributeValues={":w": _value(when), ":null": {"NULL": True}},
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def touch_api_key(self, key_id: str, when: float) -> None:
+        try:
+            self.client.update_item(TableName=self.keys_table, Key=_item({"pk": f"KEY#{key_id}", "sk": "KEY"}),
+                                    UpdateExpression="SET last_used_at = :w", ConditionExpression="attribute_exists(pk)",
+                                    ExpressionAttributeValues={":w": _value(when)})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass
+
+    # -- token revocations --------------------------------------------------------------
+
+    def revoke_token(self, token_id: str, tenant_id: str, expires_at: float) -> None:
+        self.client.put_item(TableName=self.keys_table, Item=_item({
+            "pk": _REVOKED, "sk": token_id, "tenant_id": tenant_id, "expires_at": expires_at,
+            "ttl": int(expires_at) + 3600, "created_at": time.time(),
+        }))
+
+    def revoked_tokens(self, now: float) -> set[str]:
+        found, start = set(), None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.client.query(TableName=self.keys_table, KeyConditionExpression="pk = :p",
+                                      FilterExpression="expires_at > :now",
+                                      ExpressionAttributeValues={":p": {"S": _REVOKED}, ":now": _value(now)}, **extra)
+            found.update(item["sk"]["S"] for item in reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return found
+
+    def _get(self, table: str, pk: str, sk: str) -> dict[str, Any] | None:
+        reply = self.client.get_item(TableName=table, Key=_item({"pk": pk, "sk": sk}), ConsistentRead=True)
+        return _plain(reply["Item"]) if "Item" in reply else None
+
+
+def _value(value: Any) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeSerializer
+
+    if isinstance(value, float):
+        value = Decimal(repr(value))
+    return TypeSerializer().serialize(value)
+
+
+def _item(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: _value(value) for key, value in values.items()}
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeDeserializer
+
+    out = {}
+    for key, value in item.items():
+        plain = TypeDeserializer().deserialize(value)
+        out[key] = float(plain) if isinstance(plain, Decimal) else plain
+    return out
+
+
+def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
+def _tuple_or_none(values: list[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _api_key(item: dict[str, Any]) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        key_id=item["key_id"], tenant_id=item["tenant_id"], key_hash=item["key_hash"], scopes=tuple(item["scopes"]),
+        models=_tuple_or_none(item.get("models")), created_at=item["created_at"], expires_at=item.get("expires_at"),
+        revoked_at=item.get("revoked_at"), last_used_at=item.get("last_used_at"), name=item.get("name", ""),
+    )

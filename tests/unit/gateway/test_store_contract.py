@@ -1,0 +1,88 @@
+"""One contract, two stores: the embedded SQLite store and DynamoDB (through moto)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def store(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        from gateway.stores.sqlite import SQLiteStore
+
+        yield SQLiteStore(tmp_path / "gateway.db")
+        return
+    from moto import mock_aws
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        from gateway.stores.dynamodb import DynamoDBStore
+
+        store = DynamoDBStore("dg-tenants", "dg-keys")
+        store.create_tables()
+        yield store
+
+
+def key(key_id: str, tenant: str = "acme", created_at: float = 1.0, **kw) -> ApiKeyRecord:
+    return ApiKeyRecord(key_id=key_id, tenant_id=tenant, key_hash="h" * 64, scopes=("decide",), models=None,
+                        created_at=created_at, **kw)
+
+
+@pytest.fixture
+def tenants(store):
+    store.put_tenant(Tenant("acme", "Acme", 1.0))
+    store.put_tenant(Tenant("globex", "Globex", 2.0))
+    return store
+
+
+def test_tenants_round_trip(tenants):
+    assert tenants.get_tenant("acme") == Tenant("acme", "Acme", 1.0)
+    assert tenants.get_tenant("nobody") is None
+
+
+def test_principal_rules_round_trip_replace_and_delete(tenants):
+    arn = "arn:aws:iam::123456789012:role/Ops"
+    tenants.put_principal_rule(PrincipalRule(arn, "acme", ("decide",), ("decision-default",), 5.0))
+    assert tenants.get_principal_rule(arn) == PrincipalRule(arn, "acme", ("decide",), ("decision-default",), 5.0)
+    tenants.put_principal_rule(PrincipalRule(arn, "acme", ("decide", "admin"), None, 5.0))
+    assert tenants.get_principal_rule(arn).scopes == ("decide", "admin") and tenants.get_principal_rule(arn).models is None
+    assert tenants.delete_principal_rule(arn) and not tenants.delete_principal_rule(arn)
+    assert tenants.get_principal_rule(arn) is None
+
+
+def test_api_keys_are_never_overwritten(tenants):
+    tenants.put_api_key(key("k1", expires_at=100.0))
+    with pytest.raises(ValueError, match="exists"):
+        tenants.put_api_key(key("k1", tenant="globex"))
+    assert tenants.get_api_key("k1") == key("k1", expires_at=100.0)
+    assert tenants.get_api_key("k2") is None
+
+
+def test_keys_are_listed_per_tenant_only(tenants):
+    tenants.put_api_key(key("a1", created_at=1.0))
+    tenants.put_api_key(key("a2", created_at=2.0))
+    tenants.put_api_key(key("g1", tenant="globex"))
+    assert [k.key_id for k in tenants.list_api_keys("acme")] == ["a1", "a2"]
+    assert [k.key_id for k in tenants.list_api_keys("globex")] == ["g1"]
+
+
+def test_revocation_happens_once_and_touch_records_use(tenants):
+    tenants.put_api_key(key("k1"))
+    assert tenants.revoke_api_key("k1", 7.0) and not tenants.revoke_api_key("k1", 8.0)
+    assert tenants.get_api_key("k1").revoked_at == 7.0
+    assert not tenants.revoke_api_key("missing", 7.0)
+    tenants.touch_api_key("k1", 9.5)
+    assert tenants.get_api_key("k1").last_used_at == 9.5
+    tenants.touch_api_key("missing", 9.5)  # no error, and no record appears
+    assert tenants.get_api_key("missing") is None
+
+
+def test_revoked_tokens_are_listed_until_they_expire(tenants):
+    tenants.revoke_token("t1", "acme", expires_at=100.0)
+    tenants.revoke_token("t2", "globex", expires_at=200.0)
+    tenants.revoke_token("t1", "acme", expires_at=100.0)  # twice is once
+    assert tenants.revoked_tokens(now=50.0) == {"t1", "t2"}
+    assert tenants.revoked_tokens(now=150.0) == {"t2"}
