@@ -1,7 +1,8 @@
 """Write events/*.json: one API Gateway REST proxy event (v1) per route and credential case.
 
 They are what API Gateway hands the function after the bearer authorizer ran (its
-context in requestContext.authorizer), built by the same code as the local runner, with
+context in requestContext.authorizer) or after an AWS_IAM method authenticated a SigV4
+caller (`*-iam`: requestContext.identity), built by the same code as the local runner, with
 fixed ids and times so the files are stable. Run `python scripts/make_events.py` after
 changing the event shape; `sam local invoke -e events/<name>.json` accepts them too.
 """
@@ -20,6 +21,8 @@ BEARER = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "
 REFUSED = {"principalId": "anonymous", "tenant_id": "", "reason": "invalid credentials"}
 CHAT_ONLY = {**BEARER, "scopes": "chat"}
 AUTH = {"Authorization": "Bearer dgk_0123456789abcdef_" + "x" * 43}  # the shape of a key, not a key
+# A SigV4 caller: an assumed-role session of the role the tests map to tenant "acme".
+IAM = "arn:aws:sts::123456789012:assumed-role/DecisionClients/ci-session"
 
 SYSTEM_ONE = {
     "model": "jev-latest",
@@ -48,7 +51,7 @@ DECISIONS = {
 INVALID = {**SYSTEM_ONE, "questions": {"anger": {"type": "score", "criteria": {"0": "calm"}}}}
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
 
-# name: (method, path, body bytes or None, extra headers, authorizer context or None)
+# name: (method, path, body bytes or None, extra headers, authorizer context, IAM principal ARN or None)
 CASES = {
     "health": ("GET", "/health", None, {}, None),
     "models": ("GET", "/v1/models", None, AUTH, BEARER),
@@ -61,6 +64,9 @@ CASES = {
     "decisions-forbidden": ("POST", "/v1/decisions", json.dumps(DECISIONS).encode(), AUTH, CHAT_ONLY),
     "chat": ("POST", "/v1/chat/completions", json.dumps(CHAT).encode(), AUTH, BEARER),
     "chat-stream": ("POST", "/v1/chat/completions", json.dumps({**CHAT, "stream": True}).encode(), AUTH, BEARER),
+    "systemone-iam": ("POST", "/v1/systemone", json.dumps(SYSTEM_ONE).encode(), {}, IAM),
+    "tokens-iam": ("POST", "/v1/tokens", json.dumps({"scopes": ["decide"], "ttl_s": 900}).encode(), {}, IAM),
+    "tokens-bearer-forbidden": ("POST", "/v1/tokens", b"{}", AUTH, BEARER),
 }
 
 
@@ -75,7 +81,10 @@ def build(name: str) -> dict:
                    path=f"/prod{path}", domainName=all_headers["Host"], apiId="abc123", accountId="123456789012")
     trace = "Root=1-00000000-000000000000000000000000"
     event["headers"]["X-Amzn-Trace-Id"] = event["multiValueHeaders"]["X-Amzn-Trace-Id"][0] = trace
-    if principal is not None:
+    if isinstance(principal, str):
+        context["identity"].update(userArn=principal, accountId="123456789012", caller="AROAEXAMPLE:ci-session",
+                                   user="AROAEXAMPLE:ci-session", accessKey="ASIAEXAMPLE000000000")
+    elif principal is not None:
         context["authorizer"] = dict(principal)
     return event
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".local"
+DEV_ROLE = "arn:aws:iam::000000000000:role/LocalDeveloper"
+DEV_SCOPES = ["chat", "decide", "catalogs:read", "catalogs:write"]
 
 
 def main() -> int:
@@ -48,10 +50,12 @@ def main() -> int:
         _wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
 
         key = _dev_key(store_path)
+        keys_file = _signing_keys(STATE / "signing-keys.json")
 
         gateway_env = {
             "GATEWAY_MODELS_FILE": str(models_file),
             "GATEWAY_SQLITE_PATH": str(store_path),
+            "GATEWAY_SIGNING_KEYS_FILE": str(keys_file),
             # boto3 signs its calls to the local scorer; these are placeholders, never real
             # credentials, so a developer's own AWS identity is never used or sent.
             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "",
@@ -73,6 +77,8 @@ def main() -> int:
         print(f"    curl -s {base}/v1/systemone -H \"Authorization: Bearer $DG_API_KEY\" \\")
         print("      -d '{\"model\": \"jev-latest\", \"state\": \"I was charged twice, refund one please.\",")
         print("           \"questions\": {\"refund\": {\"type\": \"noul\", \"instructions\": \"Is this a refund request?\"}}}'")
+        print("\nMint a short-lived token as a SigV4 caller would (locally, a header names the IAM principal):\n")
+        print(f"    curl -s -X POST {base}/v1/tokens -H 'X-Local-Iam-Principal: {DEV_ROLE}' -d '{{\"ttl_s\": 3600}}'")
         print(f"\nOpenAI SDK: OpenAI(base_url=\"{base}/v1\", api_key=...)   TypeSafe SDK: TYPESAFE_BASE_URL={base}")
         print("Ctrl-C stops both.\n", flush=True)
         while all(p.poll() is None for p in processes):
@@ -105,13 +111,15 @@ def _models(scorer_port: int) -> dict:
 
 def _dev_key(store_path: Path) -> str | None:
     """Create the dev tenant; import GATEWAY_DEV_API_KEY or issue a new key (returned to print once)."""
+    from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import ProvisioningError, create_tenant, issue_api_key
     from gateway.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(store_path)
     create_tenant(store, "dev", "Local development")
+    store.put_principal_rule(PrincipalRule(DEV_ROLE, "dev", tuple(DEV_SCOPES), None, time.time()))
     given = os.environ.get("GATEWAY_DEV_API_KEY", "").strip()
-    scopes = ["chat", "decide", "catalogs:read", "catalogs:write"]
+    scopes = DEV_SCOPES
     try:
         if given:
             issue_api_key(store, "dev", scopes, name="make up", key=given)
@@ -119,6 +127,16 @@ def _dev_key(store_path: Path) -> str | None:
         return issue_api_key(store, "dev", scopes, name="make up").secret
     except ProvisioningError as exc:
         raise StartupError(f"GATEWAY_DEV_API_KEY: {exc}") from None
+
+
+def _signing_keys(path: Path) -> Path:
+    """The local token signing keys (in AWS: a Secrets Manager secret), created once."""
+    from gateway.auth.tokens import new_key_document
+
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(new_key_document())
+    return path
 
 
 def _start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:

@@ -11,6 +11,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# A well-formed API key used by tests that exercise credentials: no test output, log line,
+# metric or error body may ever contain it (checked after every test, below).
+CANARY_KEY = "dgk_ca11ab1eca11ab1e_" + ("Canary" * 8)[:43]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    leaked = [name for name, text in report.sections if CANARY_KEY in text or CANARY_KEY[:24] in text]
+    if leaked and report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"the canary credential appears in captured output: {', '.join(leaked)}"
 SMOLLM2_DIR = ROOT / "models" / "smollm2-135m-instruct-q4_1"
 GEMMA_DIR = ROOT / "models" / "gemma-3-270m-q4_k_m"
 
@@ -94,8 +107,19 @@ def scorer_url(smollm2_path) -> Iterator[str]:
 class LocalStack:
     """The scorer (a real model) behind the gateway's local API Gateway runner, over HTTP."""
 
+    ROLE = "arn:aws:iam::123456789012:role/DecisionClients"
+
     def __init__(self, url: str, api_key: str, runtime, authenticator, store) -> None:
         self.url, self.api_key, self.runtime, self.authenticator, self.store = url, api_key, runtime, authenticator, store
+
+    def mint(self, **body) -> str:
+        """A token minted over HTTP by an (emulated) SigV4 caller of the stack's IAM role."""
+        import httpx
+
+        reply = httpx.post(f"{self.url}/v1/tokens", json=body, timeout=30,
+                           headers={"X-Local-Iam-Principal": "arn:aws:sts::123456789012:assumed-role/DecisionClients/ci"})
+        assert reply.status_code == 201, reply.text
+        return reply.json()["token"]
 
     def activate(self) -> LocalStack:
         # The function's warm state is process-global (as in Lambda); other tests install
@@ -112,7 +136,9 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     import os
 
     from gateway.auth.authenticate import Authenticator
+    from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.auth.tokens import file_key_ring, new_key_document
     from gateway.local import make_server
     from gateway.runtime import GatewayRuntime
     from gateway.stores.sqlite import SQLiteStore
@@ -121,11 +147,15 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     # boto3 signs every call; the local scorer ignores the signature. Not a credential.
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(name, value)
-    store = SQLiteStore(tmp_path_factory.mktemp("store") / "gateway.db")
+    folder = tmp_path_factory.mktemp("store")
+    store = SQLiteStore(folder / "gateway.db")
     create_tenant(store, "acme")
     key = issue_api_key(store, "acme", ["chat", "decide"])
-    runtime = GatewayRuntime.build(settings_for(scorer_url))
-    stack = LocalStack("", key.secret, runtime, Authenticator(store), store)
+    store.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
+    (folder / "signing-keys.json").write_text(new_key_document())
+    authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
+    runtime = GatewayRuntime.build(settings_for(scorer_url), authenticator=authenticator)
+    stack = LocalStack("", key.secret, runtime, authenticator, store)
     server = make_server("127.0.0.1", 0)
     stack.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)

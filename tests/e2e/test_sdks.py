@@ -106,6 +106,19 @@ def test_curl_style_requests(local_stack):
     assert health.status_code == 200 and "authorization" not in health.text.lower()
 
 
+def test_the_sdks_work_with_a_token_minted_by_a_sigv4_caller(local_stack):
+    token = local_stack.mint(scopes=["decide"], ttl_s=600)
+    client = openai.OpenAI(base_url=f"{local_stack.url}/v1", api_key=token, max_retries=0)
+    decision = client.decisions.create(model="jev-latest", input="Refund my double charge.",
+                                       questions=[{"type": "predicate", "name": "refund", "instructions": "Asks for a refund."}])
+    assert 0 <= decision.answers[0].probability <= 1
+    with pytest.raises(openai.PermissionDeniedError):  # narrowed to "decide": no chat
+        client.chat.completions.create(model="chat-default", messages=[{"role": "user", "content": "hi"}])
+    with ts.TypeSafeClient(api_key=token, base_url=local_stack.url, model="jev-latest", retry=ts.RetryPolicy(max_retries=0)) as t:
+        result = t.system_one(state="Refund my double charge.", questions={"refund": ts.Noul(instructions="Refund?")})
+        assert 0 <= result.nouls["refund"].noul <= 1
+
+
 def test_the_api_key_never_appears_in_anything_the_gateway_writes(local_stack, client, typesafe, capsys):
     """A canary: every log line and metric the gateway printed while serving real SDK calls,
     good and bad ones, is free of the key, though the lines themselves are there."""

@@ -24,6 +24,9 @@ EXPECTED = {
     "decisions-forbidden": 403,
     "chat": 200,
     "chat-stream": 200,
+    "systemone-iam": 200,
+    "tokens-iam": 201,
+    "tokens-bearer-forbidden": 403,
 }
 
 
@@ -45,6 +48,8 @@ def test_event(local_stack, name):
         assert isinstance(body["usage"]["input_tokens"], int)
     if name == "decisions":
         assert [a["name"] for a in body["answers"]] == ["is_refund", "queue", "anger"]
+    if name == "tokens-iam":
+        assert body["tenant_id"] == "acme" and body["scopes"] == ["decide"] and body["token"].startswith("dgt_")
     if name == "chat-stream":
         assert headers["content-type"] == "text/event-stream" and body.endswith("data: [DONE]\n\n")
     if status >= 400:

@@ -1,0 +1,69 @@
+"""The REQUEST authorizer: its policy, its context, and its cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import authorizer
+from gateway.auth.credentials import Principal
+from gateway.errors import Unauthenticated
+
+METHOD_ARN = "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/POST/v1/systemone"
+
+
+class Counting:
+    def __init__(self, principal: Principal | None) -> None:
+        self.principal, self.calls = principal, 0
+
+    def authenticate(self, header):
+        self.calls += 1
+        if self.principal is None:
+            raise Unauthenticated("invalid credentials")
+        return self.principal
+
+
+@pytest.fixture(autouse=True)
+def reset():
+    yield
+    authorizer.set_authenticator(None)
+
+
+def event(credential: str) -> dict:
+    return {"type": "REQUEST", "methodArn": METHOD_ARN, "headers": {"Authorization": f"Bearer {credential}"}}
+
+
+def test_a_good_credential_gets_a_stage_wide_allow_and_its_principal():
+    authorizer.set_authenticator(Counting(Principal("acme", frozenset({"decide"}), frozenset({"m"}), "k1", 2e9)))
+    policy = authorizer.lambda_handler(event("dgk_x"), None)
+    statement = policy["policyDocument"]["Statement"][0]
+    assert statement["Effect"] == "Allow" and statement["Resource"] == "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
+    assert policy["context"] == {"tenant_id": "acme", "scopes": "decide", "models": '["m"]', "credential_id": "k1",
+                                 "expires_at": "2000000000.0"}
+    assert all(isinstance(v, str) for v in policy["context"].values())  # API Gateway context values are scalars
+
+
+def test_a_bad_credential_is_passed_on_as_a_reason_for_a_shaped_401():
+    authorizer.set_authenticator(Counting(None))
+    policy = authorizer.lambda_handler(event("dgk_bad"), None)
+    assert policy["principalId"] == "anonymous" and policy["context"] == {"tenant_id": "", "reason": "invalid credentials"}
+
+
+def test_the_cache_is_keyed_by_a_hash_and_never_outlives_the_credential(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(authorizer.time, "time", lambda: clock[0])
+    soon = Counting(Principal("acme", frozenset(), None, "t1", expires_at=1010.0))
+    authorizer.set_authenticator(soon)
+    for _ in range(3):
+        authorizer.lambda_handler(event("dgt_abc"), None)
+    assert soon.calls == 1
+    assert all("dgt_abc" not in key for key in authorizer._cache)
+    clock[0] = 1010.0  # the token's own expiry, before the 60 s cache would end
+    authorizer.lambda_handler(event("dgt_abc"), None)
+    assert soon.calls == 2
+    clock[0] = 1000.0 + authorizer.CACHE_S + 1
+    lasting = Counting(Principal("acme", frozenset(), None, "k1"))
+    authorizer.set_authenticator(lasting)
+    authorizer.lambda_handler(event("dgk_long"), None)
+    clock[0] += authorizer.CACHE_S
+    authorizer.lambda_handler(event("dgk_long"), None)
+    assert lasting.calls == 2
