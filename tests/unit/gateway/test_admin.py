@@ -1,0 +1,56 @@
+"""The admin CLI, against both stores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway import admin
+
+
+def run(capsys, *argv: str) -> list[dict]:
+    assert admin.main(list(argv)) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def where(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        yield ["--sqlite", str(tmp_path / "g.db")]
+        return
+    from moto import mock_aws
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        from gateway.stores.dynamodb import DynamoDBStore
+
+        DynamoDBStore("t", "k").create_tables()
+        yield ["--dynamodb", "t", "k"]
+
+
+def test_tenant_principal_key_and_token_lifecycle(where, tmp_path, capsys):
+    keys_file = str(tmp_path / "keys.json")
+    run(capsys, "new-signing-key", "--file", keys_file)
+    run(capsys, *where, "create-tenant", "acme")
+    [rule] = run(capsys, *where, "map-principal", "arn:aws:sts::123456789012:assumed-role/Apps/s1", "--tenant", "acme",
+                 "--scopes", "decide,chat")
+    assert rule["principal_arn"] == "arn:aws:iam::123456789012:role/Apps"
+    [issued] = run(capsys, *where, "issue-key", "--tenant", "acme", "--scopes", "decide", "--ttl-days", "30")
+    assert issued["api_key"].startswith("dgk_")
+    [listed] = run(capsys, *where, "list-keys", "--tenant", "acme")
+    assert listed["key_id"] == issued["key_id"] and "api_key" not in listed and listed["expires_at"]
+    assert run(capsys, *where, "revoke-key", issued["key_id"]) == [{"key_id": issued["key_id"], "revoked": True}]
+    [minted] = run(capsys, *where, "--signing-keys-file", keys_file, "mint-token", "--principal",
+                   "arn:aws:iam::123456789012:role/Apps", "--scopes", "decide", "--ttl-s", "600")
+    [revoked] = run(capsys, *where, "--signing-keys-file", keys_file, "revoke-token", minted["token"])
+    assert revoked == {"token_id": minted["token_id"], "tenant_id": "acme", "revoked": True}
+    run(capsys, "new-signing-key", "--file", keys_file)
+    assert len(json.loads(open(keys_file).read())["keys"]) == 2
+
+
+def test_mistakes_are_refused_with_a_message_and_status_2(where, capsys):
+    assert admin.main([*where, "issue-key", "--tenant", "ghost", "--scopes", "decide"]) == 2
+    assert admin.main([*where, "map-principal", "not-an-arn", "--tenant", "x", "--scopes", "decide"]) == 2
+    assert "admin:" in capsys.readouterr().err
