@@ -159,6 +159,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
               tags=["Credentials"])
     def mint_token(request: Annotated[TokenRequest, Body(embed=False)]):
         principal = caller(None)
+        if runtime.authenticator is None:
+            raise Forbidden("token minting is not configured on this gateway")
         token, claims = runtime.authenticator.mint_token(principal, request.scopes, request.models, request.ttl_s)
         return json_response(201, {
             "token": token, "token_id": claims.token_id, "tenant_id": claims.tenant_id, "scopes": list(claims.scopes),

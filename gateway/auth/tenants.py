@@ -55,9 +55,9 @@ def issue_api_key(
         key_id = api_key_id(key)
         if key_id is None:
             raise ProvisioningError("an API key reads dgk_<16 hex digits>_<43 base64url characters>")
-        if store.get_api_key(key_id) is not None:
-            existing = store.get_api_key(key_id)
-            if existing is not None and existing.key_hash == hash_api_key(key) and existing.tenant_id == tenant_id:
+        existing = store.get_api_key(key_id)
+        if existing is not None:
+            if existing.key_hash == hash_api_key(key) and existing.tenant_id == tenant_id:
                 return NewApiKey(key_id, key)  # importing the same key again is a no-op
             raise ProvisioningError("that key id is taken")
         issued = NewApiKey(key_id, key)

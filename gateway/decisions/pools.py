@@ -16,6 +16,7 @@ facts from its own traffic within a few requests.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -25,7 +26,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, InferenceBackend, Route
-from gateway.errors import BackendFailed, BackendUnavailable, RateLimited
+from gateway.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    InvalidRequest,
+    PayloadTooLarge,
+    RateLimited,
+    RequestError,
+)
 
 log = logging.getLogger("gateway.pools")
 
@@ -205,8 +213,6 @@ class EndpointPool:
             except EndpointRejected as exc:
                 self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
                 metrics.count("AttemptRejected")
-                from gateway.decisions.routing import rejection_error
-
                 raise rejection_error(exc) from None
             except EndpointFailed as exc:
                 metrics.count("AttemptFailed")
@@ -244,3 +250,24 @@ def _within(endpoint: Endpoint, remaining: float) -> Endpoint:
         return endpoint
     step = next((s for s in _TIMEOUT_STEPS if s <= budget), _TIMEOUT_STEPS[-1])
     return replace(endpoint, read_timeout_s=step)
+
+
+def rejection_error(exc: EndpointRejected) -> RequestError:
+    """A container's 4xx, in the gateway's own error types (its messages are written for callers)."""
+    try:
+        body = json.loads(exc.body or b"null")
+    except ValueError:
+        body = None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if exc.status == 422 and isinstance(detail, list) and all(isinstance(d, dict) and "loc" in d for d in detail):
+        return InvalidRequest(detail)
+    message = "the model refused this request"
+    if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+        message = detail["message"]
+    elif isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"].get("message"), str):
+        message = body["error"]["message"]
+    if exc.status == 413:
+        return PayloadTooLarge(message)
+    if exc.status == 422:
+        return InvalidRequest.at([], message)
+    return RequestError(message)

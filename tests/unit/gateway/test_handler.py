@@ -220,3 +220,10 @@ def test_a_rejection_is_not_retried_elsewhere():
 def test_an_empty_question_id_is_refused(backend):
     status, _, body = call(event("POST", "/v1/systemone", {**SYSTEM_ONE, "questions": {"": {"type": "noul", "instructions": "x"}}}))
     assert status == 422 and body["detail"][0]["loc"] == ["body", "questions", "", "[key]"]
+
+
+def test_token_routes_without_a_configured_authenticator_are_403_not_500(backend):
+    status, _, body = call(event("POST", "/v1/tokens", {}))
+    assert status == 403
+    status, _, _ = call(event("POST", "/v1/tokens/revoke", {"token": "dgt_x.y"}, principal={**PRINCIPAL, "scopes": "admin"}))
+    assert status == 403
