@@ -10,7 +10,7 @@ import zstandard
 
 from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected
 from tests.fakes import FailingBackend, UniformBackend
-from tests.gateway_helpers import call, event, install
+from tests.gateway_helpers import PRINCIPAL, call, event, install
 
 SYSTEM_ONE = {
     "model": "jev-latest",
@@ -224,6 +224,6 @@ def test_an_empty_question_id_is_refused(backend):
 
 def test_token_routes_without_a_configured_authenticator_are_403_not_500(backend):
     status, _, body = call(event("POST", "/v1/tokens", {}))
-    assert status == 403
+    assert status == 403 and "not configured" in body["error"]["message"]
     status, _, _ = call(event("POST", "/v1/tokens/revoke", {"token": "dgt_x.y"}, principal={**PRINCIPAL, "scopes": "admin"}))
     assert status == 403
