@@ -30,8 +30,8 @@ def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] 
     })
 
 
-def install(backend: Any = None, endpoint_url: str | None = None, **kwargs: Any) -> GatewayRuntime:
-    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend)
+def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None, **kwargs: Any) -> GatewayRuntime:
+    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator)
     handler.set_runtime(runtime)
     return runtime
 
