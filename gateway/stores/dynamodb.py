@@ -1,29 +1,38 @@
 """The DynamoDB store (AWS; moto in tests). Same contract as the SQLite store.
 
-Two tables, each with a string partition key `pk` and sort key `sk`:
+Tenants and keys: two tables, each with a string partition key `pk` and sort key `sk`:
 - tenants: tenants (`TENANT#<id>` / `TENANT`) and IAM principal rules
   (`PRINCIPAL#<normalised arn>` / `RULE`);
 - keys: API key records (`KEY#<key id>` / `KEY`, found per tenant through the
   `by_tenant` index on `tenant_id` + `created_at`) and token revocations
   (`REVOKED` / `<token id>`, removed by DynamoDB's TTL on `ttl` once the token expired).
+Catalogs: partition `pk` = `<tenant>#<name>`, numeric sort key `version`; the
+`by_tenant` index (`tenant_id`, `name_version`) lists a tenant's entries.
+Records: partition `tenant_id`, sort key `record_id` (time-ordered ids), expired by TTL.
 Writes that must not overwrite are conditional, so a race never loses a record.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 from typing import Any
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.catalogs.model import CatalogVersion
+from gateway.catalogs.store import VersionTaken
 
 _REVOKED = "REVOKED"
 
 
 class DynamoDBStore:
-    def __init__(self, tenants_table: str, keys_table: str, client: Any = None) -> None:
+    def __init__(self, tenants_table: str, keys_table: str, client: Any = None, *, catalogs_table: str | None = None,
+                 records_table: str | None = None) -> None:
         self.tenants_table = tenants_table
         self.keys_table = keys_table
+        self.catalogs_table = catalogs_table
+        self.records_table = records_table
         self._client = client
 
     @property
@@ -51,6 +60,29 @@ class DynamoDBStore:
                 "Projection": {"ProjectionType": "ALL"},
             }],
         )
+
+        if self.catalogs_table:
+            self.client.create_table(
+                TableName=self.catalogs_table, BillingMode="PAY_PER_REQUEST",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "version", "KeyType": "RANGE"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                      {"AttributeName": "version", "AttributeType": "N"},
+                                      {"AttributeName": "tenant_id", "AttributeType": "S"},
+                                      {"AttributeName": "name_version", "AttributeType": "S"}],
+                GlobalSecondaryIndexes=[{
+                    "IndexName": "by_tenant",
+                    "KeySchema": [{"AttributeName": "tenant_id", "KeyType": "HASH"},
+                                  {"AttributeName": "name_version", "KeyType": "RANGE"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }],
+            )
+        if self.records_table:
+            self.client.create_table(
+                TableName=self.records_table, BillingMode="PAY_PER_REQUEST",
+                KeySchema=[{"AttributeName": "tenant_id", "KeyType": "HASH"}, {"AttributeName": "record_id", "KeyType": "RANGE"}],
+                AttributeDefinitions=[{"AttributeName": "tenant_id", "AttributeType": "S"},
+                                      {"AttributeName": "record_id", "AttributeType": "S"}],
+            )
 
     # -- tenants ----------------------------------------------------------------------
 
@@ -154,6 +186,101 @@ class DynamoDBStore:
             if not start:
                 return found
 
+    # -- catalogs -----------------------------------------------------------------------
+
+    def insert_catalog_version(self, version: CatalogVersion) -> None:
+        item = {"pk": f"{version.tenant_id}#{version.name}", "version": version.version, "tenant_id": version.tenant_id,
+                "name": version.name, "name_version": f"{version.name}#{version.version:09d}",
+                "content_hash": version.content_hash, "content": version.content, "created_at": version.created_at}
+        try:
+            self.client.put_item(TableName=self.catalogs_table, Item=_item(item), ConditionExpression="attribute_not_exists(pk)")
+        except self.client.exceptions.ConditionalCheckFailedException:
+            raise VersionTaken(version.ref) from None
+
+    def get_catalog_version(self, tenant_id: str, name: str, version: int) -> CatalogVersion | None:
+        reply = self.client.get_item(TableName=self.catalogs_table, Key=_item({"pk": f"{tenant_id}#{name}", "version": version}),
+                                     ConsistentRead=True)
+        return _catalog_version(_plain(reply["Item"])) if "Item" in reply else None
+
+    def latest_catalog_version(self, tenant_id: str, name: str) -> CatalogVersion | None:
+        reply = self.client.query(TableName=self.catalogs_table, KeyConditionExpression="pk = :p", ScanIndexForward=False,
+                                  Limit=1, ConsistentRead=True, ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
+        return _catalog_version(_plain(reply["Items"][0])) if reply["Items"] else None
+
+    def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
+        items = self._query_all(TableName=self.catalogs_table, KeyConditionExpression="pk = :p", ConsistentRead=True,
+                                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
+        return [_catalog_version(item) for item in items]
+
+    def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
+        items = self._query_all(TableName=self.catalogs_table, IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
+                                ExpressionAttributeValues={":t": {"S": tenant_id}})
+        latest: dict[str, CatalogVersion] = {}
+        for item in items:
+            version = _catalog_version(item)
+            if version.name not in latest or version.version > latest[version.name].version:
+                latest[version.name] = version
+        return [latest[name] for name in sorted(latest)]
+
+    # -- decision records ---------------------------------------------------------------
+
+    def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
+                   expires_at: float) -> None:
+        item = {"tenant_id": tenant_id, "record_id": record_id, "created_at": created_at, "catalogs": catalogs or None,
+                "body": json.dumps(body), "ttl": int(expires_at), "expires_at": expires_at}
+        self.client.put_item(TableName=self.records_table, Item=_item(item),
+                             ConditionExpression="attribute_not_exists(record_id)")
+
+    def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
+        reply = self.client.get_item(TableName=self.records_table, Key=_item({"tenant_id": tenant_id, "record_id": record_id}),
+                                     ConsistentRead=True)
+        if "Item" not in reply:
+            return None
+        item = _plain(reply["Item"])
+        return _record(item) if item["expires_at"] > time.time() else None  # TTL deletion lags; expiry does not
+
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+        try:
+            self.client.update_item(
+                TableName=self.records_table, Key=_item({"tenant_id": tenant_id, "record_id": record_id}),
+                UpdateExpression="SET outcome = :o", ConditionExpression="attribute_exists(record_id) AND expires_at > :now",
+                ExpressionAttributeValues={":o": {"S": json.dumps(outcome)}, ":now": _value(time.time())},
+            )
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     limit: int = 100) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        start = None
+        now = time.time()
+        while len(found) < limit:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.client.query(TableName=self.records_table, KeyConditionExpression="tenant_id = :t",
+                                      ExpressionAttributeValues={":t": {"S": tenant_id}}, ScanIndexForward=False, **extra)
+            for raw in reply["Items"]:
+                item = _plain(raw)
+                if item["expires_at"] <= now or (since is not None and item["created_at"] < since):
+                    continue
+                if catalog is not None and catalog not in (item.get("catalogs") or []):
+                    continue
+                found.append(_record(item))
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                break
+        return found[:limit]
+
+    def _query_all(self, **request: Any) -> list[dict[str, Any]]:
+        items, start = [], None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.client.query(**request, **extra)
+            items.extend(_plain(item) for item in reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return items
+
     def _get(self, table: str, pk: str, sk: str) -> dict[str, Any] | None:
         reply = self.client.get_item(TableName=table, Key=_item({"pk": pk, "sk": sk}), ConsistentRead=True)
         return _plain(reply["Item"]) if "Item" in reply else None
@@ -187,6 +314,15 @@ def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
 
 def _tuple_or_none(values: list[str] | None) -> tuple[str, ...] | None:
     return None if values is None else tuple(values)
+
+
+def _catalog_version(item: dict[str, Any]) -> CatalogVersion:
+    return CatalogVersion(item["tenant_id"], item["name"], int(item["version"]), item["content_hash"], item["content"],
+                          item["created_at"])
+
+
+def _record(item: dict[str, Any]) -> dict[str, Any]:
+    return {**json.loads(item["body"]), "outcome": json.loads(item["outcome"]) if item.get("outcome") else None}
 
 
 def _api_key(item: dict[str, Any]) -> ApiKeyRecord:

@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.catalogs.model import CatalogVersion
+from gateway.catalogs.store import VersionTaken
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -39,6 +43,26 @@ CREATE TABLE IF NOT EXISTS principal_rules (
     models        TEXT,
     created_at    REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS catalog_versions (
+    tenant_id    TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    content      TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (tenant_id, name, version)
+);
+CREATE TABLE IF NOT EXISTS records (
+    tenant_id  TEXT NOT NULL,
+    record_id  TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    catalogs   TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    outcome    TEXT,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant_id, record_id)
+);
+CREATE INDEX IF NOT EXISTS records_by_time ON records(tenant_id, created_at);
 CREATE TABLE IF NOT EXISTS revoked_tokens (
     token_id   TEXT PRIMARY KEY,
     tenant_id  TEXT NOT NULL,
@@ -150,6 +174,84 @@ class SQLiteStore:
     def revoked_tokens(self, now: float) -> set[str]:
         rows = self._connect().execute("SELECT token_id FROM revoked_tokens WHERE expires_at > ?", (now,))
         return {row["token_id"] for row in rows}
+
+    # -- catalogs -----------------------------------------------------------------------
+
+    def insert_catalog_version(self, version: CatalogVersion) -> None:
+        try:
+            with self._connect() as db:
+                db.execute(
+                    "INSERT INTO catalog_versions (tenant_id, name, version, content_hash, content, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (version.tenant_id, version.name, version.version, version.content_hash, version.content, version.created_at),
+                )
+        except sqlite3.IntegrityError:
+            raise VersionTaken(version.ref) from None
+
+    def get_catalog_version(self, tenant_id: str, name: str, version: int) -> CatalogVersion | None:
+        row = self._connect().execute("SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? AND version = ?",
+                                      (tenant_id, name, version)).fetchone()
+        return None if row is None else _catalog_version(row)
+
+    def latest_catalog_version(self, tenant_id: str, name: str) -> CatalogVersion | None:
+        row = self._connect().execute(
+            "SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? ORDER BY version DESC LIMIT 1", (tenant_id, name)
+        ).fetchone()
+        return None if row is None else _catalog_version(row)
+
+    def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
+        rows = self._connect().execute("SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? ORDER BY version",
+                                       (tenant_id, name))
+        return [_catalog_version(row) for row in rows]
+
+    def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
+        rows = self._connect().execute(
+            "SELECT c.* FROM catalog_versions c JOIN (SELECT name, MAX(version) AS version FROM catalog_versions"
+            " WHERE tenant_id = ? GROUP BY name) m ON c.name = m.name AND c.version = m.version WHERE c.tenant_id = ?"
+            " ORDER BY c.name", (tenant_id, tenant_id))
+        return [_catalog_version(row) for row in rows]
+
+    # -- decision records ---------------------------------------------------------------
+
+    def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
+                   expires_at: float) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO records (tenant_id, record_id, created_at, catalogs, body, expires_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?)",
+                       (tenant_id, record_id, created_at, " ".join(catalogs), json.dumps(body), expires_at))
+
+    def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
+        row = self._connect().execute("SELECT * FROM records WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
+                                      (tenant_id, record_id, time.time())).fetchone()
+        return None if row is None else _record(row)
+
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+        with self._connect() as db:
+            cursor = db.execute("UPDATE records SET outcome = ? WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
+                                (json.dumps(outcome), tenant_id, record_id, time.time()))
+        return cursor.rowcount == 1
+
+    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     limit: int = 100) -> list[dict[str, Any]]:
+        query = "SELECT * FROM records WHERE tenant_id = ? AND expires_at > ?"
+        params: list[Any] = [tenant_id, time.time()]
+        if since is not None:
+            query += " AND created_at >= ?"
+            params.append(since)
+        if catalog is not None:
+            query += " AND instr(' ' || catalogs || ' ', ?) > 0"
+            params.append(f" {catalog} ")
+        query += " ORDER BY created_at DESC, record_id DESC LIMIT ?"
+        params.append(limit)
+        return [_record(row) for row in self._connect().execute(query, params)]
+
+
+def _catalog_version(row: sqlite3.Row) -> CatalogVersion:
+    return CatalogVersion(row["tenant_id"], row["name"], row["version"], row["content_hash"], row["content"], row["created_at"])
+
+
+def _record(row: sqlite3.Row) -> dict[str, Any]:
+    return {**json.loads(row["body"]), "outcome": None if row["outcome"] is None else json.loads(row["outcome"])}
 
 
 def _json_or_null(values: tuple[str, ...] | None) -> str | None:

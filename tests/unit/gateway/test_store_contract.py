@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.catalogs.model import CatalogVersion, content_hash
+from gateway.catalogs.store import VersionTaken
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
@@ -21,7 +23,7 @@ def store(request, tmp_path, monkeypatch):
     with mock_aws():
         from gateway.stores.dynamodb import DynamoDBStore
 
-        store = DynamoDBStore("dg-tenants", "dg-keys")
+        store = DynamoDBStore("dg-tenants", "dg-keys", catalogs_table="dg-catalogs", records_table="dg-records")
         store.create_tables()
         yield store
 
@@ -86,3 +88,42 @@ def test_revoked_tokens_are_listed_until_they_expire(tenants):
     tenants.revoke_token("t1", "acme", expires_at=100.0)  # twice is once
     assert tenants.revoked_tokens(now=50.0) == {"t1", "t2"}
     assert tenants.revoked_tokens(now=150.0) == {"t2"}
+
+
+def version(tenant: str, name: str, n: int, content: str = '{"type":"noul","instructions":"x"}') -> CatalogVersion:
+    return CatalogVersion(tenant, name, n, content_hash(content), content, float(n))
+
+
+def test_catalog_versions_are_immutable_and_scoped_by_tenant(store):
+    store.insert_catalog_version(version("acme", "routing", 1))
+    store.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'))
+    store.insert_catalog_version(version("acme", "spam", 1))
+    store.insert_catalog_version(version("globex", "routing", 1))
+    with pytest.raises(VersionTaken):
+        store.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"z"}'))
+    assert store.get_catalog_version("acme", "routing", 2).content == '{"type":"noul","instructions":"y"}'
+    assert store.latest_catalog_version("acme", "routing").version == 2
+    assert store.get_catalog_version("globex", "routing", 2) is None
+    assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [1, 2]
+    assert [(v.name, v.version) for v in store.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
+    assert [(v.name, v.version) for v in store.list_catalogs("globex")] == [("routing", 1)]
+    assert store.latest_catalog_version("acme", "nothing") is None
+
+
+def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(store):
+    import time as clock
+
+    far = clock.time() + 3600
+    store.put_record("acme", "r1", 1.0, ["routing"], {"id": "r1"}, far)
+    store.put_record("acme", "r2", 2.0, ["routing", "spam"], {"id": "r2"}, far)
+    store.put_record("acme", "r3", 3.0, [], {"id": "r3"}, far)
+    store.put_record("acme", "old", 0.5, ["routing"], {"id": "old"}, clock.time() - 1)
+    store.put_record("globex", "g1", 1.0, ["routing"], {"id": "g1"}, far)
+    assert [r["id"] for r in store.list_records("acme")] == ["r3", "r2", "r1"]
+    assert [r["id"] for r in store.list_records("acme", catalog="routing")] == ["r2", "r1"]
+    assert [r["id"] for r in store.list_records("acme", since=2.0, limit=1)] == ["r3"]
+    assert store.get_record("acme", "g1") is None and store.get_record("acme", "old") is None
+    assert store.get_record("acme", "r1") == {"id": "r1", "outcome": None}
+    assert store.set_outcome("acme", "r1", {"expected": {"q": "billing"}})
+    assert not store.set_outcome("globex", "r1", {"expected": {}}) and not store.set_outcome("acme", "nope", {})
+    assert store.get_record("acme", "r1")["outcome"] == {"expected": {"q": "billing"}}

@@ -1,0 +1,137 @@
+"""Catalog entries: the wire/storage model of one declared question, and its versions.
+
+An entry's content is canonical JSON; its hash is the SHA-256 of that JSON. Versions
+are immutable and numbered from 1; "latest" is the highest. Writing content equal to
+the latest version's makes no new version, so a deploy that re-applies the same
+catalog is a no-op; changing anything, a description included, makes a new version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
+
+Text = str | dict[str, Any] | list[Any]
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class CatalogOption(_Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+    description: Text | None = None
+
+
+class CatalogLevel(_Strict):
+    label: str = Field(min_length=1, max_length=200)
+    description: Text | None = None
+
+
+class Rule(_Strict):
+    """All conditions set must hold: the top probability, its margin over the runner-up, the confidence."""
+
+    min_top: float | None = Field(default=None, ge=0, le=1)
+    min_margin: float | None = Field(default=None, ge=0, le=1)
+    min_confidence: float | None = Field(default=None, ge=0, le=1)
+
+
+class Policy(_Strict):
+    """`auto` when its rule holds, else `review` when its rule holds, else `abstain`.
+    `enforcing`: an abstained choice answers the declared abstain option."""
+
+    mode: Literal["advisory", "enforcing"] = "advisory"
+    auto: Rule = Rule(min_top=0.8)
+    review: Rule = Rule(min_top=0.5)
+
+
+class Fit(_Strict):
+    """What the last calibration measured, kept to report drift against."""
+
+    fitted_at: float
+    samples: int = Field(ge=1)
+    accuracy: float = Field(ge=0, le=1)
+    ece: float = Field(ge=0, le=1)
+    brier: float = Field(ge=0)
+
+
+class Calibration(_Strict):
+    temperature: float = Field(default=1.0, gt=0.01, le=100)
+    fit: Fit | None = None
+
+
+class Readout(_Strict):
+    readout: Literal["letters", "likelihood"] | None = None
+    order_average: bool | None = None
+    prior: bool | None = None
+
+
+class CatalogContent(_Strict):
+    """One declared question. Choice: `options` (and an optional `abstain` option, never shown to the
+    model: the route an abstained decision takes). Noul: optional `criteria`. Score: `levels`, lowest first."""
+
+    type: Literal["noul", "choice", "score"]
+    instructions: Text | None = None
+    options: list[CatalogOption] | None = Field(default=None, min_length=2, max_length=MAX_CHOICES)
+    criteria: dict[Literal["true", "false"], Text | None] | None = None
+    levels: list[CatalogLevel] | None = Field(default=None, min_length=2, max_length=MAX_LEVELS)
+    abstain: CatalogOption | None = None
+    policy: Policy | None = None
+    calibration: Calibration = Calibration()
+    readout: Readout = Readout()
+
+    @model_validator(mode="after")
+    def _shape_matches_type(self) -> CatalogContent:
+        wanted = {"choice": "options", "score": "levels"}.get(self.type)
+        for field in ("options", "levels"):
+            if field != wanted and getattr(self, field) is not None:
+                raise ValueError(f"a {self.type} entry has no {field}")
+        if wanted and getattr(self, wanted) is None:
+            raise ValueError(f"a {self.type} entry needs {wanted}")
+        if self.criteria is not None and self.type != "noul":
+            raise ValueError("criteria belong to noul entries")
+        if self.type == "noul" and self.instructions is None and not any((self.criteria or {}).values()):
+            raise ValueError("a noul entry needs instructions or criteria")
+        if self.abstain is not None and self.type != "choice":
+            raise ValueError("an abstain option belongs to choice entries")
+        if self.options is not None:
+            names = [o.name for o in self.options] + ([self.abstain.name] if self.abstain else [])
+            if len(set(names)) != len(names):
+                raise ValueError("option names (the abstain option included) must be unique")
+        return self
+
+    def canonical(self) -> str:
+        return json.dumps(self.model_dump(mode="json", exclude_none=True), ensure_ascii=False, sort_keys=True,
+                          separators=(",", ":"))
+
+
+def content_hash(canonical: str) -> str:
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CatalogVersion:
+    tenant_id: str
+    name: str
+    version: int
+    content_hash: str
+    content: str  # canonical JSON of CatalogContent
+    created_at: float
+
+    def entry(self) -> CatalogContent:
+        return CatalogContent.model_validate_json(self.content)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "hash": self.content_hash, "created_at": self.created_at,
+                **json.loads(self.content)}

@@ -1,0 +1,52 @@
+"""Writing and reading catalog entries: versioning, hashing, "latest"."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gateway.catalogs.model import CatalogContent, CatalogVersion, content_hash
+from gateway.catalogs.store import CatalogStore, VersionTaken
+from gateway.errors import NotFound
+
+_ATTEMPTS = 5  # concurrent writers: each loser re-reads and tries the next number
+
+
+class CatalogService:
+    def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    def put(self, tenant_id: str, name: str, content: CatalogContent) -> tuple[CatalogVersion, bool]:
+        """The new version, or the latest one when its content is the same; True when created."""
+        canonical = content.canonical()
+        digest = content_hash(canonical)
+        for _ in range(_ATTEMPTS):
+            latest = self.store.latest_catalog_version(tenant_id, name)
+            if latest is not None and latest.content_hash == digest:
+                return latest, False
+            version = CatalogVersion(tenant_id, name, 1 if latest is None else latest.version + 1, digest, canonical,
+                                     self.clock())
+            try:
+                self.store.insert_catalog_version(version)
+            except VersionTaken:
+                continue
+            return version, True
+        raise VersionTaken(f"{name}: too many concurrent writers")
+
+    def get(self, tenant_id: str, name: str, version: int | None = None) -> CatalogVersion:
+        found = (self.store.latest_catalog_version(tenant_id, name) if version is None
+                 else self.store.get_catalog_version(tenant_id, name, version))
+        if found is None:
+            what = name if version is None else f"{name}@{version}"
+            raise NotFound(f"the catalog entry {what!r} does not exist")
+        return found
+
+    def versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
+        found = self.store.list_catalog_versions(tenant_id, name)
+        if not found:
+            raise NotFound(f"the catalog entry {name!r} does not exist")
+        return found
+
+    def list(self, tenant_id: str) -> list[CatalogVersion]:
+        return self.store.list_catalogs(tenant_id)
