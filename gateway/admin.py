@@ -5,7 +5,7 @@ GATEWAY_TENANTS_TABLE + GATEWAY_KEYS_TABLE for DynamoDB) or the one given with
 `--sqlite PATH` / `--dynamodb TENANTS_TABLE KEYS_TABLE`. Secrets (API keys, tokens)
 are printed once, to stdout, and never logged.
 
-    create-tenant ID [--name NAME]
+    create-tenant ID [--name NAME] [--catalog-only yes|no]
     map-principal ARN --tenant ID --scopes decide,chat [--models m1,m2]
     unmap-principal ARN
     issue-key --tenant ID --scopes decide,chat [--models m1] [--ttl-days N] [--name NAME]
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     c = commands.add_parser("create-tenant")
     c.add_argument("tenant_id")
     c.add_argument("--name", default="")
+    c.add_argument("--catalog-only", choices=["yes", "no"], help="refuse inline questions (catalog entries only)")
     c = commands.add_parser("map-principal")
     c.add_argument("arn")
     c.add_argument("--tenant", required=True)
@@ -101,8 +102,9 @@ def _run(args: argparse.Namespace) -> int:
     authenticator = _authenticator(args)
     store = authenticator.store
     if args.command == "create-tenant":
-        tenant = tenants.create_tenant(store, args.tenant_id, args.name)
-        _out({"tenant_id": tenant.tenant_id, "name": tenant.name})
+        catalog_only = None if args.catalog_only is None else args.catalog_only == "yes"
+        tenant = tenants.create_tenant(store, args.tenant_id, args.name, catalog_only=catalog_only)
+        _out({"tenant_id": tenant.tenant_id, "name": tenant.name, "catalog_only": tenant.catalog_only})
     elif args.command == "map-principal":
         arn = normalise_principal(args.arn)
         if arn is None:

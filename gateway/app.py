@@ -14,10 +14,14 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.auth.credentials import Principal
+from gateway.catalogs.drift import drift
+from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
+from gateway.catalogs.service import CatalogService
+from gateway.decisions.model import Decision, Outcome
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
 from gateway.observability import counters
 from gateway.runtime import GatewayRuntime
@@ -38,6 +42,16 @@ class TokenRequest(BaseModel):
     scopes: list[str] | None = Field(default=None, description="A subset of the caller's scopes (default: all of them).")
     models: list[str] | None = Field(default=None, description="A subset of the caller's models (default: the same).")
     ttl_s: int | None = Field(default=None, ge=60, le=12 * 3600, description="Lifetime in seconds (default 3600).")
+
+
+ID_PATTERN = r"^[0-9a-f]{24}$"
+
+
+class OutcomeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    answers: dict[str, str | bool | int] = Field(min_length=1, description="Question name -> the true answer (or the override).")
+    override: bool = Field(default=False, description="true: a person overrode the decision rather than observed the truth.")
+    note: str | None = Field(default=None, max_length=500)
 
 
 class RevokeRequest(BaseModel):
@@ -129,20 +143,109 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         visible = [r for r in runtime.registry.routes if any(principal.may_use(n) for n in (r.name, *r.aliases))]
         return json_response(200, models_wire.render(visible))
 
+    def decide(principal: Principal, decision: Decision, route: str) -> tuple[Outcome, str]:
+        """Decide, then record: (the outcome, its decision id)."""
+        allowed(principal, decision.model)
+        started = time.perf_counter()
+        catalog_only = runtime.tenants.catalog_only(principal.tenant_id) if runtime.tenants else False
+        asked, outcome = runtime.decisions.decide(decision, counters(), tenant_id=principal.tenant_id, catalog_only=catalog_only)
+        decision_id = runtime.recorder.new_id() if runtime.recorder else ""
+        if runtime.recorder:
+            runtime.recorder.record(decision_id, principal=principal, route=route, request_id=app.context.get("request_id", ""),
+                                    decision=asked, outcome=outcome, latency_ms=(time.perf_counter() - started) * 1000)
+        return outcome, decision_id
+
+    def decision_headers(outcome: Outcome, decision_id: str) -> dict[str, str]:
+        return {**served_by(outcome.endpoint, outcome.attempts), "x-decision-id": decision_id}
+
     @app.post("/v1/systemone", summary="System One decision: a probability for every declared option", tags=["System One"])
     def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)]):
-        principal = caller("decide")
-        allowed(principal, request.model)
-        outcome = runtime.decisions.decide(request.to_decision(), counters())
-        return json_response(200, systemone.render(outcome), served_by(outcome.endpoint, outcome.attempts))
+        outcome, decision_id = decide(caller("decide"), request.to_decision(), "systemone")
+        return json_response(200, systemone.render(outcome, decision_id), decision_headers(outcome, decision_id))
 
     @app.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"])
     def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)]):
+        outcome, decision_id = decide(caller("decide"), request.to_decision(), "decisions")
+        return json_response(200, openai_decisions.render(outcome, decision_id), decision_headers(outcome, decision_id))
+
+    @app.post("/v1/decisions/<decision_id>/outcome", summary="Attach the true outcome, or a human override, to a decision",
+              tags=["Records"])
+    def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
+                       request: Annotated[OutcomeRequest, Body(embed=False)]):
         principal = caller("decide")
-        allowed(principal, request.model)
-        outcome = runtime.decisions.decide(request.to_decision(), counters())
-        request_id = app.context.get("request_id")
-        return json_response(200, openai_decisions.render(outcome, request_id), served_by(outcome.endpoint, outcome.attempts))
+        record = records_store().get_record(principal.tenant_id, decision_id)
+        if record is None:
+            raise NotFound(f"no decision {decision_id!r}")
+        names = {q["name"] for q in record.get("questions", [])}
+        unknown = sorted(set(request.answers) - names)
+        if unknown:
+            raise InvalidRequest.at(["answers", unknown[0]], "this decision asked no such question", "unknown_question")
+        outcome = {"answers": request.answers, "override": request.override, "note": request.note,
+                   "recorded_at": time.time(), "recorded_by": principal.credential_id}
+        records_store().set_outcome(principal.tenant_id, decision_id, outcome)
+        return json_response(200, {"id": decision_id, "outcome": outcome})
+
+    @app.get("/v1/records", summary="The tenant's decision records, newest first, with calibration drift per catalog entry",
+             tags=["Records"])
+    def list_records(catalog: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+                     limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+        principal = caller("decide")
+        found = records_store().list_records(principal.tenant_id, catalog=catalog, limit=limit)
+        names = sorted({q["catalog"].split("@")[0] for r in found for q in r.get("questions", []) if q.get("catalog")})
+        report = {}
+        for name in names:
+            fit = None
+            if runtime.catalogs is not None:
+                entry = runtime.catalogs.store.latest_catalog_version(principal.tenant_id, name)
+                fitted = entry.entry().calibration.fit if entry is not None else None
+                fit = fitted.model_dump() if fitted is not None else None
+            since = [r for r in found if fit is None or r["created_at"] >= fit["fitted_at"]]
+            report[name] = drift(since, name, fit)
+        return json_response(200, {"records": found, "drift": report})
+
+    @app.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"])
+    def get_record(decision_id: Annotated[str, Path(pattern=ID_PATTERN)]):
+        principal = caller("decide")
+        record = records_store().get_record(principal.tenant_id, decision_id)
+        if record is None:
+            raise NotFound(f"no decision {decision_id!r}")
+        return json_response(200, record)
+
+    def records_store() -> Any:
+        if runtime.recorder is None or runtime.recorder.store is None:
+            raise NotFound("decision records are not configured on this gateway")
+        return runtime.recorder.store
+
+    def catalog_service() -> CatalogService:
+        if runtime.catalogs is None:
+            raise NotFound("catalogs are not configured on this gateway")
+        return runtime.catalogs
+
+    @app.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions)", tags=["Catalogs"])
+    def list_catalogs():
+        principal = caller("catalogs:read")
+        return json_response(200, {"catalogs": [v.as_dict() for v in catalog_service().list(principal.tenant_id)]})
+
+    @app.get("/v1/catalogs/<name>", summary="A catalog entry, latest version", tags=["Catalogs"])
+    def get_catalog(name: Annotated[str, Path(pattern=NAME_PATTERN)]):
+        principal = caller("catalogs:read")
+        return json_response(200, catalog_service().get(principal.tenant_id, name).as_dict())
+
+    @app.put("/v1/catalogs/<name>", summary="Write a catalog entry: a new version when its content changed", tags=["Catalogs"])
+    def put_catalog(name: Annotated[str, Path(pattern=NAME_PATTERN)], content: Annotated[CatalogContent, Body(embed=False)]):
+        principal = caller("catalogs:write")
+        version, created = catalog_service().put(principal.tenant_id, name, content)
+        return json_response(201 if created else 200, {**version.as_dict(), "created": created})
+
+    @app.get("/v1/catalogs/<name>/versions", summary="Every version of a catalog entry", tags=["Catalogs"])
+    def list_versions(name: Annotated[str, Path(pattern=NAME_PATTERN)]):
+        principal = caller("catalogs:read")
+        return json_response(200, {"versions": [v.as_dict() for v in catalog_service().versions(principal.tenant_id, name)]})
+
+    @app.get("/v1/catalogs/<name>/versions/<version>", summary="One version of a catalog entry", tags=["Catalogs"])
+    def get_version(name: Annotated[str, Path(pattern=NAME_PATTERN)], version: Annotated[int, Path(ge=1, le=MAX_VERSION)]):
+        principal = caller("catalogs:read")
+        return json_response(200, catalog_service().get(principal.tenant_id, name, version).as_dict())
 
     @app.post("/v1/chat/completions", summary="OpenAI Chat Completions (a stream is buffered)", tags=["OpenAI"])
     def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):

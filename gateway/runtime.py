@@ -1,16 +1,45 @@
-"""What a warm container keeps: settings, the model registry and the services, built once
-on the first request (never at import: cold start is paid by users)."""
+"""What a warm container keeps: settings, the model registry, the stores and the
+services, built once on the first request (never at import: cold start is paid by users)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.backends.base import InferenceBackend
+from gateway.catalogs.service import CatalogService
 from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint
+from gateway.decisions.records import DecisionRecorder
 from gateway.decisions.routing import ModelRegistry, ModelRoute
 from gateway.decisions.service import DecisionService
 from gateway.settings import GatewaySettings
+
+TENANT_POLICY_CACHE_S = 60.0
+
+
+class TenantPolicies:
+    """Per-tenant settings the hot path needs (catalog-only), read at most once a minute per tenant."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._cache: dict[str, tuple[float, bool]] = {}
+        self._lock = threading.Lock()
+
+    def catalog_only(self, tenant_id: str) -> bool:
+        if self.store is None:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(tenant_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        tenant = self.store.get_tenant(tenant_id)
+        value = bool(tenant and tenant.catalog_only)
+        with self._lock:
+            self._cache[tenant_id] = (now + TENANT_POLICY_CACHE_S, value)
+        return value
 
 
 @dataclass
@@ -19,10 +48,14 @@ class GatewayRuntime:
     registry: ModelRegistry
     decisions: DecisionService
     authenticator: Any = None  # gateway.auth.authenticate.Authenticator: IAM callers and tokens
+    catalogs: CatalogService | None = None
+    recorder: DecisionRecorder | None = None
+    tenants: TenantPolicies | None = None
 
     @classmethod
     def build(cls, settings: GatewaySettings, backend: InferenceBackend | None = None,
-              authenticator: Any = None) -> GatewayRuntime:
+              authenticator: Any = None, store: Any = None) -> GatewayRuntime:
+        """`store` (tenants, catalogs, records) defaults to the authenticator's, else the configured one."""
         if backend is None:
             from gateway.backends.sagemaker import SageMakerInvoker
 
@@ -39,9 +72,27 @@ class GatewayRuntime:
             routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date,
                                      EndpointPool(members, policy, circuits)))
         registry = ModelRegistry(routes)
-        if authenticator is None:
-            from gateway.auth.factory import build_authenticator
+        from gateway.auth.factory import build_authenticator, build_store
 
-            authenticator = build_authenticator(settings.auth)
-        return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend),
-                   authenticator=authenticator)
+        if store is None:
+            store = authenticator.store if authenticator is not None else build_store(settings.auth)
+        if authenticator is None and store is not None:
+            authenticator = build_authenticator(settings.auth, store)
+        catalogs = CatalogService(store) if _has(store, "insert_catalog_version", "catalogs_table") else None
+        records = store if _has(store, "put_record", "records_table") else None
+        keys = getattr(authenticator, "keys", None)
+        recorder = DecisionRecorder(records, keys.current if keys is not None else None, settings.auth.record_retention_days,
+                                    on_failure=_count_record_failure)
+        return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend, catalogs),
+                   authenticator=authenticator, catalogs=catalogs, recorder=recorder, tenants=TenantPolicies(store))
+
+
+def _has(store: Any, method: str, table_attribute: str) -> bool:
+    """The store implements it, and (DynamoDB) its table is configured."""
+    return store is not None and hasattr(store, method) and getattr(store, table_attribute, True) is not None
+
+
+def _count_record_failure() -> None:
+    from gateway.observability import counters
+
+    counters().count("RecordWriteFailed")

@@ -84,11 +84,13 @@ class ModelSettings(_Settings):
 
 
 class AuthSettings(_Settings):
-    """Where tenants and credentials live, and the token signing keys. Read by the gateway
-    function and by the authorizer alike.
+    """Where tenants, credentials, catalogs and decision records live, and the token
+    signing keys. Read by the gateway function and by the authorizer alike.
 
     GATEWAY_SQLITE_PATH                       the embedded store (local stack), or
-    GATEWAY_TENANTS_TABLE, GATEWAY_KEYS_TABLE DynamoDB tables (AWS);
+    GATEWAY_TENANTS_TABLE, GATEWAY_KEYS_TABLE DynamoDB tables (AWS), with
+    GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records;
+    GATEWAY_RECORD_RETENTION_DAYS             how long records are kept (default 90);
     GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
     GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack).
     """
@@ -96,6 +98,9 @@ class AuthSettings(_Settings):
     sqlite_path: str | None = None
     tenants_table: str | None = None
     keys_table: str | None = None
+    catalogs_table: str | None = None
+    records_table: str | None = None
+    record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
     revocation_refresh_s: float = Field(default=30.0, ge=0, le=3600)
@@ -113,6 +118,8 @@ class AuthSettings(_Settings):
         env = os.environ if env is None else env
         names = {"sqlite_path": "GATEWAY_SQLITE_PATH", "tenants_table": "GATEWAY_TENANTS_TABLE",
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
+                 "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
+                 "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
                  "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "revocation_refresh_s": "GATEWAY_REVOCATION_REFRESH_S"}
         values = {field: env[name] for field, name in names.items() if env.get(name)}
         try:

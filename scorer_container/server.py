@@ -47,7 +47,7 @@ from scorer_container.errors import (
     UnsupportedMedia,
 )
 from scorer_container.model_files import ModelManifest, locate_model, verify_model
-from scorer_container.prompts import PromptFormat
+from scorer_container.prompts import PROMPT_VERSION, PromptFormat
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.settings import ScorerSettings
 
@@ -295,6 +295,11 @@ async def _decide(service: ScorerService, body: Any) -> Response:
     with service.admission.admit() as ticket:
         async with ticket.running():
             result = await asyncio.to_thread(loaded.engine.decide, request)
+    # What produced the answer, for the gateway's decision records.
+    result["x_model_sha256"] = loaded.manifest.sha256
+    result["x_prompt_version"] = PROMPT_VERSION
+    if service.settings.image_digest:
+        result["x_image_digest"] = service.settings.image_digest
     return JSONResponse(result)
 
 

@@ -44,6 +44,7 @@ class ScorerSettings:
     max_labels: int = 26
     temperature: float = 1.0
     ignored_options: tuple[str, ...] = ()
+    image_digest: str | None = None  # the image this runs in (set by the deployment), reported with each decision
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ScorerSettings:
@@ -80,6 +81,7 @@ class ScorerSettings:
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
             temperature=float(env.get("SCORER_TEMPERATURE", "1.0")),
+            image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
             ignored_options=tuple(ignored),
         )
 

@@ -68,3 +68,32 @@ def chat_completion(model: str, text: str) -> dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
     }
+
+
+class FixedBackend(UniformBackend):
+    """Answers with set probabilities: `choice` by option name (others share the rest), `noul` as P(true),
+    `score` as a list, lowest level first."""
+
+    def __init__(self, choice: dict[str, float] | None = None, noul: float = 0.5, score: list[float] | None = None) -> None:
+        super().__init__()
+        self.choice, self.noul, self.score = choice or {}, noul, score
+
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+        request = json.loads(body)
+        with self.lock:
+            self.calls.append((endpoint.name, request, route))
+        answer = uniform_answer(self.model, request)
+        for qid, question in request["questions"].items():
+            if question["type"] == "noul":
+                answer["answers"][qid]["noul"] = self.noul
+            elif question["type"] == "choice":
+                names = list(question["criteria"])
+                rest = [n for n in names if n not in self.choice]
+                left = max(0.0, 1 - sum(self.choice.get(n, 0.0) for n in names))
+                answer["answers"][qid]["probabilities"] = {n: self.choice.get(n, left / len(rest) if rest else 0.0) for n in names}
+            elif self.score is not None:
+                answer["answers"][qid]["probabilities"] = {str(i): p for i, p in enumerate(self.score)}
+        answer["x_model_sha256"] = "ab" * 32
+        answer["x_prompt_version"] = "decision-prompt/1"
+        answer["x_image_digest"] = "sha256:" + "cd" * 32
+        return json.dumps(answer).encode()

@@ -16,12 +16,13 @@ def build_store(settings: AuthSettings) -> TenantStore | None:
     if settings.tenants_table and settings.keys_table:
         from gateway.stores.dynamodb import DynamoDBStore
 
-        return DynamoDBStore(settings.tenants_table, settings.keys_table)
+        return DynamoDBStore(settings.tenants_table, settings.keys_table, catalogs_table=settings.catalogs_table,
+                             records_table=settings.records_table)
     return None
 
 
-def build_authenticator(settings: AuthSettings) -> Authenticator | None:
-    store = build_store(settings)
+def build_authenticator(settings: AuthSettings, store: TenantStore | None = None) -> Authenticator | None:
+    store = store or build_store(settings)
     if store is None:
         return None
     keys = None

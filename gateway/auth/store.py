@@ -14,6 +14,7 @@ class Tenant:
     tenant_id: str
     name: str
     created_at: float
+    catalog_only: bool = False  # refuse inline questions: every question must name a catalog entry
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,17 @@ class ProvisioningError(ValueError):
     pass
 
 
-def create_tenant(store: TenantStore, tenant_id: str, name: str = "") -> Tenant:
+def create_tenant(store: TenantStore, tenant_id: str, name: str = "", *, catalog_only: bool | None = None) -> Tenant:
+    """Create a tenant, or return it; `catalog_only` given changes its policy."""
     if not _TENANT_ID.match(tenant_id):
         raise ProvisioningError("a tenant id is 1-63 lowercase letters, digits and dashes, starting with a letter or digit")
     existing = store.get_tenant(tenant_id)
-    if existing is not None:
+    if existing is not None and (catalog_only is None or existing.catalog_only == catalog_only):
         return existing
-    tenant = Tenant(tenant_id, name or tenant_id, time.time())
+    if existing is not None:
+        tenant = Tenant(existing.tenant_id, existing.name, existing.created_at, bool(catalog_only))
+    else:
+        tenant = Tenant(tenant_id, name or tenant_id, time.time(), bool(catalog_only))
     store.put_tenant(tenant)
     return tenant
 

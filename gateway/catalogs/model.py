@@ -1,6 +1,7 @@
 """Catalog entries: the wire/storage model of one declared question, and its versions.
 
-An entry's content is canonical JSON; its hash is the SHA-256 of that JSON. Versions
+An entry is a noul, choice or score question with its policy, calibration and readout.
+Its content is canonical JSON; its hash is the SHA-256 of that JSON. Versions
 are immutable and numbered from 1; "latest" is the highest. Writing content equal to
 the latest version's makes no new version, so a deploy that re-applies the same
 catalog is a no-op; changing anything, a description included, makes a new version.
@@ -11,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
 
 Text = str | dict[str, Any] | list[Any]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+MAX_VERSION = 1_000_000_000
 
 
 class _Strict(BaseModel):
@@ -73,43 +75,59 @@ class Readout(_Strict):
     prior: bool | None = None
 
 
-class CatalogContent(_Strict):
-    """One declared question. Choice: `options` (and an optional `abstain` option, never shown to the
-    model: the route an abstained decision takes). Noul: optional `criteria`. Score: `levels`, lowest first."""
-
-    type: Literal["noul", "choice", "score"]
+class _Entry(_Strict):
     instructions: Text | None = None
-    options: list[CatalogOption] | None = Field(default=None, min_length=2, max_length=MAX_CHOICES)
-    criteria: dict[Literal["true", "false"], Text | None] | None = None
-    levels: list[CatalogLevel] | None = Field(default=None, min_length=2, max_length=MAX_LEVELS)
-    abstain: CatalogOption | None = None
     policy: Policy | None = None
     calibration: Calibration = Calibration()
     readout: Readout = Readout()
 
-    @model_validator(mode="after")
-    def _shape_matches_type(self) -> CatalogContent:
-        wanted = {"choice": "options", "score": "levels"}.get(self.type)
-        for field in ("options", "levels"):
-            if field != wanted and getattr(self, field) is not None:
-                raise ValueError(f"a {self.type} entry has no {field}")
-        if wanted and getattr(self, wanted) is None:
-            raise ValueError(f"a {self.type} entry needs {wanted}")
-        if self.criteria is not None and self.type != "noul":
-            raise ValueError("criteria belong to noul entries")
-        if self.type == "noul" and self.instructions is None and not any((self.criteria or {}).values()):
-            raise ValueError("a noul entry needs instructions or criteria")
-        if self.abstain is not None and self.type != "choice":
-            raise ValueError("an abstain option belongs to choice entries")
-        if self.options is not None:
-            names = [o.name for o in self.options] + ([self.abstain.name] if self.abstain else [])
-            if len(set(names)) != len(names):
-                raise ValueError("option names (the abstain option included) must be unique")
-        return self
-
     def canonical(self) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_none=True), ensure_ascii=False, sort_keys=True,
                           separators=(",", ":"))
+
+
+class NoulEntry(_Entry):
+    """A yes/no question; `criteria` may describe either side."""
+
+    type: Literal["noul"]
+    criteria: dict[Literal["true", "false"], Text | None] | None = None
+
+    @model_validator(mode="after")
+    def _needs_something_to_ask(self) -> NoulEntry:
+        if self.instructions is None and not any((self.criteria or {}).values()):
+            raise ValueError("a noul entry needs instructions or criteria")
+        return self
+
+
+class ChoiceEntry(_Entry):
+    """One of 2 to 255 options. `abstain` is the route an abstained decision takes under an
+    enforcing policy; it is never shown to the model."""
+
+    type: Literal["choice"]
+    options: list[CatalogOption] = Field(min_length=2, max_length=MAX_CHOICES)
+    abstain: CatalogOption | None = None
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> ChoiceEntry:
+        names = [o.name for o in self.options] + ([self.abstain.name] if self.abstain else [])
+        if len(set(names)) != len(names):
+            raise ValueError("option names (the abstain option included) must be unique")
+        return self
+
+
+class ScoreEntry(_Entry):
+    """Ordered levels, lowest first."""
+
+    type: Literal["score"]
+    levels: list[CatalogLevel] = Field(min_length=2, max_length=MAX_LEVELS)
+
+
+CatalogContent = Annotated[NoulEntry | ChoiceEntry | ScoreEntry, Field(discriminator="type")]
+_CONTENT = TypeAdapter(CatalogContent)
+
+
+def parse_content(text: str) -> NoulEntry | ChoiceEntry | ScoreEntry:
+    return _CONTENT.validate_json(text)
 
 
 def content_hash(canonical: str) -> str:
@@ -125,8 +143,8 @@ class CatalogVersion:
     content: str  # canonical JSON of CatalogContent
     created_at: float
 
-    def entry(self) -> CatalogContent:
-        return CatalogContent.model_validate_json(self.content)
+    def entry(self) -> NoulEntry | ChoiceEntry | ScoreEntry:
+        return parse_content(self.content)
 
     @property
     def ref(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.catalogs.model import CatalogContent, CatalogVersion, content_hash
+from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry, content_hash
 from gateway.catalogs.store import CatalogStore, VersionTaken
 from gateway.errors import NotFound
 
@@ -17,7 +17,7 @@ class CatalogService:
         self.store = store
         self.clock = clock
 
-    def put(self, tenant_id: str, name: str, content: CatalogContent) -> tuple[CatalogVersion, bool]:
+    def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry) -> tuple[CatalogVersion, bool]:
         """The new version, or the latest one when its content is the same; True when created."""
         canonical = content.canonical()
         digest = content_hash(canonical)

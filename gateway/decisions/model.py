@@ -29,6 +29,30 @@ class Option:
     label: Text | None = None  # score levels: the level as the caller wrote it
 
 
+def score_level(index: int, label: str, description: Text | None) -> Option:
+    """A score level as the model reads it: "label: description" (or the label alone)."""
+    text = f"{label}: {description}" if isinstance(description, str) and description else label
+    if description is not None and not isinstance(description, str):
+        text = {"label": label, "description": description}
+    return Option(str(index), index, text, label=label)
+
+
+@dataclass(frozen=True)
+class CatalogBinding:
+    """The catalog entry a question came from, and what applies to its answer."""
+
+    name: str
+    version: int
+    content_hash: str
+    temperature: float = 1.0
+    policy: Any = None  # gateway.catalogs.model.Policy, or None: no thresholds
+    abstain: Option | None = None  # the declared abstain / escalation option (choice)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
 @dataclass(frozen=True)
 class Question:
     id: str  # the backend's question id; never shown to the model
@@ -36,15 +60,28 @@ class Question:
     instructions: Text | None
     options: tuple[Option, ...]  # noul: the described sides only; choice: options; score: levels, lowest first
     name: str | None = None  # the caller's name for it (OpenAI questions may be unnamed)
+    binding: CatalogBinding | None = None
+
+
+@dataclass(frozen=True)
+class CatalogReference:
+    """A question the caller names by catalog entry instead of writing it out."""
+
+    id: str
+    name: str | None
+    catalog: str
+    version: int | None = None  # None: the latest
+    loc: str | int = 0  # where the caller wrote it: its System One id or its OpenAI position
 
 
 @dataclass(frozen=True)
 class Decision:
     model: str  # as the caller wrote it: a model name or an alias
     state: Text
-    questions: tuple[Question, ...]
+    questions: tuple[Question | CatalogReference, ...]
     # Per-request engine settings passed through to the backend (x_readout, x_order_average, x_prior).
     engine_options: dict[str, Any] = field(default_factory=dict)
+    calibrate: bool = True  # False: raw probabilities, no temperature and no thresholds (calibration runs)
 
 
 @dataclass(frozen=True)
@@ -53,6 +90,7 @@ class Answer:
     # noul: (P(true),); choice and score: one probability per option, in option order.
     probabilities: tuple[float, ...] = ()
     refused: bool = False  # the backend gave no usable answer to this question
+    verdict: Any = None  # gateway.catalogs.policy.Verdict when the question's entry has a policy
 
 
 @dataclass(frozen=True)

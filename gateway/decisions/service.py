@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 from gateway.backends.base import InferenceBackend
+from gateway.catalogs.policy import judge, with_temperature
+from gateway.catalogs.resolve import resolve
+from gateway.catalogs.service import CatalogService
 from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
 from gateway.decisions.pools import Invocation, MetricsSink
 from gateway.decisions.routing import ModelRegistry, ModelRoute
@@ -23,14 +27,19 @@ log = logging.getLogger("gateway.decisions")
 
 
 class DecisionService:
-    def __init__(self, registry: ModelRegistry, backend: InferenceBackend) -> None:
+    def __init__(self, registry: ModelRegistry, backend: InferenceBackend, catalogs: CatalogService | None = None) -> None:
         self.registry = registry
         self.backend = backend
+        self.catalogs = catalogs
 
-    def decide(self, decision: Decision, metrics: MetricsSink | None = None) -> Outcome:
+    def decide(self, decision: Decision, metrics: MetricsSink | None = None, *, tenant_id: str = "",
+               catalog_only: bool = False) -> tuple[Decision, Outcome]:
+        """Resolve catalog references, ask the pool, then calibrate and judge: (the decision as asked, its outcome)."""
         route = self.registry.resolve(decision.model, "decisions")
+        decision = resolve(decision, tenant_id, self.catalogs, catalog_only)
         invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
-        return read_outcome(decision, invocation)
+        outcome = read_outcome(decision, invocation)
+        return decision, (apply_catalogs(outcome) if decision.calibrate else outcome)
 
     def chat(self, request: dict[str, Any], metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
         """One chat completion (never streamed from the backend: the gateway frames any stream)."""
@@ -44,12 +53,26 @@ class DecisionService:
         return completion, invocation
 
 
+def apply_catalogs(outcome: Outcome) -> Outcome:
+    """Each catalog question's temperature, then its policy's verdict, on the calibrated probabilities."""
+    answers = []
+    for answer in outcome.answers:
+        binding = answer.question.binding
+        if binding is None or answer.refused:
+            answers.append(answer)
+            continue
+        calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
+        verdict = judge(answer.question.kind, calibrated, binding.policy) if binding.policy is not None else None
+        answers.append(replace(answer, probabilities=calibrated, verdict=verdict))
+    return replace(outcome, answers=tuple(answers))
+
+
 def backend_request(decision: Decision, route: ModelRoute) -> dict[str, Any]:
     """The System One body the scorer receives."""
     return {
         "model": route.name,
         "state": decision.state,
-        "questions": {q.id: _backend_question(q) for q in decision.questions},
+        "questions": {q.id: _backend_question(q) for q in decision.questions},  # type: ignore[arg-type]
         **decision.engine_options,
     }
 

@@ -89,12 +89,13 @@ class DynamoDBStore:
     def put_tenant(self, tenant: Tenant) -> None:
         self.client.put_item(TableName=self.tenants_table, Item=_item({
             "pk": f"TENANT#{tenant.tenant_id}", "sk": "TENANT", "tenant_id": tenant.tenant_id, "name": tenant.name,
-            "created_at": tenant.created_at,
+            "created_at": tenant.created_at, "catalog_only": tenant.catalog_only,
         }))
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
         item = self._get(self.tenants_table, f"TENANT#{tenant_id}", "TENANT")
-        return None if item is None else Tenant(item["tenant_id"], item["name"], item["created_at"])
+        return None if item is None else Tenant(item["tenant_id"], item["name"], item["created_at"],
+                                                bool(item.get("catalog_only", False)))
 
     # -- principal rules --------------------------------------------------------------
 

@@ -19,9 +19,10 @@ from gateway.catalogs.store import VersionTaken
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
-    tenant_id  TEXT PRIMARY KEY,
-    name       TEXT NOT NULL,
-    created_at REAL NOT NULL
+    tenant_id    TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    catalog_only INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id       TEXT PRIMARY KEY,
@@ -79,6 +80,7 @@ class SQLiteStore:
         self._local = threading.local()
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            _migrate(db)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -96,14 +98,14 @@ class SQLiteStore:
     def put_tenant(self, tenant: Tenant) -> None:
         with self._connect() as db:
             db.execute(
-                "INSERT INTO tenants (tenant_id, name, created_at) VALUES (?, ?, ?)"
-                " ON CONFLICT(tenant_id) DO UPDATE SET name = excluded.name",
-                (tenant.tenant_id, tenant.name, tenant.created_at),
+                "INSERT INTO tenants (tenant_id, name, created_at, catalog_only) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(tenant_id) DO UPDATE SET name = excluded.name, catalog_only = excluded.catalog_only",
+                (tenant.tenant_id, tenant.name, tenant.created_at, int(tenant.catalog_only)),
             )
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
         row = self._connect().execute("SELECT * FROM tenants WHERE tenant_id = ?", (tenant_id,)).fetchone()
-        return Tenant(row["tenant_id"], row["name"], row["created_at"]) if row else None
+        return Tenant(row["tenant_id"], row["name"], row["created_at"], bool(row["catalog_only"])) if row else None
 
     # -- principal rules --------------------------------------------------------------
 
@@ -244,6 +246,13 @@ class SQLiteStore:
         query += " ORDER BY created_at DESC, record_id DESC LIMIT ?"
         params.append(limit)
         return [_record(row) for row in self._connect().execute(query, params)]
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Columns added after a store file was created (make up keeps .local/gateway.db)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(tenants)")}
+    if "catalog_only" not in columns:
+        db.execute("ALTER TABLE tenants ADD COLUMN catalog_only INTEGER NOT NULL DEFAULT 0")
 
 
 def _catalog_version(row: sqlite3.Row) -> CatalogVersion:

@@ -7,6 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway.decisions import scoring
+from gateway.decisions.model import Answer, Option
+
 # A description, instruction or state: any JSON value but a number or a boolean.
 JsonText = str | dict[str, Any] | list[Any]
 
@@ -25,3 +28,26 @@ def render_json(value: Any) -> str:
 def question_id(position: int) -> str:
     """Internal question ids are positional: the caller's ids and names never reach the model."""
     return f"q{position}"
+
+
+def shown_choice(answer: Answer) -> Option:
+    """The option a choice answers: the most likely one, or, when an enforcing policy
+    abstains, the entry's declared abstain option."""
+    question, verdict = answer.question, answer.verdict
+    binding = question.binding
+    if (verdict is not None and verdict.action == "abstain" and binding is not None and binding.abstain is not None
+            and binding.policy is not None and binding.policy.mode == "enforcing"):
+        return binding.abstain
+    return question.options[scoring.argmax(answer.probabilities)]
+
+
+def policy_fields(answer: Answer) -> dict[str, Any]:
+    """x_catalog (name@version), and with a policy x_action and x_policy, on a catalog question's answer."""
+    binding = answer.question.binding
+    if binding is None:
+        return {}
+    fields: dict[str, Any] = {"x_catalog": binding.ref}
+    if answer.verdict is not None:
+        fields["x_action"] = answer.verdict.action
+        fields["x_policy"] = {"catalog": binding.ref, "mode": binding.policy.mode, "temperature": binding.temperature}
+    return fields

@@ -16,7 +16,7 @@ Flavor = Literal["systemone", "openai"]
 
 # JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
 _UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
-_QUESTION_TAGS = {"noul", "choice", "score", "predicate"}
+_QUESTION_TAGS = {"noul", "choice", "score", "predicate", "catalog"}
 
 
 def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -24,7 +24,8 @@ def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     details: list[dict[str, Any]] = []
     seen: set[tuple] = set()
     for error in errors:
-        loc = [part for part in error.get("loc", ()) if part != "body"]
+        loc = list(error.get("loc", ()))
+        where = loc.pop(0) if loc and loc[0] in ("body", "path", "query", "header") else "body"
         # Discriminated unions put the tag in the path ("questions", "q1", "choice", ...): drop it.
         if len(loc) >= 3 and loc[0] == "questions" and loc[2] in _QUESTION_TAGS:
             del loc[2]
@@ -34,11 +35,11 @@ def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
                 loc.pop()
             msg, kind = "Input should be a string, an object or an array", "text_type"
         msg = msg.removeprefix("Value error, ")
-        key = (tuple(loc), kind)
+        key = (where, tuple(loc), kind)
         if key in seen:
             continue
         seen.add(key)
-        details.append({"loc": ["body", *loc], "msg": msg, "type": kind})
+        details.append({"loc": [where, *loc], "msg": msg, "type": kind})
     return details
 
 
@@ -54,7 +55,8 @@ def error_body(exc: GatewayError, flavor: Flavor) -> tuple[int, dict[str, Any], 
     message, param = exc.message, None
     if isinstance(exc, InvalidRequest) and exc.details:
         first = exc.details[0]
-        param = ".".join(str(p) for p in first["loc"][1:]) or None
+        where = first["loc"][0] if first["loc"] else "body"
+        param = ".".join(str(p) for p in (first["loc"][1:] if where == "body" else first["loc"])) or None
         message = f"{param}: {first['msg']}" if param else first["msg"]
         if len(exc.details) > 1:
             message += f" (and {len(exc.details) - 1} more problems)"

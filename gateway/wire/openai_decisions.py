@@ -15,10 +15,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
+from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions import scoring
-from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, Decision, Option, Outcome, Question
+from gateway.decisions.model import (
+    MAX_CHOICES,
+    MAX_LEVELS,
+    MAX_QUESTIONS,
+    CatalogReference,
+    Decision,
+    Option,
+    Outcome,
+    Question,
+    score_level,
+)
 from gateway.errors import InvalidRequest
-from gateway.wire.common import Wire, question_id, render_json
+from gateway.wire.common import Wire, policy_fields, question_id, render_json, shown_choice
 
 
 class CacheBreakpoint(Wire):
@@ -148,7 +159,25 @@ class Score(Wire):
     levels: list[Level] = Field(min_length=2, max_length=MAX_LEVELS)
 
 
-DecisionQuestion = Annotated[Predicate | Choice | Score, Field(discriminator="type")]
+class CatalogQuestion(Wire):
+    """An extension: a question declared in the tenant's catalog, named instead of written out."""
+
+    catalog: str = Field(pattern=NAME_PATTERN)
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
+    name: str | None = None
+
+
+def _question_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "catalog" if "catalog" in value else value.get("type")
+    return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
+
+
+DecisionQuestion = Annotated[
+    Annotated[Predicate, Tag("predicate")] | Annotated[Choice, Tag("choice")] | Annotated[Score, Tag("score")]
+    | Annotated[CatalogQuestion, Tag("catalog")],
+    Discriminator(_question_kind),
+]
 
 
 class DecisionsRequest(Wire):
@@ -199,17 +228,16 @@ def _parts_text(parts: list[Any], loc: list[str | int]) -> str:
     return "\n".join(texts)
 
 
-def _question(position: int, q: Predicate | Choice | Score) -> Question:
+def _question(position: int, q: Predicate | Choice | Score | CatalogQuestion) -> Question | CatalogReference:
+    if isinstance(q, CatalogQuestion):
+        return CatalogReference(question_id(position), q.name, q.catalog, q.version, loc=position)
     loc: list[str | int] = ["questions", position, "instructions"]
     instructions = q.instructions if isinstance(q.instructions, str) else _parts_text(q.instructions, loc)
     if isinstance(q, Predicate):
         return Question(question_id(position), "noul", instructions, (), name=q.name)
     if isinstance(q, Choice):
         return Question(question_id(position), "choice", instructions, _choice_options(q.choices), name=q.name)
-    levels = tuple(
-        Option(str(i), i, f"{level.label}: {level.description}" if level.description else level.label, label=level.label)
-        for i, level in enumerate(q.levels)
-    )
+    levels = tuple(score_level(i, level.label, level.description) for i, level in enumerate(q.levels))
     return Question(question_id(position), "score", instructions, levels, name=q.name)
 
 
@@ -227,24 +255,25 @@ def _choice_options(choices: list[ChoiceOption]) -> tuple[Option, ...]:
     return tuple(options)
 
 
-def render(outcome: Outcome, request_id: str | None = None) -> dict[str, Any]:
+def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
     answers = []
     for answer in outcome.answers:
         question, p = answer.question, answer.probabilities
         if answer.refused:
             answers.append({"type": "refusal", "name": question.name})
-        elif question.kind == "noul":
-            answers.append({"type": "predicate", "name": question.name, "probability": p[0]})
+            continue
+        if question.kind == "noul":
+            body: dict[str, Any] = {"type": "predicate", "name": question.name, "probability": p[0]}
         elif question.kind == "choice":
-            answers.append({
+            body = {
                 "type": "choice",
                 "name": question.name,
-                "choice": question.options[scoring.argmax(p)].value,
+                "choice": shown_choice(answer).value,
                 "confidence": scoring.choice_confidence(p),
                 "probabilities": [{"value": o.value, "probability": v} for o, v in zip(question.options, p, strict=True)],
-            })
+            }
         else:
-            answers.append({
+            body = {
                 "type": "score",
                 "name": question.name,
                 "score": scoring.expected_score(p),
@@ -253,10 +282,11 @@ def render(outcome: Outcome, request_id: str | None = None) -> dict[str, Any]:
                     {"value": i, "label": o.label, "probability": v}
                     for i, (o, v) in enumerate(zip(question.options, p, strict=True))
                 ],
-            })
+            }
+        answers.append({**body, **policy_fields(answer)})
     usage = outcome.usage
     return {
-        "id": f"decision_{request_id or uuid.uuid4().hex}",
+        "id": f"decision_{decision_id or uuid.uuid4().hex}",
         "object": "decision",
         "model": outcome.model,
         "answers": answers,

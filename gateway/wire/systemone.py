@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions import scoring
-from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, Decision, Option, Outcome, Question
+from gateway.decisions.model import (
+    MAX_CHOICES,
+    MAX_LEVELS,
+    MAX_QUESTIONS,
+    CatalogReference,
+    Decision,
+    Option,
+    Outcome,
+    Question,
+)
 from gateway.errors import BackendFailed
-from gateway.wire.common import JsonText, Wire, question_id
+from gateway.wire.common import JsonText, Wire, policy_fields, question_id, shown_choice
 
 
 class NoulCriteria(Wire):
@@ -59,7 +69,24 @@ class ScoreQuestion(Wire):
     criteria: list[JsonText] = Field(min_length=2, max_length=MAX_LEVELS)
 
 
-SystemOneQuestion = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+class CatalogQuestion(Wire):
+    """A question declared in the tenant's catalog, named instead of written out."""
+
+    catalog: str = Field(pattern=NAME_PATTERN, description="The catalog entry's name.")
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A version; the latest when absent.")
+
+
+def _question_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "catalog" if "catalog" in value else value.get("type")
+    return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
+
+
+SystemOneQuestion = Annotated[
+    Annotated[NoulQuestion, Tag("noul")] | Annotated[ChoiceQuestion, Tag("choice")] | Annotated[ScoreQuestion, Tag("score")]
+    | Annotated[CatalogQuestion, Tag("catalog")],
+    Discriminator(_question_kind),
+]
 
 
 class SystemOneRequest(Wire):
@@ -69,15 +96,19 @@ class SystemOneRequest(Wire):
     x_readout: Literal["letters", "likelihood"] | None = None
     x_order_average: bool | None = None
     x_prior: bool | None = None
+    x_calibrate: bool | None = Field(default=None, description="false: raw probabilities, no calibration or thresholds.")
 
     def to_decision(self) -> Decision:
         questions = tuple(_question(question_id(i), qid, q) for i, (qid, q) in enumerate(self.questions.items()))
         engine = {k: v for k, v in (("x_readout", self.x_readout), ("x_order_average", self.x_order_average),
                                     ("x_prior", self.x_prior)) if v is not None}
-        return Decision(model=self.model, state=self.state, questions=questions, engine_options=engine)
+        return Decision(model=self.model, state=self.state, questions=questions, engine_options=engine,
+                        calibrate=self.x_calibrate is not False)
 
 
-def _question(internal_id: str, name: str, q: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> Question:
+def _question(internal_id: str, name: str, q: Any) -> Question | CatalogReference:
+    if isinstance(q, CatalogQuestion):
+        return CatalogReference(internal_id, name, q.catalog, q.version, loc=name)
     if isinstance(q, NoulQuestion):
         sides = q.criteria.model_dump() if q.criteria else {}
         options = tuple(Option(side, side == "true", text) for side, text in sides.items() if text is not None)
@@ -88,7 +119,7 @@ def _question(internal_id: str, name: str, q: NoulQuestion | ChoiceQuestion | Sc
     return Question(id=internal_id, kind=q.type, instructions=q.instructions, options=options, name=name)
 
 
-def render(outcome: Outcome) -> dict[str, Any]:
+def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
     """The 200 body. System One has no refusal: an unusable answer fails the request."""
     answers: dict[str, Any] = {}
     for answer in outcome.answers:
@@ -97,26 +128,30 @@ def render(outcome: Outcome) -> dict[str, Any]:
             raise BackendFailed("the model endpoint gave no usable answer to a question")
         p = answer.probabilities
         if question.kind == "noul":
-            answers[question.name] = {"type": "noul", "noul": p[0]}
+            body: dict[str, Any] = {"type": "noul", "noul": p[0]}
         elif question.kind == "choice":
             keys = [o.key for o in question.options]
-            answers[question.name] = {
+            body = {
                 "type": "choice",
-                "choice": keys[scoring.argmax(p)],
+                "choice": shown_choice(answer).key,
                 "probabilities": dict(zip(keys, p, strict=True)),
                 "confidence": scoring.choice_confidence(p),
             }
         else:
-            answers[question.name] = {
+            body = {
                 "type": "score",
                 "score": scoring.expected_score(p),
                 "legend": {str(i): o.label for i, o in enumerate(question.options)},
                 "probabilities": {str(i): v for i, v in enumerate(p)},
                 "confidence": scoring.score_confidence(p),
             }
-    return {
+        answers[question.name] = {**body, **policy_fields(answer)}
+    document = {
         "model": outcome.model,
         "answers": answers,
         "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": outcome.usage.output_tokens},
         **outcome.extensions,
     }
+    if decision_id:
+        document["x_decision_id"] = decision_id
+    return document

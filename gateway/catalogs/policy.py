@@ -1,0 +1,64 @@
+"""Calibration and thresholds: what turns probabilities into an action.
+
+Calibration divides the log-probabilities by the entry's temperature and renormalises
+(for a noul, the logit of P(true)); it runs before the thresholds and before score and
+confidence are computed, so everything the caller gets is calibrated. The policy then
+judges the calibrated answer: `auto` when the auto rule holds, else `review` when the
+review rule holds, else `abstain`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.catalogs.model import Policy, Rule
+from gateway.decisions import scoring
+
+Action = Literal["auto", "review", "abstain"]
+_EPSILON = 1e-12
+
+
+def with_temperature(kind: str, probabilities: Sequence[float], temperature: float) -> tuple[float, ...]:
+    if temperature == 1.0:
+        return tuple(probabilities)
+    if kind == "noul":
+        p = min(1 - _EPSILON, max(_EPSILON, probabilities[0]))
+        logit = math.log(p / (1 - p)) / temperature
+        return (1 / (1 + math.exp(-logit)),)
+    logs = [math.log(max(_EPSILON, p)) / temperature for p in probabilities]
+    top = max(logs)
+    weights = [math.exp(v - top) for v in logs]
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    top: float
+    margin: float
+    confidence: float
+
+
+def measures(kind: str, probabilities: Sequence[float]) -> tuple[float, float, float]:
+    """(top probability, margin over the runner-up, confidence) of an answer."""
+    distribution = (probabilities[0], 1 - probabilities[0]) if kind == "noul" else tuple(probabilities)
+    ordered = sorted(distribution, reverse=True)
+    top, margin = ordered[0], ordered[0] - ordered[1]
+    confidence = scoring.score_confidence(distribution) if kind == "score" else scoring.choice_confidence(distribution)
+    return top, margin, confidence
+
+
+def judge(kind: str, probabilities: Sequence[float], policy: Policy) -> Verdict:
+    top, margin, confidence = measures(kind, probabilities)
+
+    def holds(rule: Rule) -> bool:
+        return ((rule.min_top is None or top >= rule.min_top)
+                and (rule.min_margin is None or margin >= rule.min_margin)
+                and (rule.min_confidence is None or confidence >= rule.min_confidence))
+
+    action: Action = "auto" if holds(policy.auto) else "review" if holds(policy.review) else "abstain"
+    return Verdict(action, top, margin, confidence)

@@ -1,0 +1,60 @@
+"""Catalog references in a decision become questions, with what their entries declare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry
+from gateway.catalogs.service import CatalogService
+from gateway.decisions.model import CatalogBinding, CatalogReference, Decision, Option, Question, score_level
+from gateway.errors import Forbidden, InvalidRequest, NotFound
+
+_READOUT_FIELDS = {"readout": "x_readout", "order_average": "x_order_average", "prior": "x_prior"}
+
+
+def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool) -> Decision:
+    questions: list[Question] = []
+    declared: dict[str, set[Any]] = {}
+    for question in decision.questions:
+        if not isinstance(question, CatalogReference):
+            if catalog_only:
+                raise Forbidden("this tenant accepts catalog questions only: name an entry, e.g. {\"catalog\": \"...\"}")
+            questions.append(question)
+            continue
+        if catalogs is None:
+            raise NotFound("catalogs are not configured on this gateway")
+        try:
+            version = catalogs.get(tenant_id, question.catalog, question.version)
+        except NotFound as exc:
+            raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
+        entry = version.entry()
+        questions.append(from_entry(question.id, question.name, version, entry))
+        for field, option in _READOUT_FIELDS.items():
+            value = getattr(entry.readout, field)
+            if value is not None:
+                declared.setdefault(option, set()).add(value)
+    engine = dict(decision.engine_options)
+    for option, values in declared.items():
+        if option in engine:
+            continue  # the request's own setting wins
+        if len(values) > 1:
+            raise InvalidRequest.at(["questions"], f"these catalog entries declare different {option[2:]} settings; "
+                                    "ask them in separate requests or set it on the request", "catalog_conflict")
+        engine[option] = values.pop()
+    return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)
+
+
+def from_entry(question_id: str, name: str | None, version: CatalogVersion,
+               entry: NoulEntry | ChoiceEntry | ScoreEntry) -> Question:
+    abstain = None
+    if isinstance(entry, ChoiceEntry):
+        options = tuple(Option(o.name, o.name, o.description) for o in entry.options)
+        if entry.abstain is not None:
+            abstain = Option(entry.abstain.name, entry.abstain.name, entry.abstain.description)
+    elif isinstance(entry, ScoreEntry):
+        options = tuple(score_level(i, level.label, level.description) for i, level in enumerate(entry.levels))
+    else:
+        options = tuple(Option(side, side == "true", text) for side, text in (entry.criteria or {}).items() if text is not None)
+    binding = CatalogBinding(version.name, version.version, version.content_hash, entry.calibration.temperature, entry.policy,
+                             abstain)
+    return Question(question_id, entry.type, entry.instructions, options, name=name or version.name, binding=binding)

@@ -1,0 +1,109 @@
+"""Decision records: one per decision, for audit and replay, and for measuring drift.
+
+A record says which model file (sha256), image, prompt template, catalog entry
+(name@version and hash) and policy produced which probabilities and which action, for
+which tenant and request, and how long it took. The state itself is never kept: only a
+keyed hash of it (HMAC-SHA256 with the deployment's signing key, whose id is recorded),
+which proves later that a given state was the one decided on without revealing it.
+
+Every record is written as a structured log line (durable in CloudWatch) and to the
+records store; if the store write fails, the log line still holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.auth.credentials import Principal
+from gateway.catalogs.store import RecordStore
+from gateway.decisions.model import Answer, Decision, Outcome, Text
+from gateway.wire.common import render_json, shown_choice
+
+log = logging.getLogger("gateway.records")
+DEFAULT_RETENTION_DAYS = 90
+
+
+class DecisionRecorder:
+    def __init__(self, store: RecordStore | None, hash_key: Callable[[], tuple[str, bytes]] | None = None,
+                 retention_days: float = DEFAULT_RETENTION_DAYS, clock: Callable[[], float] = time.time,
+                 on_failure: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.hash_key = hash_key
+        self.retention_s = retention_days * 86400
+        self.clock = clock
+        self.on_failure = on_failure or (lambda: None)
+
+    def new_id(self) -> str:
+        """Time-ordered (hex milliseconds first), so a tenant's records list newest first by id."""
+        return f"{int(self.clock() * 1000):012x}{secrets.token_hex(6)}"
+
+    def state_hash(self, state: Text) -> tuple[str | None, str | None]:
+        if self.hash_key is None:
+            return None, None
+        key_id, key = self.hash_key()
+        text = state if isinstance(state, str) else render_json(state)
+        return hmac.new(key, b"decision-state\x00" + text.encode(), hashlib.sha256).hexdigest(), key_id
+
+    def record(self, record_id: str, *, principal: Principal, route: str, request_id: str, decision: Decision,
+               outcome: Outcome, latency_ms: float) -> dict[str, Any]:
+        now = self.clock()
+        digest, key_id = self.state_hash(decision.state)
+        extensions = outcome.extensions
+        body = {
+            "id": record_id,
+            "request_id": request_id,
+            "tenant_id": principal.tenant_id,
+            "credential_id": principal.credential_id,
+            "created_at": now,
+            "route": route,
+            "model_requested": decision.model,
+            "model": outcome.model,
+            "endpoint": outcome.endpoint,
+            "attempts": outcome.attempts,
+            "model_sha256": extensions.get("x_model_sha256"),
+            "image_digest": extensions.get("x_image_digest"),
+            "prompt_version": extensions.get("x_prompt_version"),
+            "readout": extensions.get("x_readout"),
+            "calibrated": decision.calibrate,
+            "state_hash": digest,
+            "state_hash_key": key_id,
+            "latency_ms": round(latency_ms, 2),
+            "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": outcome.usage.output_tokens},
+            "questions": [_question_record(answer) for answer in outcome.answers],
+        }
+        catalogs = sorted({a.question.binding.name for a in outcome.answers if a.question.binding is not None})
+        log.info("decision record", extra={"record": body})
+        if self.store is not None:
+            try:
+                self.store.put_record(principal.tenant_id, record_id, now, catalogs, body, now + self.retention_s)
+            except Exception:
+                log.exception("decision record not stored (the log line above holds it)", extra={"record_id": record_id})
+                self.on_failure()
+        return body
+
+
+def _question_record(answer: Answer) -> dict[str, Any]:
+    question = answer.question
+    binding = question.binding
+    entry: dict[str, Any] = {"name": question.name, "kind": question.kind}
+    if binding is not None:
+        entry.update(catalog=binding.ref, catalog_hash=binding.content_hash, temperature=binding.temperature,
+                     policy=None if binding.policy is None else binding.policy.model_dump(mode="json"))
+    if answer.refused:
+        return {**entry, "refused": True}
+    p = list(answer.probabilities)
+    if question.kind == "noul":
+        entry.update(probabilities={"true": p[0]}, answer=p[0] >= 0.5)
+    else:
+        entry.update(probabilities={str(o.value): v for o, v in zip(question.options, p, strict=True)},
+                     answer=shown_choice(answer).value)
+    if answer.verdict is not None:
+        entry.update(action=answer.verdict.action, top=answer.verdict.top, margin=answer.verdict.margin,
+                     confidence=answer.verdict.confidence)
+    return entry

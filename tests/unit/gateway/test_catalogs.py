@@ -1,0 +1,193 @@
+"""Catalogs through the handler: versions, references in both formats, catalog-only
+tenants, thresholds and enforcing mode, records and outcomes, tenant isolation.
+The store is a real SQLite file; the backend answers set probabilities."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.auth.authenticate import Authenticator
+from gateway.auth.tenants import create_tenant
+from gateway.auth.tokens import CachedKeyRing, new_key_document
+from gateway.stores.sqlite import SQLiteStore
+from tests.fakes import FixedBackend
+from tests.gateway_helpers import call, event, install
+
+ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide catalogs:read catalogs:write", "models": "*",
+        "credential_id": "k-acme"}
+GLOBEX = {**ACME, "principalId": "globex", "tenant_id": "globex", "credential_id": "k-globex"}
+READER = {**ACME, "scopes": "catalogs:read"}
+ROUTING = {
+    "type": "choice",
+    "instructions": "Which queue should handle this ticket?",
+    "options": [{"name": "billing", "description": "payments, refunds"}, {"name": "delivery"}, {"name": "account"}],
+    "abstain": {"name": "human", "description": "a person decides"},
+    "policy": {"mode": "enforcing", "auto": {"min_top": 0.8}, "review": {"min_top": 0.5, "min_margin": 0.2}},
+    "calibration": {"temperature": 1.0},
+}
+STATE = "Customer 4411 (alice@example.com): I was charged twice, refund one please."
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = SQLiteStore(tmp_path / "g.db")
+    create_tenant(store, "acme")
+    create_tenant(store, "globex")
+    return store
+
+
+def stack(store, **probabilities) -> FixedBackend:
+    backend = FixedBackend(**probabilities)
+    document = new_key_document()
+    install(backend, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    return backend
+
+
+def put(entry: dict, principal=ACME, name: str = "support-routing"):
+    return call(event("PUT", f"/v1/catalogs/{name}", entry, principal=principal))
+
+
+def decide(question: dict, principal=ACME, **extra):
+    return call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": STATE, "questions": {"queue": question}, **extra},
+                      principal=principal))
+
+
+def test_versions_are_immutable_hashed_and_latest_moves(store):
+    stack(store)
+    status, _, first = put(ROUTING)
+    assert status == 201 and first["version"] == 1 and len(first["hash"]) == 64 and first["created"]
+    status, _, again = put(json.loads(json.dumps(ROUTING)))  # the same content, keys in any order
+    assert status == 200 and not again["created"] and again["version"] == 1 and again["hash"] == first["hash"]
+    changed = {**ROUTING, "options": [{"name": "billing", "description": "payments, refunds, invoices"}, *ROUTING["options"][1:]]}
+    status, _, second = put(changed)
+    assert status == 201 and second["version"] == 2 and second["hash"] != first["hash"]
+    assert call(event("GET", "/v1/catalogs/support-routing", principal=READER))[2]["version"] == 2
+    old = call(event("GET", "/v1/catalogs/support-routing/versions/1", principal=READER))[2]
+    assert old["hash"] == first["hash"] and old["options"][0]["description"] == "payments, refunds"
+    versions = call(event("GET", "/v1/catalogs/support-routing/versions", principal=READER))[2]["versions"]
+    assert [v["version"] for v in versions] == [1, 2]
+    assert [c["name"] for c in call(event("GET", "/v1/catalogs", principal=READER))[2]["catalogs"]] == ["support-routing"]
+
+
+def test_catalog_writes_need_their_scope_and_bad_entries_are_422(store):
+    stack(store)
+    assert put(ROUTING, principal=READER)[0] == 403
+    assert put({**ROUTING, "options": [{"name": "a"}, {"name": "a"}]})[0] == 422
+    assert put({"type": "score", "levels": [{"label": "low"}]})[0] == 422
+    assert put(ROUTING, name="Bad Name")[0] in (404, 422)
+    assert call(event("GET", "/v1/catalogs/nothing", principal=READER))[0] == 404
+
+
+@pytest.mark.parametrize(("top", "action", "choice"), [(0.9, "auto", "billing"), (0.6, "review", "billing"),
+                                                        (0.45, "abstain", "human")])
+def test_thresholds_decide_the_action_and_enforcing_mode_answers_the_abstain_option(store, top, action, choice):
+    rest = (1 - top) / 2
+    stack(store, choice={"billing": top, "delivery": rest, "account": rest})
+    put(ROUTING)
+    status, headers, body = decide({"catalog": "support-routing"})
+    assert status == 200, body
+    answer = body["answers"]["queue"]
+    assert answer["x_action"] == action and answer["choice"] == choice
+    assert answer["x_catalog"] == "support-routing@1" and answer["x_policy"]["mode"] == "enforcing"
+    assert set(answer["probabilities"]) == {"billing", "delivery", "account"}
+    assert body["x_decision_id"] == headers["x-decision-id"]
+
+
+def test_advisory_mode_reports_abstain_but_keeps_the_answer(store):
+    stack(store, choice={"billing": 0.4, "delivery": 0.35, "account": 0.25})
+    put({**ROUTING, "policy": {**ROUTING["policy"], "mode": "advisory"}})
+    answer = decide({"catalog": "support-routing"})[2]["answers"]["queue"]
+    assert answer["x_action"] == "abstain" and answer["choice"] == "billing"
+
+
+def test_calibration_runs_before_thresholds_and_score(store):
+    stack(store, choice={"billing": 0.7, "delivery": 0.2, "account": 0.1}, score=[0.1, 0.2, 0.7])
+    put({**ROUTING, "calibration": {"temperature": 0.5}})
+    answer = decide({"catalog": "support-routing"})[2]["answers"]["queue"]
+    assert answer["probabilities"]["billing"] == pytest.approx(0.49 / (0.49 + 0.04 + 0.01))
+    assert answer["x_action"] == "auto"  # 0.907 after calibration, 0.7 before
+    raw = decide({"catalog": "support-routing"}, x_calibrate=False)[2]["answers"]["queue"]
+    assert raw["probabilities"]["billing"] == pytest.approx(0.7) and "x_action" not in raw
+    put({"type": "score", "instructions": "How angry?", "levels": [{"label": "calm"}, {"label": "annoyed"}, {"label": "angry"}],
+         "calibration": {"temperature": 2.0}}, name="anger")
+    score = decide({"catalog": "anger"})[2]["answers"]["queue"]
+    flat = [p ** 0.5 for p in (0.1, 0.2, 0.7)]
+    assert score["score"] == pytest.approx(sum(i * p / sum(flat) for i, p in enumerate(flat)))
+
+
+def test_a_pinned_version_is_used_as_it_was(store):
+    backend = stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    put({**ROUTING, "instructions": "Route it."})
+    decide({"catalog": "support-routing", "version": 1})
+    assert backend.calls[-1][1]["questions"]["q0"]["instructions"] == ROUTING["instructions"]
+    body = decide({"catalog": "support-routing", "version": 3})
+    assert body[0] == 422 and body[2]["detail"][0]["loc"] == ["body", "questions", "queue", "catalog"]
+
+
+def test_openai_decisions_reference_entries_too(store):
+    stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    status, _, body = call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE,
+                                                            "questions": [{"catalog": "support-routing", "name": "queue"}]},
+                                 principal=ACME))
+    assert status == 200, body
+    [answer] = body["answers"]
+    assert answer["choice"] == "billing" and answer["x_action"] == "auto" and body["id"].startswith("decision_")
+
+
+def test_a_catalog_only_tenant_refuses_inline_questions(store):
+    stack(store)
+    create_tenant(store, "acme", catalog_only=True)
+    put(ROUTING)
+    status, _, body = decide({"type": "noul", "instructions": "Refund?"})
+    assert status == 403 and "catalog" in body["detail"]["message"]
+    assert decide({"catalog": "support-routing"})[0] == 200
+
+
+def test_records_hold_versions_and_hashes_but_no_state_or_credential(store):
+    stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    body = decide({"catalog": "support-routing"}, principal={**ACME, "credential_id": "k-acme"})[2]
+    record = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]
+    [question] = record["questions"]
+    assert question["catalog"] == "support-routing@1" and len(question["catalog_hash"]) == 64
+    assert question["action"] == "auto" and question["answer"] == "billing" and question["policy"]["mode"] == "enforcing"
+    assert record["model_sha256"] == "ab" * 32 and record["image_digest"].startswith("sha256:")
+    assert record["prompt_version"] == "decision-prompt/1" and record["tenant_id"] == "acme"
+    assert len(record["state_hash"]) == 64 and record["state_hash_key"]
+    dumped = json.dumps(record) + open(store.path, "rb").read().decode("latin-1")
+    assert STATE not in dumped and "alice@example.com" not in dumped
+
+
+def test_outcomes_attach_to_the_tenants_own_records_and_feed_drift(store):
+    stack(store, choice={"billing": 0.9})
+    put({**ROUTING, "calibration": {"temperature": 1.0, "fit": {"fitted_at": 0.0, "samples": 100, "accuracy": 0.9,
+                                                                "ece": 0.05, "brier": 0.1}}})
+    ids = [decide({"catalog": "support-routing"})[2]["x_decision_id"] for _ in range(4)]
+    for i, decision_id in enumerate(ids):
+        expected = "billing" if i < 3 else "delivery"
+        status, _, _ = call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"queue": expected}}, principal=ACME))
+        assert status == 200
+    assert call(event("POST", f"/v1/decisions/{ids[0]}/outcome", {"answers": {"queue": "x"}}, principal=GLOBEX))[0] == 404
+    assert call(event("POST", f"/v1/decisions/{ids[0]}/outcome", {"answers": {"nope": "x"}}, principal=ACME))[0] == 422
+    listed = call(event("GET", "/v1/records?catalog=support-routing", principal=ACME))[2]
+    assert [r["id"] for r in listed["records"]] == ids[::-1]
+    drift = listed["drift"]["support-routing"]
+    assert drift["samples"] == 4 and drift["accuracy"] == pytest.approx(0.75)
+    assert drift["accuracy_change"] == pytest.approx(-0.15) and drift["ece_at_fit"] == 0.05
+
+
+def test_tenants_never_see_each_others_catalogs_or_records(store):
+    stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    decision_id = decide({"catalog": "support-routing"})[2]["x_decision_id"]
+    assert call(event("GET", "/v1/catalogs/support-routing", principal=GLOBEX))[0] == 404
+    assert call(event("GET", "/v1/catalogs", principal=GLOBEX))[2]["catalogs"] == []
+    assert decide({"catalog": "support-routing"}, principal=GLOBEX)[0] == 422
+    assert call(event("GET", f"/v1/records/{decision_id}", principal=GLOBEX))[0] == 404
+    assert call(event("GET", "/v1/records", principal=GLOBEX))[2]["records"] == []
+    put({**ROUTING, "instructions": "Globex routing"}, principal=GLOBEX)
+    assert call(event("GET", "/v1/catalogs/support-routing", principal=ACME))[2]["instructions"] == ROUTING["instructions"]
