@@ -150,7 +150,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     folder = tmp_path_factory.mktemp("store")
     store = SQLiteStore(folder / "gateway.db")
     create_tenant(store, "acme")
-    key = issue_api_key(store, "acme", ["chat", "decide"])
+    key = issue_api_key(store, "acme", ["chat", "decide", "catalogs:read", "catalogs:write"])
     store.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
     (folder / "signing-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))

@@ -40,7 +40,8 @@ def labelled_answers(records: Iterable[dict[str, Any]], catalog: str) -> list[tu
                 confidence = max(p, 1 - p)
             else:
                 confidence = max(probabilities.values(), default=0.0)
-            pairs.append((confidence, _same(question.get("answer"), expected[question["name"]])))
+            predicted = question.get("model_answer", question.get("answer"))
+            pairs.append((confidence, _same(predicted, expected[question["name"]])))
     return pairs
 
 

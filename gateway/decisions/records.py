@@ -22,6 +22,7 @@ from typing import Any
 
 from gateway.auth.credentials import Principal
 from gateway.catalogs.store import RecordStore
+from gateway.decisions import scoring
 from gateway.decisions.model import Answer, Decision, Outcome, Text
 from gateway.wire.common import render_json, shown_choice
 
@@ -101,8 +102,10 @@ def _question_record(answer: Answer) -> dict[str, Any]:
     if question.kind == "noul":
         entry.update(probabilities={"true": p[0]}, answer=p[0] >= 0.5)
     else:
+        # `answer` is what the caller got (an enforced abstain route included); `model_answer`
+        # the most likely option, which calibration drift is measured on.
         entry.update(probabilities={str(o.value): v for o, v in zip(question.options, p, strict=True)},
-                     answer=shown_choice(answer).value)
+                     answer=shown_choice(answer).value, model_answer=question.options[scoring.argmax(p)].value)
     if answer.verdict is not None:
         entry.update(action=answer.verdict.action, top=answer.verdict.top, margin=answer.verdict.margin,
                      confidence=answer.verdict.confidence)
