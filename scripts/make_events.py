@@ -20,6 +20,7 @@ EVENTS = Path(__file__).resolve().parent.parent / "events"
 BEARER = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "0123456789abcdef"}
 REFUSED = {"principalId": "anonymous", "tenant_id": "", "reason": "invalid credentials"}
 CHAT_ONLY = {**BEARER, "scopes": "chat"}
+CATALOGS = {**BEARER, "scopes": "decide catalogs:read catalogs:write"}
 AUTH = {"Authorization": "Bearer dgk_0123456789abcdef_" + "x" * 43}  # the shape of a key, not a key
 # A SigV4 caller: an assumed-role session of the role the tests map to tenant "acme".
 IAM = "arn:aws:sts::123456789012:assumed-role/DecisionClients/ci-session"
@@ -47,6 +48,12 @@ DECISIONS = {
          "levels": [{"label": "calm"}, {"label": "annoyed", "description": "irritated"}, {"label": "angry"}]},
     ],
 }
+ROUTING = {
+    "type": "choice", "instructions": "Which queue should handle this ticket?",
+    "options": [{"name": "billing", "description": "payments, refunds"}, {"name": "delivery"}, {"name": "account"}],
+    "abstain": {"name": "human-triage"}, "policy": {"mode": "enforcing", "auto": {"min_top": 0.8}, "review": {"min_top": 0.5}},
+}
+BY_REFERENCE = {"model": "jev-latest", "state": SYSTEM_ONE["state"], "questions": {"queue": {"catalog": "support-routing"}}}
 # A score's levels as a map instead of an ordered array: 422.
 INVALID = {**SYSTEM_ONE, "questions": {"anger": {"type": "score", "criteria": {"0": "calm"}}}}
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
@@ -67,6 +74,12 @@ CASES = {
     "systemone-iam": ("POST", "/v1/systemone", json.dumps(SYSTEM_ONE).encode(), {}, IAM),
     "tokens-iam": ("POST", "/v1/tokens", json.dumps({"scopes": ["decide"], "ttl_s": 900}).encode(), {}, IAM),
     "tokens-bearer-forbidden": ("POST", "/v1/tokens", b"{}", AUTH, BEARER),
+    "catalogs-1-put": ("PUT", "/v1/catalogs/support-routing", json.dumps(ROUTING).encode(), AUTH, CATALOGS),
+    "catalogs-2-get": ("GET", "/v1/catalogs/support-routing", None, AUTH, CATALOGS),
+    "catalogs-3-systemone-ref": ("POST", "/v1/systemone", json.dumps(BY_REFERENCE).encode(), AUTH, BEARER),
+    "catalogs-4-read-only-put": ("PUT", "/v1/catalogs/support-routing", json.dumps(ROUTING).encode(), AUTH,
+                                 {**CATALOGS, "scopes": "catalogs:read"}),
+    "records-list": ("GET", "/v1/records", None, AUTH, BEARER),
 }
 
 
