@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
 MODEL ?= models/gemma-3-270m-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway bench-load pack-model clean
+.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway bench-load validate pack-model clean
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
 	@$(PYTHON) scripts/setup_env.py
@@ -53,8 +53,28 @@ $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison poi
 bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16), then with the first killed halfway
 	@$(PY) -m bench.load
 
+validate: setup  ## cfn-lint and sam validate --lint on template.yaml (offline)
+	@.cache/tools/bin/cfn-lint template.yaml
+	@AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 .cache/tools/bin/sam validate --lint -t template.yaml
+
 pack-model: setup  ## model.tar.gz for SageMaker from MODEL
 	@$(PY) -m scorer_container pack $(firstword $(wildcard $(MODEL)/*.gguf)) --output build/model.tar.gz
 
 clean:
 	rm -rf build reports .pytest_cache .ruff_cache
+
+# -- the Lambda artifact (sam build, BuildMethod: makefile) ---------------------------------
+# SAM calls these with ARTIFACTS_DIR set. The artifact's root holds the gateway package
+# and its dependencies, built for the function's architecture (LAMBDA_ARCH: arm64, the
+# template's default, or x86_64); boto3 comes with the Lambda runtime.
+LAMBDA_ARCH ?= arm64
+LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64
+LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
+
+build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
+	mkdir -p "$(ARTIFACTS_DIR)"
+	cp -R gateway "$(ARTIFACTS_DIR)/"
+	find "$(ARTIFACTS_DIR)/gateway" -name __pycache__ -prune -exec rm -rf {} +
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
+		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version 3.11 --only-binary=:all: \
+		-r requirements/lambda.txt

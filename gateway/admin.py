@@ -96,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600, exist_ok=True)
         path.write_text(document)
-        _out({"file": str(path), "current": json.loads(document)["current"], "keys": len(json.loads(document)["keys"])})
+        parsed = json.loads(document)
+        _out({"file": str(path), "current": parsed["current"], "keys": sum(1 for k in parsed if k.startswith("key:"))})
         return 0
 
     authenticator = _authenticator(args)

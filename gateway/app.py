@@ -61,11 +61,21 @@ class RevokeRequest(BaseModel):
 
 def flavor_of(path: str) -> Flavor | None:
     """The error shape of a path: System One, OpenAI, or None for both (models, unknown paths)."""
+    path = route_path(path)
     if path in SYSTEM_ONE_PATHS or path in PUBLIC_PATHS:
         return "systemone"
     if path in OPENAI_PATHS:
         return "openai"
     return None
+
+
+# The same routes are deployed twice: under / for bearer callers (the SDKs) and under
+# /iam for SigV4 callers (API Gateway's AWS_IAM authorization); the function serves both.
+IAM_PREFIX = "/iam"
+
+
+def route_path(path: str) -> str:
+    return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -119,7 +129,7 @@ def principal_of(event: dict[str, Any], authenticator: Any, now: float) -> Princ
 
 
 def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=strict_json)
+    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=strict_json, strip_prefixes=[IAM_PREFIX])
 
     def caller(scope: str | None) -> Principal:
         principal = principal_of(app.current_event.raw_event, runtime.authenticator, time.time())

@@ -149,8 +149,10 @@ def _plain_response(exc: GatewayError, path: str) -> dict[str, Any]:
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:
+    from gateway.app import route_path
+
     names = ["x-request-id"]
-    if path.startswith("/v1/systemone"):
+    if route_path(path).startswith("/v1/systemone"):
         names.append("x-typesafe-request-id")
     if "multiValueHeaders" in result:
         for name in names:

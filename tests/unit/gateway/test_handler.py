@@ -227,3 +227,10 @@ def test_token_routes_without_a_configured_authenticator_are_403_not_500(backend
     assert status == 403 and "not configured" in body["error"]["message"]
     status, _, _ = call(event("POST", "/v1/tokens/revoke", {"token": "dgt_x.y"}, principal={**PRINCIPAL, "scopes": "admin"}))
     assert status == 403
+
+
+def test_the_iam_prefix_serves_the_same_routes_with_the_same_shapes(backend):
+    status, headers, body = call(event("POST", "/iam/v1/systemone", SYSTEM_ONE))
+    assert status == 200 and headers["x-typesafe-request-id"]
+    status, _, body = call(event("POST", "/iam/v1/systemone", {**SYSTEM_ONE, "model": "nope"}))
+    assert status == 404 and body["detail"]["error_type"] == "not_found"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build the scorer image, push it to ECR, and record the digest the template pins.
+#
+#   CPU_IMAGE=python:3.11-slim-bookworm@sha256:... scripts/push_image.sh cpu [repository]
+#   CUDA_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04@sha256:... scripts/push_image.sh cuda [repository]
+#
+# Prints REPOSITORY@sha256:... and writes it to build/image-<flavor>.txt: pass it to
+# `sam deploy --parameter-overrides CpuImageUri=... | GpuImageUri=...`. Base images must be
+# pinned by digest too (ALLOW_UNPINNED_BASE=1 to try a build with the Dockerfile's tags).
+# Needs docker and the AWS CLI, with credentials allowed to push to ECR.
+set -euo pipefail
+
+flavor="${1:-cpu}"
+repository="${2:-decision-gateway-scorer}"
+case "$flavor" in
+  cpu) base_arg="CPU_IMAGE"; base="${CPU_IMAGE:-}" ;;
+  cuda) base_arg="CUDA_IMAGE"; base="${CUDA_IMAGE:-}" ;;
+  *) echo "push_image: flavor is cpu or cuda, not '$flavor'" >&2; exit 2 ;;
+esac
+build_args=(--build-arg "BASE=$flavor")
+if [[ -n "$base" ]]; then
+  build_args+=(--build-arg "$base_arg=$base")
+fi
+if [[ "$base" != *@sha256:* && "${ALLOW_UNPINNED_BASE:-0}" != "1" ]]; then
+  echo "push_image: set $base_arg to a base image pinned by digest (name@sha256:...)" >&2
+  exit 2
+fi
+
+region="${AWS_REGION:-${AWS_DEFAULT_REGION:-$(aws configure get region)}}"
+account="$(aws sts get-caller-identity --query Account --output text)"
+registry="$account.dkr.ecr.$region.amazonaws.com"
+if ! aws ecr describe-repositories --repository-names "$repository" --region "$region" >/dev/null 2>&1; then
+  aws ecr create-repository --repository-name "$repository" --region "$region" \
+    --image-tag-mutability IMMUTABLE --image-scanning-configuration scanOnPush=true >/dev/null
+fi
+aws ecr get-login-password --region "$region" | docker login --username AWS --password-stdin "$registry" >/dev/null
+
+tag="$flavor-$(git rev-parse --short=12 HEAD)"
+image="$registry/$repository:$tag"
+docker build -f scorer_container/Dockerfile "${build_args[@]}" -t "$image" .
+docker push "$image" >/dev/null
+digest="$(docker inspect --format '{{index .RepoDigests 0}}' "$image")"
+mkdir -p build
+echo "$digest" > "build/image-$flavor.txt"
+echo "$digest"
