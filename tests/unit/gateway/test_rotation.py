@@ -18,7 +18,7 @@ INITIAL = {"current": "k1", "key:k1": "x" * 64}
 
 
 class SecretsManager:
-    class exceptions:  # noqa: N801 (boto3's attribute name)
+    class exceptions:
         class ResourceNotFoundException(Exception):
             pass
 
@@ -29,20 +29,20 @@ class SecretsManager:
     def start_rotation(self, token: str) -> None:
         self.stages[token] = ["AWSPENDING"]  # what RotateSecret does before calling the function
 
-    def describe_secret(self, SecretId):  # noqa: N803
+    def describe_secret(self, SecretId):
         return {"VersionIdsToStages": {k: list(v) for k, v in self.stages.items()}}
 
-    def get_secret_value(self, SecretId, VersionId=None, VersionStage="AWSCURRENT"):  # noqa: N803
+    def get_secret_value(self, SecretId, VersionId=None, VersionStage="AWSCURRENT"):
         version = VersionId or next(v for v, s in self.stages.items() if VersionStage in s)
         if version not in self.values or VersionStage not in self.stages.get(version, []):
             raise self.exceptions.ResourceNotFoundException
         return {"SecretString": self.values[version]}
 
-    def put_secret_value(self, SecretId, ClientRequestToken, SecretString, VersionStages):  # noqa: N803
+    def put_secret_value(self, SecretId, ClientRequestToken, SecretString, VersionStages):
         self.values[ClientRequestToken] = SecretString
         self.stages[ClientRequestToken] = list(VersionStages)
 
-    def update_secret_version_stage(self, SecretId, VersionStage, MoveToVersionId, RemoveFromVersionId):  # noqa: N803
+    def update_secret_version_stage(self, SecretId, VersionStage, MoveToVersionId, RemoveFromVersionId):
         self.stages[RemoveFromVersionId].remove(VersionStage)
         self.stages[MoveToVersionId].append(VersionStage)
 
