@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions import scoring
 from gateway.decisions.model import Answer, Option
 
@@ -18,6 +19,20 @@ class Wire(BaseModel):
     """Strict types (no "1" for 1), unknown fields ignored, as both formats specify."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class CatalogQuestion(Wire):
+    """A question declared in the tenant's catalog, named instead of written out."""
+
+    catalog: str = Field(pattern=NAME_PATTERN, description="The catalog entry's name.")
+    version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A version; the latest when absent.")
+
+
+def question_kind(value: Any) -> str | None:
+    """A question's union tag: "catalog" for a reference to a catalog entry, else its `type`."""
+    if isinstance(value, dict):
+        return "catalog" if "catalog" in value else value.get("type")
+    return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
 
 
 def render_json(value: Any) -> str:

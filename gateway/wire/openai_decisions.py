@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions import scoring
 from gateway.decisions.model import (
     MAX_CHOICES,
@@ -29,7 +28,7 @@ from gateway.decisions.model import (
     score_level,
 )
 from gateway.errors import InvalidRequest
-from gateway.wire.common import Wire, policy_fields, question_id, render_json, shown_choice
+from gateway.wire.common import CatalogQuestion, Wire, policy_fields, question_id, question_kind, render_json, shown_choice
 
 
 class CacheBreakpoint(Wire):
@@ -159,24 +158,16 @@ class Score(Wire):
     levels: list[Level] = Field(min_length=2, max_length=MAX_LEVELS)
 
 
-class CatalogQuestion(Wire):
-    """An extension: a question declared in the tenant's catalog, named instead of written out."""
+class NamedCatalogQuestion(CatalogQuestion):
+    """An extension of the format: a catalog entry, with the name its answer carries."""
 
-    catalog: str = Field(pattern=NAME_PATTERN)
-    version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
     name: str | None = None
-
-
-def _question_kind(value: Any) -> str | None:
-    if isinstance(value, dict):
-        return "catalog" if "catalog" in value else value.get("type")
-    return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
 
 
 DecisionQuestion = Annotated[
     Annotated[Predicate, Tag("predicate")] | Annotated[Choice, Tag("choice")] | Annotated[Score, Tag("score")]
-    | Annotated[CatalogQuestion, Tag("catalog")],
-    Discriminator(_question_kind),
+    | Annotated[NamedCatalogQuestion, Tag("catalog")],
+    Discriminator(question_kind),
 ]
 
 
@@ -228,8 +219,8 @@ def _parts_text(parts: list[Any], loc: list[str | int]) -> str:
     return "\n".join(texts)
 
 
-def _question(position: int, q: Predicate | Choice | Score | CatalogQuestion) -> Question | CatalogReference:
-    if isinstance(q, CatalogQuestion):
+def _question(position: int, q: Predicate | Choice | Score | NamedCatalogQuestion) -> Question | CatalogReference:
+    if isinstance(q, NamedCatalogQuestion):
         return CatalogReference(question_id(position), q.name, q.catalog, q.version, loc=position)
     loc: list[str | int] = ["questions", position, "instructions"]
     instructions = q.instructions if isinstance(q.instructions, str) else _parts_text(q.instructions, loc)

@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions import scoring
 from gateway.decisions.model import (
     MAX_CHOICES,
@@ -23,7 +22,15 @@ from gateway.decisions.model import (
     Question,
 )
 from gateway.errors import BackendFailed
-from gateway.wire.common import JsonText, Wire, policy_fields, question_id, shown_choice
+from gateway.wire.common import (
+    CatalogQuestion,
+    JsonText,
+    Wire,
+    policy_fields,
+    question_id,
+    question_kind,
+    shown_choice,
+)
 
 
 class NoulCriteria(Wire):
@@ -69,23 +76,10 @@ class ScoreQuestion(Wire):
     criteria: list[JsonText] = Field(min_length=2, max_length=MAX_LEVELS)
 
 
-class CatalogQuestion(Wire):
-    """A question declared in the tenant's catalog, named instead of written out."""
-
-    catalog: str = Field(pattern=NAME_PATTERN, description="The catalog entry's name.")
-    version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A version; the latest when absent.")
-
-
-def _question_kind(value: Any) -> str | None:
-    if isinstance(value, dict):
-        return "catalog" if "catalog" in value else value.get("type")
-    return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
-
-
 SystemOneQuestion = Annotated[
     Annotated[NoulQuestion, Tag("noul")] | Annotated[ChoiceQuestion, Tag("choice")] | Annotated[ScoreQuestion, Tag("score")]
     | Annotated[CatalogQuestion, Tag("catalog")],
-    Discriminator(_question_kind),
+    Discriminator(question_kind),
 ]
 
 
