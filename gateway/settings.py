@@ -125,8 +125,7 @@ class AuthSettings(_Settings):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
-            raise SettingsError(f"invalid auth settings: {problems}") from None
+            raise _refused("auth settings", exc) from None
 
 
 class GatewaySettings(_Settings):
@@ -177,8 +176,12 @@ class GatewaySettings(_Settings):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
-            raise SettingsError(f"invalid gateway settings: {problems}") from None
+            raise _refused("gateway settings", exc) from None
+
+
+def _refused(what: str, exc: ValidationError) -> SettingsError:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False))
+    return SettingsError(f"invalid {what}: {problems}")
 
 
 def _ssm_parameter(name: str) -> str:

@@ -9,8 +9,11 @@ model next to the key.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from gateway.decisions import scoring
 
 # Text shown to the model: a string, or a JSON object or array rendered as canonical JSON.
 Text = str | dict[str, Any] | list[Any]
@@ -108,3 +111,19 @@ class Outcome:
     endpoint: str = ""  # the endpoint that answered
     attempts: int = 1  # endpoints tried, that one included
     extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)
+
+
+def render_json(value: Any) -> str:
+    """A JSON value as text the model reads: canonical, so equal values give equal prompts."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def shown_choice(answer: Answer) -> Option:
+    """The option a choice answers: the most likely one, or, when an enforcing policy
+    abstains, the entry's declared abstain option."""
+    question, verdict = answer.question, answer.verdict
+    binding = question.binding
+    if (verdict is not None and verdict.action == "abstain" and binding is not None and binding.abstain is not None
+            and binding.policy is not None and binding.policy.mode == "enforcing"):
+        return binding.abstain
+    return question.options[scoring.argmax(answer.probabilities)]

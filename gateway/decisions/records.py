@@ -23,8 +23,7 @@ from typing import Any
 from gateway.auth.credentials import Principal
 from gateway.catalogs.store import RecordStore
 from gateway.decisions import scoring
-from gateway.decisions.model import Answer, Decision, Outcome, Text
-from gateway.wire.common import render_json, shown_choice
+from gateway.decisions.model import Answer, Decision, Outcome, Text, render_json, shown_choice
 
 log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90

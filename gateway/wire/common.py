@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
-from gateway.decisions import scoring
-from gateway.decisions.model import Answer, Option
+from gateway.decisions.model import Answer
 
 # A description, instruction or state: any JSON value but a number or a boolean.
 JsonText = str | dict[str, Any] | list[Any]
@@ -35,25 +33,9 @@ def question_kind(value: Any) -> str | None:
     return "catalog" if isinstance(value, CatalogQuestion) else getattr(value, "type", None)
 
 
-def render_json(value: Any) -> str:
-    """A JSON value as text the model reads: canonical, so equal values give equal prompts."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
 def question_id(position: int) -> str:
     """Internal question ids are positional: the caller's ids and names never reach the model."""
     return f"q{position}"
-
-
-def shown_choice(answer: Answer) -> Option:
-    """The option a choice answers: the most likely one, or, when an enforcing policy
-    abstains, the entry's declared abstain option."""
-    question, verdict = answer.question, answer.verdict
-    binding = question.binding
-    if (verdict is not None and verdict.action == "abstain" and binding is not None and binding.abstain is not None
-            and binding.policy is not None and binding.policy.mode == "enforcing"):
-        return binding.abstain
-    return question.options[scoring.argmax(answer.probabilities)]
 
 
 def policy_fields(answer: Answer) -> dict[str, Any]:

@@ -25,10 +25,12 @@ from gateway.decisions.model import (
     Option,
     Outcome,
     Question,
+    render_json,
     score_level,
+    shown_choice,
 )
 from gateway.errors import InvalidRequest
-from gateway.wire.common import CatalogQuestion, Wire, policy_fields, question_id, question_kind, render_json, shown_choice
+from gateway.wire.common import CatalogQuestion, Wire, policy_fields, question_id, question_kind
 
 
 class CacheBreakpoint(Wire):

@@ -20,6 +20,7 @@ from gateway.decisions.model import (
     Option,
     Outcome,
     Question,
+    shown_choice,
 )
 from gateway.errors import BackendFailed
 from gateway.wire.common import (
@@ -29,7 +30,6 @@ from gateway.wire.common import (
     policy_fields,
     question_id,
     question_kind,
-    shown_choice,
 )
 
 
