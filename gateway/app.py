@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Annotated, Any
 
@@ -314,10 +315,21 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     return app
 
 
+# An escaped UTF-16 surrogate (\ud800-\udfff): paired they are fine, alone they are not text.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def strict_json(text: str) -> Any:
-    """json.loads that refuses NaN and Infinity (they are not JSON, and not probabilities)."""
+    """json.loads that refuses NaN and Infinity (not JSON, and not probabilities) and
+    unpaired surrogates (not Unicode: no model, store or log could take them)."""
 
     def refuse(constant: str) -> Any:
         raise json.JSONDecodeError(f"{constant} is not valid JSON", text, 0)
 
-    return json.loads(text, parse_constant=refuse)
+    value = json.loads(text, parse_constant=refuse)
+    if _ESCAPED_SURROGATE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise json.JSONDecodeError("a string holds an unpaired surrogate (\\ud800-\\udfff)", text, 0) from exc
+    return value

@@ -218,9 +218,16 @@ async def _read_json(request: Request, limit: int) -> Any:
     if not raw.strip():
         raise InvalidRequest.at([], "the body is empty; a JSON object is required", "missing")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise InvalidRequest.at([], "the body is not valid JSON", "json_invalid") from None
+    # An escaped unpaired surrogate (\ud800) parses, but is not text a tokenizer can take.
+    if b"\\u" in raw:
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest.at([], "a string holds an unpaired surrogate (\\ud800-\\udfff)", "json_invalid") from None
+    return body
 
 
 def _decompress(data: bytes, encoding: str, limit: int) -> bytes:

@@ -96,6 +96,7 @@ def test_compressed_bodies_are_accepted(scorer_url, encoding):
         (b"\x00\x01garbage", {"content-encoding": "gzip"}, 422),
         (b"{}", {"content-encoding": "br"}, 415),
         (json.dumps({**DECISION, "state": None}).encode(), {}, 422),
+        (json.dumps({**DECISION, "state": "a\ud800b"}).encode(), {}, 422),  # an unpaired surrogate is no text
         (b" " * (6 * 1024 * 1024 + 1), {}, 413),
         (gzip.compress(b"[" + b"1," * (4 * 1024 * 1024) + b"1]"), {"content-encoding": "gzip"}, 413),
     ],

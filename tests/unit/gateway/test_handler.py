@@ -234,3 +234,12 @@ def test_the_iam_prefix_serves_the_same_routes_with_the_same_shapes(backend):
     assert status == 200 and headers["x-typesafe-request-id"]
     status, _, body = call(event("POST", "/iam/v1/systemone", {**SYSTEM_ONE, "model": "nope"}))
     assert status == 404 and body["detail"]["error_type"] == "not_found"
+
+
+def test_an_unpaired_surrogate_is_a_422_and_a_pair_is_text(backend):
+    """Found by the fuzzer: "\\ud800" parses as JSON but is no text, so it failed deep inside (500)."""
+    lone = b'{"model": "jev-latest", "state": "a\\ud800b", "questions": {"q": {"type": "noul", "instructions": "x"}}}'
+    status, _, body = call(event("POST", "/v1/systemone", raw=lone))
+    assert status == 422 and body["detail"][0]["type"] == "json_invalid"
+    pair = b'{"model": "jev-latest", "state": "a\\ud83d\\ude00b", "questions": {"q": {"type": "noul", "instructions": "x"}}}'
+    assert call(event("POST", "/v1/systemone", raw=pair))[0] == 200
