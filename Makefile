@@ -7,8 +7,8 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 
 .PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway bench-load validate pack-model clean
 
-setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models
-	@$(PYTHON) scripts/setup_env.py
+setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
+	@$(PYTHON) scripts/setup_env.py --model $(notdir $(MODEL))
 
 test: setup  ## the whole suite, the real tiny models included
 	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts

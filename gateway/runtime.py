@@ -70,7 +70,7 @@ class GatewayRuntime:
                 for i, e in enumerate(m.endpoints)
             )
             routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date,
-                                     EndpointPool(members, policy, circuits)))
+                                     EndpointPool(members, policy, circuits), m.max_request_tokens))
         registry = ModelRegistry(routes)
         from gateway.auth.factory import build_authenticator, build_store
 

@@ -3,7 +3,8 @@
 A request that would wait behind more than `max_waiting` others is refused at once
 with a Retry-After estimated from recent job durations, instead of joining an
 unbounded queue that would only time out later (SageMaker gives a container 60 s per
-invocation). Scale comes from more instances, not from a longer line.
+invocation). A request whose deadline passes while it waits, or whose caller hangs up,
+is dropped without running. Scale comes from more instances, not from a longer line.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from scorer_container.errors import Overloaded
+from scorer_container.deadline import Deadline
+from scorer_container.errors import DeadlineExceeded, Overloaded
 
 
 class Ticket:
@@ -25,14 +27,26 @@ class Ticket:
         self._released = False
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """Wait for the model, then hold it for the job."""
-        async with self._admission._running:
-            started = time.monotonic()
+    async def running(self, deadline: Deadline | None = None) -> AsyncIterator[None]:
+        """Wait for the model (no longer than the deadline), then hold it for the job."""
+        semaphore = self._admission._running
+        wait = None if deadline is None or deadline.remaining() == math.inf else max(0.0, deadline.remaining())
+        try:
+            await asyncio.wait_for(semaphore.acquire(), wait)
+        except TimeoutError:
+            raise DeadlineExceeded("the request's deadline passed while it waited for the model") from None
+        if deadline is not None:
             try:
-                yield
-            finally:
-                self._admission._observe(time.monotonic() - started)
+                deadline.check()  # expired or abandoned while it waited: it never runs
+            except DeadlineExceeded:
+                semaphore.release()
+                raise
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            semaphore.release()
+            self._admission._observe(time.monotonic() - started)
 
     def release(self) -> None:
         if not self._released:

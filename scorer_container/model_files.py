@@ -37,6 +37,9 @@ class ModelManifest:
     quantization: str
     # The readout this model answers best with (measured by `make eval`); a request may override it.
     readout: Readout = "letters"
+    # The debiasing this model answers best with (also measured by `make eval`).
+    order_average: bool = True
+    prior: bool = True
     description: str = ""
     release_date: str = ""
 
@@ -50,6 +53,8 @@ class ModelManifest:
         manifest = cls(**known)  # type: ignore[arg-type]
         if manifest.readout not in ("letters", "likelihood"):
             raise ModelFileError(f"{where}: readout must be 'letters' or 'likelihood'")
+        if not isinstance(manifest.order_average, bool) or not isinstance(manifest.prior, bool):
+            raise ModelFileError(f"{where}: order_average and prior must be true or false")
         if not isinstance(manifest.size, int) or manifest.size <= 0:
             raise ModelFileError(f"{where}: size must be a positive integer")
         return manifest

@@ -9,6 +9,14 @@ takes its parent's KV cells with `seq_cp` (the unified cache shares the cells, i
 not copy them). Nodes are packed into batches of up to `n_batch` tokens; logits are
 requested only at read positions, and a leaf's cells are released as soon as its reads
 are done, so memory is bounded by the tree's live paths, not by the request.
+
+Sibling leaves (the option continuations of a likelihood probe, say) are decoded
+together: one `llama_decode` carries all of them, each token tagged with its own
+sequence, so each attends only to its parent's cells and its own. That is exact: two
+identical continuations in one batch come out bit-identical, and a continuation's
+log-probabilities differ from evaluating its prompt alone only as much as decoding it
+in a separate call does (llama.cpp's kernels depend on the batch's shape, not on what
+else is in it; tests/integration/test_engine.py checks both).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scorer_container.deadline import Deadline, never
 from scorer_container.errors import ContextOverflow
 from scorer_container.llama_runtime import Batch, Runtime
 
@@ -39,6 +48,11 @@ class Read:
 class Branch:
     tokens: tuple[int, ...]
     reads: tuple[Read, ...]
+    # Branches with the same key whose leaves are siblings are decoded in one batch. The
+    # caller gives one key to the continuations of one probe only: batching changes where
+    # a leaf's cells sit in the cache, and so its last bits, so a probe's numbers must
+    # never depend on which other probes share its request.
+    batch_key: int | None = None
 
 
 @dataclass
@@ -51,6 +65,7 @@ class _Node:
     reads: list[tuple[int, tuple[int, ...], int, int]] = field(default_factory=list)
     seq_id: int | None = None
     pending_children: int = 0
+    batch_key: int | None = None
 
     @property
     def end(self) -> int:
@@ -69,6 +84,17 @@ def build_tree(branches: Sequence[Branch]) -> _Node:
     """Merge the branches into a radix tree; the root covers their common prefix (maybe empty)."""
     root = _Node(start=0, tokens=[], parent=None)
     _grow(root, list(range(len(branches))), branches)
+    keys: dict[int, set[int | None]] = {}
+    leaves: dict[int, _Node] = {}
+    for branch in branches:
+        if branch.tokens:
+            leaf = _node_at(root, branch.tokens, len(branch.tokens) - 1)
+            if not leaf.children:
+                keys.setdefault(id(leaf), set()).add(branch.batch_key)
+                leaves[id(leaf)] = leaf
+    for key, leaf in leaves.items():
+        # Identical branches share a leaf: it batches only if they all agree.
+        leaf.batch_key = next(iter(keys[key])) if len(keys[key]) == 1 else None
     for b, branch in enumerate(branches):
         for r, read in enumerate(branch.reads):
             if not 0 <= read.position < len(branch.tokens):
@@ -119,8 +145,12 @@ def longest_path(root: _Node) -> int:
     return longest
 
 
-def evaluate(runtime: Runtime, branches: Sequence[Branch]) -> TreeResult:
-    """Decode the tree of `branches` and return every read. The KV cache is cleared first and after."""
+def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | None = None) -> TreeResult:
+    """Decode the tree of `branches` and return every read. The KV cache is cleared first and after.
+
+    `deadline` is checked before every decode: when it passes (or the caller leaves) the
+    evaluation stops there with DeadlineExceeded, and the cache is cleared all the same.
+    """
     results: list[list[np.ndarray]] = [[np.empty(0)] * len(b.reads) for b in branches]
     if not branches:
         return TreeResult(results, 0)
@@ -133,13 +163,13 @@ def evaluate(runtime: Runtime, branches: Sequence[Branch]) -> TreeResult:
         )
     runtime.clear()
     try:
-        evaluated = _run(runtime, root, results)
+        evaluated = _run(runtime, root, results, deadline or never())
     finally:
         runtime.clear()
     return TreeResult(results, evaluated)
 
 
-def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]]) -> int:
+def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
     free_seqs = deque(range(runtime.n_seq_max))
     evaluated = 0
 
@@ -163,13 +193,25 @@ def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]]) -> int:
     root.pending_children = len(root.children)
     while ready:
         node = ready.pop()
+        if node.batch_key is not None and not node.children and node.parent is not None:
+            leaves = _sibling_leaves(node, ready, runtime.n_batch, len(free_seqs))
+            if len(leaves) > 1:
+                for leaf in leaves:
+                    leaf.seq_id = free_seqs.popleft()
+                    if node.parent.seq_id is not None:
+                        runtime.copy_sequence(node.parent.seq_id, leaf.seq_id)
+                _decode_leaves(runtime, leaves, results, deadline)
+                for leaf in leaves:
+                    evaluated += len(leaf.tokens)
+                    release(leaf)
+                continue
         if not free_seqs:
             raise ContextOverflow("the request branches deeper than this model's parallel sequences allow")
         node.seq_id = free_seqs.popleft()
         parent = node.parent
         if parent is not None and parent.seq_id is not None:
             runtime.copy_sequence(parent.seq_id, node.seq_id)
-        _decode_node(runtime, node, results)
+        _decode_node(runtime, node, results, deadline)
         evaluated += len(node.tokens)
         if node.children:
             node.pending_children = len(node.children)
@@ -179,15 +221,49 @@ def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]]) -> int:
     return evaluated
 
 
-def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]]) -> None:
-    """Decode one node's tokens in its own sequence.
+def _read_rows(node: _Node) -> int:
+    return len({local for local, *_ in node.reads})
 
-    One sequence per `llama_decode` on purpose: with a unified KV cache, llama.cpp gives
-    wrong logits to the second of two sequences decoded in the same batch (identical
-    suffixes in two sequences came out up to 0.3 apart; upstream issue
-    ggml-org/llama.cpp#24962). Decoding them one after another is exact and measured
-    within a few percent of one batched decode.
-    """
+
+def _sibling_leaves(first: _Node, ready: list[_Node], n_batch: int, free: int) -> list[_Node]:
+    """`first` and the leaves after it on the stack that share its parent and fit one decode with it."""
+    leaves = [first]
+    tokens, rows = len(first.tokens), _read_rows(first)
+    if tokens > n_batch or rows > MAX_LOGITS_ROWS_PER_DECODE:
+        return leaves
+    while ready and len(leaves) < free:
+        candidate = ready[-1]
+        if candidate.parent is not first.parent or candidate.children or candidate.batch_key != first.batch_key:
+            break
+        if tokens + len(candidate.tokens) > n_batch or rows + _read_rows(candidate) > MAX_LOGITS_ROWS_PER_DECODE:
+            break
+        leaves.append(ready.pop())
+        tokens += len(candidate.tokens)
+        rows += _read_rows(candidate)
+    return leaves
+
+
+def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.ndarray]], deadline: Deadline) -> None:
+    """Decode sibling leaves in one batch, each in its own sequence (already copied from the parent)."""
+    batch = Batch.empty()
+    pending: list[tuple[int, tuple[int, ...], int, int]] = []
+    for leaf in leaves:
+        reads_at: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
+        for local, candidates, b, r in leaf.reads:
+            reads_at.setdefault(local, []).append((candidates, b, r))
+        for i, token in enumerate(leaf.tokens):
+            wanted = reads_at.get(i)
+            index = batch.add(token, leaf.start + i, leaf.seq_id, bool(wanted))
+            if wanted:
+                pending.extend((index, candidates, b, r) for candidates, b, r in wanted)
+    deadline.check()
+    runtime.decode(batch)
+    for index, candidates, b, r in pending:
+        results[b][r] = _log_probs(runtime.logits(index), candidates)
+
+
+def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> None:
+    """Decode one node's tokens in its own sequence, in pieces of at most n_batch tokens."""
     reads_at: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
     for local, candidates, b, r in node.reads:
         reads_at.setdefault(local, []).append((candidates, b, r))
@@ -197,6 +273,7 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]])
 
     def flush() -> None:
         nonlocal rows
+        deadline.check()
         runtime.decode(batch)
         for index, candidates, b, r in pending:
             results[b][r] = _log_probs(runtime.logits(index), candidates)

@@ -13,6 +13,11 @@ Routes
 The model loads in a background thread after the socket is open, so /ping answers
 (503) within milliseconds and never waits behind inference: inference runs in worker
 threads, and llama.cpp releases the GIL while it computes.
+
+Every request gets a deadline when it arrives (`timeout_ms` in the custom attributes,
+capped by SCORER_DEADLINE_S) and a watcher that notices when its caller hangs up; a
+decision's cost is counted and checked against the budget before it takes a place in
+line, so an over-budget request gets 413 at once even while the model is busy.
 """
 
 from __future__ import annotations
@@ -36,9 +41,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from scorer_container.admission import Admission, Ticket
+from scorer_container.budget import Budget, budget_for
 from scorer_container.chat import ChatGenerator, ChatUsage, chunk, new_completion_id
+from scorer_container.deadline import Deadline
 from scorer_container.engine import DecisionEngine
 from scorer_container.errors import (
+    DeadlineExceeded,
     InvalidRequest,
     ModelNotReady,
     PayloadTooLarge,
@@ -62,6 +70,7 @@ class Loaded:
     engine: DecisionEngine
     chat: ChatGenerator
     model_name: str
+    budget: Budget
 
 
 class ScorerService:
@@ -90,13 +99,17 @@ class ScorerService:
                 prompts,
                 model_name=name,
                 default_readout=self.settings.readout or manifest.readout,
+                default_order_average=manifest.order_average,
+                default_prior=manifest.prior,
                 prior_cache_size=self.settings.prior_cache_size,
                 max_labels=self.settings.max_labels,
                 temperature=self.settings.temperature,
             )
-            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name)
+            budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
+            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
             self.status, self.reason = "ready", ""
-            log.info("model ready: %s (%s, readout %s)", name, manifest.sha256[:12], engine.default_readout)
+            log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.default_readout,
+                     budget.describe())
         except ScorerError as exc:
             self.status, self.reason = "failed", exc.message
             log.error("model refused: %s", exc.message)
@@ -116,8 +129,10 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
         log.warning("ignoring SM_LLAMA_CPP options this engine does not use: %s", ", ".join(settings.ignored_options))
 
     async def ping(request: Request) -> Response:
-        if service.status == "ready":
-            return JSONResponse({"status": "ready", "model": service.loaded.model_name})  # type: ignore[union-attr]
+        loaded = service.loaded
+        if service.status == "ready" and loaded is not None:
+            return JSONResponse({"status": "ready", "model": loaded.model_name, "max_request_tokens": loaded.budget.max_tokens,
+                                 "tokens_per_s": loaded.budget.tokens_per_s})
         return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
 
     async def models(request: Request) -> Response:
@@ -138,19 +153,19 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
         )
 
     async def systemone(request: Request) -> Response:
-        return await _handle(request, "systemone", lambda body: _decide(service, body))
+        return await _handle(request, "systemone", lambda body, deadline: _decide(service, body, deadline))
 
     async def chat_completions(request: Request) -> Response:
-        return await _handle(request, "openai", lambda body: _chat(service, body))
+        return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline))
 
     async def invocations(request: Request) -> Response:
         route = _route_from_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
 
-        async def dispatch(body: Any) -> Response:
+        async def dispatch(body: Any, deadline: Deadline) -> Response:
             chosen = route or _route_from_body(body)
             if chosen == "chat":
-                return await _chat(service, body)
-            return await _decide(service, body)
+                return await _chat(service, body, deadline)
+            return await _decide(service, body, deadline)
 
         flavor: Flavor = "openai" if route == "chat" else "systemone"
         response = await _handle(request, flavor, dispatch)
@@ -188,9 +203,12 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
 async def _handle(request: Request, flavor: Flavor, handler) -> Response:
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
     service: ScorerService = request.app.state.service
+    deadline = Deadline(_timeout_s(request.headers.get(CUSTOM_ATTRIBUTES, ""), service.settings.deadline_s))
+    watcher: asyncio.Task | None = None
     try:
         body = await _read_json(request, service.settings.max_body_bytes)
-        response = await handler(body)
+        watcher = asyncio.create_task(_watch_disconnect(request, deadline))
+        response = await handler(body, deadline)
     except ScorerError as exc:
         if not isinstance(exc, RequestError):
             log.warning("request %s: %s", request_id, exc.message)
@@ -198,6 +216,9 @@ async def _handle(request: Request, flavor: Flavor, handler) -> Response:
     except Exception:
         log.exception("request %s failed", request_id)
         response = error_response(ScorerError("the scorer failed on this request"), flavor)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     response.headers["x-request-id"] = request_id
     if flavor == "systemone":
         response.headers["x-typesafe-request-id"] = request_id
@@ -277,17 +298,41 @@ def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
     return JSONResponse(body, status_code=424, headers=headers)
 
 
-def _route_from_attributes(header: str) -> str | None:
-    """`route=chat` or `route=systemone` in the custom attributes picks the handler."""
+async def _watch_disconnect(request: Request, deadline: Deadline) -> None:
+    """Mark the job abandoned when the caller closes the connection (the body is read by now)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            deadline.caller_gone()
+            return
+
+
+def _attributes(header: str) -> dict[str, str]:
+    """`key=value` pairs of X-Amzn-SageMaker-Custom-Attributes (`;` or `,` separated)."""
+    pairs = {}
     for item in header.replace(",", ";").split(";"):
         key, _, value = item.strip().partition("=")
-        if key.strip().lower() == "route":
-            value = value.strip().lower()
-            if value in ("chat", "chat/completions"):
-                return "chat"
-            if value in ("systemone", "decision", "decisions"):
-                return "systemone"
+        if key.strip():
+            pairs.setdefault(key.strip().lower(), value.strip())
+    return pairs
+
+
+def _route_from_attributes(header: str) -> str | None:
+    """`route=chat` or `route=systemone` in the custom attributes picks the handler."""
+    value = _attributes(header).get("route", "").lower()
+    if value in ("chat", "chat/completions"):
+        return "chat"
+    if value in ("systemone", "decision", "decisions"):
+        return "systemone"
     return None
+
+
+def _timeout_s(header: str, ceiling: float) -> float:
+    """The caller's own deadline (`timeout_ms=N`, what is left of it), never past the ceiling."""
+    raw = _attributes(header).get("timeout_ms", "")
+    if raw.isdigit() and 0 < len(raw) <= 9:
+        return min(ceiling, int(raw) / 1000)
+    return ceiling
 
 
 def _route_from_body(body: Any) -> str:
@@ -296,12 +341,14 @@ def _route_from_body(body: Any) -> str:
     return "systemone"
 
 
-async def _decide(service: ScorerService, body: Any) -> Response:
+async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Response:
     request = parse(DecisionRequest, body)
     loaded = service.require()
+    # Counted before it takes a place in line: an over-budget request costs the others nothing.
+    settings = await asyncio.to_thread(loaded.engine.fit, request, loaded.budget.max_tokens)
     with service.admission.admit() as ticket:
-        async with ticket.running():
-            result = await asyncio.to_thread(loaded.engine.decide, request)
+        async with ticket.running(deadline):
+            result = await asyncio.to_thread(loaded.engine.decide, request, deadline, settings)
     # What produced the answer, for the gateway's decision records.
     result["x_model_sha256"] = loaded.manifest.sha256
     result["x_prompt_version"] = PROMPT_VERSION
@@ -310,23 +357,24 @@ async def _decide(service: ScorerService, body: Any) -> Response:
     return JSONResponse(result)
 
 
-async def _chat(service: ScorerService, body: Any) -> Response:
+async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Response:
     request = parse(ChatRequest, body)
     loaded = service.require()
     if not request.stream:
         with service.admission.admit() as ticket:
-            async with ticket.running():
-                result = await asyncio.to_thread(loaded.chat.completion, request)
+            async with ticket.running(deadline):
+                result = await asyncio.to_thread(loaded.chat.completion, request, deadline)
         return JSONResponse(result)
     tokens, budget = loaded.chat.prepare(request)
     ticket = service.admission.admit()
     include_usage = bool((request.stream_options or {}).get("include_usage"))
-    events = _stream_chat(loaded, request, tokens, budget, ticket, include_usage)
+    events = _stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
     return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
 
 
 async def _stream_chat(
-    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool
+    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool,
+    deadline: Deadline,
 ):
     """Server-sent events; generation runs in a worker thread that stops when the client goes."""
     completion_id, created, model = new_completion_id(), int(time.time()), loaded.model_name
@@ -338,7 +386,7 @@ async def _stream_chat(
 
     def work() -> None:
         try:
-            for piece in loaded.chat.generate(request, tokens, budget, usage, stop):
+            for piece in loaded.chat.generate(request, tokens, budget, usage, stop, deadline):
                 loop.call_soon_threadsafe(queue.put_nowait, piece)
         except Exception as exc:
             loop.call_soon_threadsafe(queue.put_nowait, exc)
@@ -346,7 +394,7 @@ async def _stream_chat(
             loop.call_soon_threadsafe(queue.put_nowait, done)
 
     try:
-        async with ticket.running():
+        async with ticket.running(deadline):
             worker = loop.run_in_executor(None, work)
             try:
                 yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
@@ -413,4 +461,6 @@ def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
         body["x_retry_after"] = int(headers["Retry-After"])
     if isinstance(exc, ModelNotReady):
         body["x_state"] = "not_ready"  # unavailable, not saturated: a gateway answers 503, not 429
+    elif isinstance(exc, DeadlineExceeded):
+        body["x_state"] = "deadline_exceeded"  # out of time, not saturated: no reason to slow down
     return JSONResponse(body, status_code=exc.status, headers=headers)

@@ -43,6 +43,13 @@ class ScorerSettings:
     max_body_bytes: int = 6 * 1024 * 1024
     max_labels: int = 26
     temperature: float = 1.0
+    # Work per request: a fixed token budget, or None to derive it from the measured
+    # prefill rate x budget_s (see budget.py).
+    max_request_tokens: int | None = None
+    budget_s: float = 20.0
+    # The longest any job may run: SageMaker allows 60 s per invocation; a caller's own
+    # deadline (custom attribute timeout_ms) can only shorten it.
+    deadline_s: float = 58.0
     ignored_options: tuple[str, ...] = ()
     image_digest: str | None = None  # the image this runs in (set by the deployment), reported with each decision
 
@@ -81,9 +88,31 @@ class ScorerSettings:
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
             temperature=float(env.get("SCORER_TEMPERATURE", "1.0")),
+            max_request_tokens=_positive("SCORER_MAX_REQUEST_TOKENS", env.get("SCORER_MAX_REQUEST_TOKENS")),
+            budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "20")),
+            deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
             image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
             ignored_options=tuple(ignored),
         )
+
+
+def _positive(name: str, raw: str | None) -> int | None:
+    if raw is None or not raw.strip():
+        return None
+    value = _int(name, raw)
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer")
+    return value
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise ValueError(f"{name} must be between 0 and 3600 seconds")
+    return value
 
 
 def _flag(raw: str) -> bool:

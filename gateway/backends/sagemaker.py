@@ -19,6 +19,9 @@ from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, Endpoi
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
 # Original container statuses that mean the same (0: the container timed out).
 _BUSY_ORIGINAL = {0, 429, 503}
+# The scorer is told to give up this much before the attempt's read timeout, so its
+# answer (a 503 saying so) arrives before the gateway stops listening.
+_DEADLINE_MARGIN_S = 0.25
 
 
 class SageMakerInvoker:
@@ -53,7 +56,9 @@ class SageMakerInvoker:
                 Body=body,
                 ContentType="application/json",
                 Accept="application/json",
-                CustomAttributes=f"route={route}",
+                # The scorer abandons the job when this attempt's time is up, instead of
+                # finishing work nobody reads while the request moves to another endpoint.
+                CustomAttributes=f"route={route};timeout_ms={deadline_ms(endpoint)}",
             )
             return response["Body"].read()
         except ClientError as exc:
@@ -62,6 +67,11 @@ class SageMakerInvoker:
             raise EndpointBusy(endpoint.name, "connect_failed") from exc
         except (ReadTimeoutError, ConnectionClosedError) as exc:
             raise EndpointBusy(endpoint.name, "read_timeout") from exc
+
+
+def deadline_ms(endpoint: Endpoint) -> int:
+    """What the scorer gets of this attempt's time: its read timeout, less a margin."""
+    return max(100, int((endpoint.read_timeout_s - _DEADLINE_MARGIN_S) * 1000))
 
 
 def _classify(name: str, response: dict[str, Any]) -> Exception:
@@ -79,6 +89,8 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
             reason = "container_timeout" if status == 0 else f"container_{status}"
             if said.get("x_state") == "not_ready":
                 reason = "container_not_ready"
+            elif said.get("x_state") == "deadline_exceeded":
+                reason = "container_deadline"
             return EndpointBusy(name, reason, retry_after=_retry_after(said))
         if 400 <= status < 500:
             return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))

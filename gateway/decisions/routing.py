@@ -17,6 +17,7 @@ class ModelRoute:
     description: str
     release_date: str
     pool: EndpointPool
+    max_request_tokens: int = 32000
 
 
 class ModelRegistry:

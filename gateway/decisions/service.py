@@ -17,6 +17,7 @@ from gateway.backends.base import InferenceBackend
 from gateway.catalogs.policy import judge, with_temperature
 from gateway.catalogs.resolve import resolve
 from gateway.catalogs.service import CatalogService
+from gateway.decisions.budget import check_budget
 from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
 from gateway.decisions.pools import Invocation, MetricsSink
 from gateway.decisions.routing import ModelRegistry, ModelRoute
@@ -37,6 +38,7 @@ class DecisionService:
         """Resolve catalog references, ask the pool, then calibrate and judge: (the decision as asked, its outcome)."""
         route = self.registry.resolve(decision.model, "decisions")
         decision = resolve(decision, tenant_id, self.catalogs, catalog_only)
+        check_budget(decision, route.max_request_tokens)
         invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
         outcome = read_outcome(decision, invocation)
         return decision, (apply_catalogs(outcome) if decision.calibrate else outcome)

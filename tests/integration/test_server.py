@@ -161,7 +161,8 @@ def long_decision(n_questions=12):
 @pytest.fixture(scope="module")
 def tight_scorer(smollm2_path):
     settings = ScorerSettings.from_env(
-        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "0"}
+        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "0",
+         "SCORER_MAX_REQUEST_TOKENS": "60000"}
     )
     with ServerThread(create_app(settings, load_in_background=False)) as server:
         yield server.url
@@ -213,3 +214,93 @@ def test_a_model_that_does_not_match_its_manifest_never_becomes_healthy(tmp_path
         assert ping.json()["status"] == "failed" and "sha256" in ping.json()["reason"]
         refused = httpx.post(f"{server.url}/v1/systemone", json=DECISION)
         assert refused.status_code == 503
+
+
+@pytest.fixture(scope="module")
+def bounded_scorer(smollm2_path):
+    settings = ScorerSettings.from_env(
+        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "2",
+         "SCORER_MAX_REQUEST_TOKENS": "8000"}
+    )
+    with ServerThread(create_app(settings, load_in_background=False)) as server:
+        yield server.url
+
+
+def plain(body):
+    return {**body, "x_order_average": False, "x_prior": False}
+
+
+def huge_decision():
+    """400 questions x 255 options: the largest body the contract allows (about 1.7 MB)."""
+    criteria = {f"option {k:03d}": f"the description of option number {k}" for k in range(255)}
+    return {"model": "m", "state": "A ticket.", "questions": {f"q{i}": {"type": "choice", "criteria": criteria}
+                                                              for i in range(400)}}
+
+
+def test_a_request_over_the_work_budget_is_refused_at_once_while_the_model_is_busy(bounded_scorer):
+    # Given a long decision holding the model, when a request over the budget arrives,
+    # then it gets 413 with the figures and what to split before the long one finishes:
+    # it never waited for the model.
+    results = {}
+
+    def slow():
+        results["slow"] = httpx.post(f"{bounded_scorer}/v1/systemone", json=plain(long_decision()), timeout=120)
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(1.0)
+    refused = httpx.post(f"{bounded_scorer}/v1/systemone", json=huge_decision(), timeout=60)
+    finished_first = "slow" in results
+    worker.join()
+    assert not finished_first
+    assert refused.status_code == 413
+    detail = refused.json()["detail"]
+    assert detail["error_type"] == "max_tokens_exceeded"
+    assert "8000" in detail["message"] and "split its questions" in detail["message"]
+    assert results["slow"].status_code == 200
+
+
+def test_the_ping_shows_the_budget(bounded_scorer):
+    assert httpx.get(f"{bounded_scorer}/ping").json()["max_request_tokens"] == 8000
+
+
+def invoke(url, body, attributes, timeout=120):
+    return httpx.post(f"{url}/invocations", json=body, timeout=timeout,
+                      headers={"X-Amzn-SageMaker-Custom-Attributes": attributes})
+
+
+def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_once(bounded_scorer):
+    # Given a decision that takes several seconds and a caller deadline of 1 s, when it
+    # runs, then it answers 503 (deadline_exceeded, Retry-After) about a second later,
+    # and a request queued behind it is served right after, not after the long job's time.
+    results = {}
+
+    def late():
+        start = time.monotonic()
+        results["late"] = invoke(bounded_scorer, plain(long_decision()), "route=systemone;timeout_ms=1000")
+        results["late_s"] = time.monotonic() - start
+
+    worker = threading.Thread(target=late)
+    worker.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    following = invoke(bounded_scorer, DECISION, "route=systemone")
+    following_s = time.monotonic() - start
+    worker.join()
+    late_response = results["late"]
+    assert late_response.status_code == 503
+    assert late_response.headers["retry-after"]
+    assert late_response.json()["x_state"] == "deadline_exceeded"
+    assert following.status_code == 200
+    # Generous bounds (a shared machine): the whole job takes over 8 s on this model.
+    assert results["late_s"] < 4 and following_s < 6
+
+
+def test_a_job_whose_caller_hung_up_is_abandoned(bounded_scorer):
+    # Given a caller that gives up after 1 s (its client times out and closes the
+    # connection), the job stops, and the next request does not wait out the long job.
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{bounded_scorer}/v1/systemone", json=plain(long_decision()), timeout=1.0)
+    start = time.monotonic()
+    assert httpx.post(f"{bounded_scorer}/v1/systemone", json=DECISION, timeout=60).status_code == 200
+    assert time.monotonic() - start < 5

@@ -3,7 +3,8 @@ import asyncio
 import pytest
 
 from scorer_container.admission import Admission
-from scorer_container.errors import Overloaded
+from scorer_container.deadline import Deadline
+from scorer_container.errors import CallerGone, DeadlineExceeded, Overloaded
 
 
 def test_one_runs_the_line_waits_and_the_rest_is_refused_at_once():
@@ -51,5 +52,58 @@ def test_a_cancelled_waiter_gives_its_place_back():
         hold.set()
         await running
         assert admission.admitted == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_job_whose_deadline_passes_while_it_waits_never_runs():
+    # Given one job holding the model, when a second one's deadline passes in line,
+    # then it is refused with DeadlineExceeded without running and gives its place back.
+    async def scenario():
+        admission = Admission(max_waiting=1)
+        hold = asyncio.Event()
+        ran = []
+
+        async def job(name, deadline=None):
+            with admission.admit() as ticket:
+                async with ticket.running(deadline):
+                    ran.append(name)
+                    await hold.wait()
+
+        first = asyncio.create_task(job("first"))
+        await asyncio.sleep(0.01)
+        with pytest.raises(DeadlineExceeded):
+            await job("late", Deadline(0.05))
+        assert ran == ["first"] and admission.admitted == 1
+        hold.set()
+        await first
+        assert admission.admitted == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_job_whose_caller_left_while_it_waited_never_runs():
+    async def scenario():
+        admission = Admission(max_waiting=1)
+        hold = asyncio.Event()
+        ran = []
+        gone = Deadline(60)
+
+        async def job(name, deadline=None):
+            with admission.admit() as ticket:
+                async with ticket.running(deadline):
+                    ran.append(name)
+                    await hold.wait()
+
+        first = asyncio.create_task(job("first"))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(job("gone", gone))
+        await asyncio.sleep(0.01)
+        gone.caller_gone()
+        hold.set()
+        await first
+        with pytest.raises(CallerGone):
+            await second
+        assert ran == ["first"] and admission.admitted == 0
 
     asyncio.run(scenario())

@@ -168,6 +168,17 @@ def test_a_retry_after_beyond_the_deadline_is_not_waited_for():
     assert clock.slept == [] and raised.value.retry_after == 60 and len(backend.calls) == 1
 
 
+def test_a_first_attempt_gets_nearly_the_whole_deadline():
+    # Given an endpoint whose own read timeout (28 s) outlasts the 25 s deadline,
+    # when the first attempt is made, then it may read for 23 s (25 less the 2 s connect timeout).
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [OK]})
+    pool = EndpointPool((PoolEndpoint(Endpoint("gpu", read_timeout_s=28.0), tier=0),), PoolPolicy(), Circuits(PoolPolicy(), clock),
+                        clock=clock, sleep=clock.sleep)
+    pool.invoke(backend, b"{}", "systemone")
+    assert backend.calls == [("gpu", 23.0)]
+
+
 def test_the_deadline_bounds_the_whole_request_and_each_read_timeout():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]}, cost_s=9.0)

@@ -22,11 +22,12 @@ def stubbed():
         yield SageMakerInvoker(client_factory=lambda endpoint: client), stubber
 
 
-def test_an_answer_is_returned_as_bytes_and_the_route_travels_in_custom_attributes(stubbed):
+def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_attributes(stubbed):
+    # The endpoint's read timeout is 25 s (the default): the scorer gets it less a 250 ms margin.
     invoker, stubber = stubbed
     stubber.add_response("invoke_endpoint", {"Body": io.BytesIO(b'{"ok": 1}'), "ContentType": "application/json"},
                          {"EndpointName": "dg-cpu", "Body": b"{}", "ContentType": "application/json",
-                          "Accept": "application/json", "CustomAttributes": "route=systemone"})
+                          "Accept": "application/json", "CustomAttributes": "route=systemone;timeout_ms=24750"})
     assert invoker.invoke(ENDPOINT, b"{}", "systemone") == b'{"ok": 1}'
 
 
@@ -36,6 +37,7 @@ def test_an_answer_is_returned_as_bytes_and_the_route_travels_in_custom_attribut
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": "busy"}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_retry_after": 4}'}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "not_ready"}'}, EndpointBusy, "container_not_ready"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointBusy, "container_deadline"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
         ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointBusy, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),

@@ -1,0 +1,61 @@
+"""The work one decision may ask of the model, counted before any backend call.
+
+The scorer counts exactly, with the model's tokenizer, and refuses past its own budget
+(413). The gateway has no tokenizer: it estimates from the text the model will read
+(state once; each question's instructions and options once per option order and once
+more for the content-free prior) at 4 bytes a token, the usual rate for English with
+these models' tokenizers, and refuses past the model's `max_request_tokens` with 413
+before anything is sent. The two limits match in intent; the gateway's is the cheaper,
+coarser one, there so that a 400 x 255 request never reaches an endpoint at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gateway.decisions.model import Decision, Question, Text, render_json
+from gateway.errors import PayloadTooLarge
+
+BYTES_PER_TOKEN = 4
+# Chat template, "Task:", "Options:", the reply hint and the answer cue of one probe.
+PROBE_FRAME_TOKENS = 40
+PROBE_OPTIONS = 26  # options one probe lists (the scorer's groups); more add a final round
+
+
+def estimated_tokens(decision: Decision) -> int:
+    """Tokens the scorer is expected to evaluate for `decision` (catalog references resolved)."""
+    orders = 1 if decision.engine_options.get("x_order_average") is False else 2
+    priors = 1 if decision.engine_options.get("x_prior") is False else 2
+    total = _tokens(decision.state)
+    for question in decision.questions:
+        if isinstance(question, Question):
+            total += orders * priors * _question_tokens(question)
+    return total
+
+
+def check_budget(decision: Decision, max_tokens: int) -> int:
+    """The estimate, or PayloadTooLarge (413) when it is over `max_tokens`."""
+    tokens = estimated_tokens(decision)
+    if tokens > max_tokens:
+        parts = math.ceil(tokens / max_tokens)
+        raise PayloadTooLarge(
+            f"this request needs about {tokens} tokens of evaluation; this model takes at most {max_tokens} per"
+            f" request: split its questions into {parts} or more requests, or use fewer options or shorter descriptions")
+    return tokens
+
+
+def _question_tokens(question: Question) -> int:
+    options = sum(_tokens(o.key) + _tokens(o.description) + 2 for o in question.options)
+    groups = max(1, math.ceil(len(question.options) / PROBE_OPTIONS))
+    instructions = _tokens(question.instructions)
+    total = groups * (PROBE_FRAME_TOKENS + instructions) + options
+    if groups > 1:  # the final round lists one winner per group
+        total += PROBE_FRAME_TOKENS + instructions + math.ceil(options * groups / len(question.options))
+    return total
+
+
+def _tokens(text: Text | None) -> int:
+    if text is None:
+        return 0
+    rendered = text if isinstance(text, str) else render_json(text)
+    return math.ceil(len(rendered.encode("utf-8", "surrogatepass")) / BYTES_PER_TOKEN)
