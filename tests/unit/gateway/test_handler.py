@@ -8,6 +8,7 @@ import json
 import pytest
 import zstandard
 
+from gateway import handler
 from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected
 from tests.fakes import FailingBackend, UniformBackend
 from tests.gateway_helpers import PRINCIPAL, call, event, install
@@ -243,3 +244,59 @@ def test_an_unpaired_surrogate_is_a_422_and_a_pair_is_text(backend):
     assert status == 422 and body["detail"][0]["type"] == "json_invalid"
     pair = b'{"model": "jev-latest", "state": "a\\ud83d\\ude00b", "questions": {"q": {"type": "noul", "instructions": "x"}}}'
     assert call(event("POST", "/v1/systemone", raw=pair))[0] == 200
+
+
+def _largest_valid_system_one() -> dict:
+    criteria = {f"option {k:03d}": f"the description of option number {k}" for k in range(255)}
+    return {"model": "jev-latest", "state": "A ticket.",
+            "questions": {f"q{i}": {"type": "choice", "criteria": criteria} for i in range(400)}}
+
+
+def test_a_request_over_the_work_budget_is_413_before_any_backend_call(backend):
+    # Given 400 questions of 255 options (valid by the contract, about 1.7 MB), when it is
+    # sent in either format, then the gateway refuses it with 413 in that API's shape and
+    # the backend is never called.
+    status, _, body = call(event("POST", "/v1/systemone", _largest_valid_system_one()))
+    assert status == 413
+    assert body["detail"]["error_type"] == "max_tokens_exceeded" and "split its questions" in body["detail"]["message"]
+    choices = [{"value": f"option {k}", "description": "the description of an option"} for k in range(255)]
+    openai = {"model": "decision-default", "input": "A ticket.",
+              "questions": [{"type": "choice", "instructions": "Which?", "choices": choices} for _ in range(400)]}
+    status, _, body = call(event("POST", "/v1/decisions", openai))
+    assert status == 413 and body["error"]["code"] == "context_length_exceeded"
+    assert backend.calls == []
+
+
+def test_a_request_inside_the_budget_is_sent(backend):
+    # One question of 255 options is well inside the default budget.
+    body = _largest_valid_system_one()
+    body["questions"] = {"q0": body["questions"]["q0"]}
+    status, _, _ = call(event("POST", "/v1/systemone", body))
+    assert status == 200 and len(backend.calls) == 1
+
+
+def test_the_budget_is_a_setting_of_each_model():
+    # Given a model configured with a small budget, a request the default accepts is refused.
+    from gateway.runtime import GatewayRuntime
+    from tests.gateway_helpers import settings_for
+
+    backend = UniformBackend()
+    settings = settings_for()
+    small = settings.models[0].model_copy(update={"max_request_tokens": 256})
+    handler.set_runtime(GatewayRuntime.build(settings.model_copy(update={"models": (small, *settings.models[1:])}), backend))
+    body = _largest_valid_system_one()
+    body["questions"] = {"q0": body["questions"]["q0"]}
+    status, _, reply = call(event("POST", "/v1/systemone", body))
+    assert status == 413 and "at most 256" in reply["detail"]["message"]
+    assert backend.calls == []
+
+
+def test_the_estimate_counts_both_orders_and_the_prior_unless_switched_off():
+    from gateway.decisions.budget import estimated_tokens
+    from gateway.decisions.model import Decision, Option, Question
+
+    question = Question("q0", "choice", "Which?", tuple(Option(f"o{k}", f"o{k}", "x" * 40) for k in range(10)))
+    decision = Decision("m", "state " * 100, (question,))
+    plain = Decision("m", "state " * 100, (question,), engine_options={"x_order_average": False, "x_prior": False})
+    # Debiasing the scorer may do (both orders, the prior) counts fourfold; the state once.
+    assert estimated_tokens(decision) - estimated_tokens(plain) == 3 * (estimated_tokens(plain) - 150)
