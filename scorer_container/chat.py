@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from scorer_container.deadline import Deadline, never
-from scorer_container.errors import ContextOverflow, InvalidRequest
+from scorer_container.errors import CallerGone, ContextOverflow, InvalidRequest
 from scorer_container.llama_runtime import Batch, Runtime
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import ChatRequest
@@ -63,7 +63,8 @@ class ChatGenerator:
     ) -> Iterator[Piece]:
         """Yield text pieces; the last one carries the finish reason. Holds the runtime lock throughout.
 
-        Raises DeadlineExceeded between tokens once `deadline` passes (the model is freed)."""
+        When `deadline` passes the text generated so far is returned, cut short (finish
+        reason "length"); one that passes during the prompt raises DeadlineExceeded."""
         deadline = deadline or never()
         stops = request.stop_strings()
         temperature = 0.7 if request.temperature is None else request.temperature
@@ -81,7 +82,10 @@ class ChatGenerator:
                     if stop_event.is_set():
                         finish = "stop"
                         break
-                    deadline.check()
+                    if deadline.gone:
+                        raise CallerGone("the caller closed the connection; the generation was abandoned")
+                    if deadline.expired():
+                        break  # out of time: the text so far, cut short ("length")
                     token = sampler.sample(last)
                     if self.runtime.is_end_of_generation(token):
                         finish = "stop"

@@ -122,41 +122,68 @@ class _Plan:
 
 
 class PriorCache:
-    """A bounded LRU of content-free scores, keyed by a digest of the probe."""
+    """A bounded cache of content-free scores, keyed by a digest of the probe.
 
-    def __init__(self, capacity: int) -> None:
+    Segmented LRU: a new prior waits in a small probation segment; one that is used
+    again (a catalog entry's, a question an application asks all day) moves to the
+    protected segment, which a stream of one-off inline questions cannot flush. So an
+    entry version's priors are computed once and kept while it is in use, in bounded
+    memory (`capacity` priors in all).
+    """
+
+    def __init__(self, capacity: int, protected_share: float = 0.8) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._protected_capacity = int(capacity * protected_share)
+        self._probation: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._protected: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def peek(self, key: str) -> np.ndarray | None:
-        """The cached value, without counting a hit or refreshing its place."""
+        """The cached value, without counting a hit or moving it."""
         with self._lock:
-            return self._items.get(key)
+            value = self._protected.get(key)
+            return value if value is not None else self._probation.get(key)
 
     def get(self, key: str) -> np.ndarray | None:
         with self._lock:
-            value = self._items.get(key)
+            if key in self._protected:
+                self._protected.move_to_end(key)
+                self.hits += 1
+                return self._protected[key]
+            value = self._probation.pop(key, None)
             if value is None:
                 self.misses += 1
                 return None
-            self._items.move_to_end(key)
             self.hits += 1
+            self._protected[key] = value  # used twice: worth keeping
+            while len(self._protected) > self._protected_capacity:
+                demoted, old = self._protected.popitem(last=False)
+                self._probation[demoted] = old
+            self._trim()
             return value
 
     def put(self, key: str, value: np.ndarray) -> None:
         if self.capacity <= 0:
             return
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            if key in self._protected:
+                self._protected[key] = value
+                return
+            self._probation[key] = value
+            self._probation.move_to_end(key)
+            self._trim()
+
+    def _trim(self) -> None:
+        while len(self._probation) + len(self._protected) > self.capacity:
+            if self._probation:
+                self._probation.popitem(last=False)
+            else:
+                self._protected.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._probation) + len(self._protected)
 
 
 class DecisionEngine:
@@ -227,7 +254,8 @@ class DecisionEngine:
         state_tokens = head + len(tokenize(render_value(request.state).rstrip()))
         content_free = head + len(tokenize(CONTENT_FREE_STATE))  # a prior is evaluated alone
         total, longest, probes = state_tokens, 0, 0
-        for qid, question in request.questions.items():
+        items = list(request.questions.items())
+        for index, (qid, question) in enumerate(items):
             prepared = prepare_question(qid, question)
             n = len(prepared.options)
             orders = [tuple(range(n))] + ([tuple(reversed(range(n)))] if settings.order_average else [])
@@ -243,7 +271,7 @@ class DecisionEngine:
                     if settings.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
                         total += content_free + size
                 probes += len(sizes)
-            if total > limit:
+            if total > limit and index < len(items) - 1:
                 return Cost(total, longest, probes, complete=False)
         capacity = self.runtime.n_ctx - min(self.runtime.settings.n_ubatch, self.runtime.n_batch)
         if longest > capacity:

@@ -46,7 +46,7 @@ class ScorerSettings:
     # Work per request: a fixed token budget, or None to derive it from the measured
     # prefill rate x budget_s (see budget.py).
     max_request_tokens: int | None = None
-    budget_s: float = 20.0
+    budget_s: float = 22.0
     # The longest any job may run: SageMaker allows 60 s per invocation; a caller's own
     # deadline (custom attribute timeout_ms) can only shorten it.
     deadline_s: float = 58.0
@@ -89,7 +89,7 @@ class ScorerSettings:
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
             temperature=float(env.get("SCORER_TEMPERATURE", "1.0")),
             max_request_tokens=_positive("SCORER_MAX_REQUEST_TOKENS", env.get("SCORER_MAX_REQUEST_TOKENS")),
-            budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "20")),
+            budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "22")),
             deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
             image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
             ignored_options=tuple(ignored),

@@ -26,6 +26,21 @@ def test_verify_accepts_a_matching_file(model):
     assert verify_model(model).readout == "likelihood"
 
 
+def test_the_manifest_carries_the_debiasing_defaults(model):
+    # Older manifests without them keep both steps on; a manifest may switch either off.
+    assert (verify_model(model).order_average, verify_model(model).prior) == (True, True)
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "prior": False}))
+    assert verify_model(model).prior is False
+
+
+def test_a_debiasing_default_that_is_not_a_boolean_is_refused(model):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "prior": "no"}))
+    with pytest.raises(ModelFileError, match="true or false"):
+        verify_model(model)
+
+
 def test_a_changed_byte_is_refused(model):
     data = bytearray(model.read_bytes())
     data[-1] = 1

@@ -53,3 +53,31 @@ def test_log_normalize_is_log_softmax():
 def test_average_renormalises():
     avg = scoring.average([np.array([1.0, 0.0]), np.array([0.0, 1.0])])
     assert avg.tolist() == [0.5, 0.5]
+
+
+def test_priors_used_twice_survive_a_stream_of_one_off_questions():
+    # Given a prior used twice (a catalog entry's), when many one-off priors pass through
+    # the cache, then the reused one is still there, and the cache never holds more than
+    # its capacity.
+    import numpy as np
+
+    from scorer_container.engine import PriorCache
+
+    cache = PriorCache(10)
+    cache.put("entry", np.zeros(2))
+    assert cache.get("entry") is not None
+    for i in range(1000):
+        cache.put(f"one-off {i}", np.ones(2))
+        assert len(cache) <= 10
+    assert cache.peek("entry") is not None
+    assert cache.peek("one-off 0") is None and cache.peek("one-off 999") is not None
+
+
+def test_a_prior_cache_of_size_zero_keeps_nothing():
+    import numpy as np
+
+    from scorer_container.engine import PriorCache
+
+    cache = PriorCache(0)
+    cache.put("a", np.zeros(1))
+    assert cache.get("a") is None and len(cache) == 0
