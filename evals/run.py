@@ -179,30 +179,33 @@ def plot(models: dict, base: dict, unif: dict, out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
-    labels, colors = [], []
     palette = ["#4C72B0", "#DD8452", "#55A868"]
-    accuracy, nll = [], []
-    for m, (name, model) in enumerate(models.items()):
+    labels, colors, accuracy, nll = [], [], [], []
+    for m, model in enumerate(models.values()):
         for key, r in model["results"].items():
-            labels.append(f"{name.split('-')[0]}\n{key}" + ("\n(chosen)" if key == model["chosen"] else ""))
+            readout, setting = key.split("/")
+            labels.append(f"{readout[:3]}.\n{setting}" + ("\n(chosen)" if key == model["chosen"] else ""))
             colors.append(palette[m % len(palette)])
             accuracy.append(r["accuracy"])
             nll.append(r["nll"] / unif["nll"])
     x = range(len(labels))
     top.bar(x, accuracy, color=colors)
-    top.axhline(base["always_first"], color="#C44E52", linestyle="--", label=f"always first ({base['always_first']:.0%})")
-    top.axhline(base["majority"], color="#8172B2", linestyle=":", label=f"majority ({base['majority']:.0%})")
+    first = top.axhline(base["always_first"], color="#C44E52", linestyle="--")
+    majority = top.axhline(base["majority"], color="#8172B2", linestyle=":")
+    models_legend = [Patch(color=palette[m % len(palette)], label=name) for m, name in enumerate(models)]
+    top.legend(handles=[*models_legend, first, majority], labels=[*models, f"always first ({base['always_first']:.0%})",
+               f"majority ({base['majority']:.0%})"], loc="upper left", fontsize=8)
     top.set_ylabel("accuracy on the dev set")
     top.set_ylim(0, 1)
-    top.legend(loc="upper left", fontsize=8)
-    top.set_title("Decisions per model, readout and debiasing (none / order averaging / prior / both)")
+    top.set_title("Decisions per model, readout (let. = letters, lik. = likelihood) and debiasing")
     bottom.bar(x, nll, color=colors)
     bottom.axhline(1.0, color="black", linewidth=0.8, label="uniform answer")
     bottom.set_ylabel("NLL / uniform NLL (lower is better)")
     bottom.legend(loc="upper left", fontsize=8)
-    bottom.set_xticks(list(x), labels, fontsize=6)
+    bottom.set_xticks(list(x), labels, fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 

@@ -59,6 +59,9 @@ from scorer_container.prompts import (
 from scorer_container.schema import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# No text these tokenizers see averages more than this per token (English runs 3-5), so
+# a state this many times longer than the context cannot fit whatever its tokens.
+_MAX_CHARS_PER_TOKEN = 32
 DEFAULT_TASK = "Decide which option fits the text best."
 REPLY_HINTS = {
     "letters": "Reply with the letter of the correct option.",
@@ -251,7 +254,12 @@ class DecisionEngine:
         head = _common_prefix(*(tokenize(self.prompts.decision_prompt("", b), add_bos=self.runtime.adds_bos)
                                 for b in ("a", "b")))
         frame -= head
-        state_tokens = head + len(tokenize(render_value(request.state).rstrip()))
+        capacity = self.runtime.n_ctx - min(self.runtime.settings.n_ubatch, self.runtime.n_batch)
+        state_text = render_value(request.state).rstrip()
+        if len(state_text) > _MAX_CHARS_PER_TOKEN * capacity:  # cannot fit: do not spend seconds tokenizing it
+            raise ContextOverflow(f"the state is {len(state_text)} characters; this model serves at most {capacity}"
+                                  " tokens of context: shorten the state")
+        state_tokens = head + len(tokenize(state_text))
         content_free = head + len(tokenize(CONTENT_FREE_STATE))  # a prior is evaluated alone
         total, longest, probes = state_tokens, 0, 0
         items = list(request.questions.items())
@@ -273,7 +281,6 @@ class DecisionEngine:
                 probes += len(sizes)
             if total > limit and index < len(items) - 1:
                 return Cost(total, longest, probes, complete=False)
-        capacity = self.runtime.n_ctx - min(self.runtime.settings.n_ubatch, self.runtime.n_batch)
         if longest > capacity:
             raise ContextOverflow(f"a probe of this request needs {longest} tokens of context; this model serves"
                                   f" at most {capacity}: shorten the state or the option descriptions")

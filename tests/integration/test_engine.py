@@ -242,3 +242,9 @@ def test_a_caller_that_left_stops_the_job(smollm2_runtime):
     deadline.caller_gone()
     with pytest.raises(CallerGone):
         engine.decide(request(), deadline)
+
+
+def test_a_state_far_beyond_the_context_is_refused_before_it_is_tokenized(engine):
+    # 1 MB of state cannot fit 4096 tokens whatever its tokens: refused on its length alone.
+    with pytest.raises(ContextOverflow, match="characters"):
+        engine.cost(parse(DecisionRequest, {"model": "m", "state": "x" * 1_000_000, "questions": QUESTIONS}))
