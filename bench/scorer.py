@@ -47,7 +47,11 @@ STATE = (
     "If this is not fixed this week we will review our contract. Please call our office manager, who is "
     "available every morning, and confirm in writing what will be refunded and when the login problem will be "
     "solved. We also want to know whether the price change applies to the seats we added in February, and "
-    "whether the annual plan would be cheaper for us. Attached are the two invoices and a screenshot of the error."
+    "whether the annual plan would be cheaper for us. Attached are the two invoices and a screenshot of the error. "
+    "For the record: the first charge appeared on the third of March, the second one on the fifth, both from the "
+    "same card ending in the same four digits, and our bank confirmed that neither was a pre-authorisation. The "
+    "login problem started the morning after the policy change; the reset link opens the app, which then shows "
+    "a blank page. We tried two phones and the web site, with the same result."
 )
 TOPICS = ["Which team should handle this?", "What does the customer want most?",
           "Which product area is affected?", "What is the next best action?"]

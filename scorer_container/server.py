@@ -330,7 +330,7 @@ def _route_from_attributes(header: str) -> str | None:
 def _timeout_s(header: str, ceiling: float) -> float:
     """The caller's own deadline (`timeout_ms=N`, what is left of it), never past the ceiling."""
     raw = _attributes(header).get("timeout_ms", "")
-    if raw.isdigit() and 0 < len(raw) <= 9:
+    if raw.isascii() and raw.isdigit() and 0 < len(raw) <= 9:
         return min(ceiling, int(raw) / 1000)
     return ceiling
 

@@ -36,3 +36,29 @@ def test_a_false_flag_keeps_the_default():
 def test_bad_values_are_refused(env):
     with pytest.raises(ValueError):
         ScorerSettings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("route=systemone;timeout_ms=1500", 1.5),
+        ("timeout_ms=999999999", 58.0),  # never past the ceiling
+        ("route=chat", 58.0),
+        ("timeout_ms=²", 58.0),  # a Unicode digit is not a number of milliseconds
+        ("timeout_ms=-5", 58.0),
+        ("timeout_ms=1e9", 58.0),
+        ("timeout_ms=0", 0.0),
+        ("timeout_ms=12345678901234567890", 58.0),
+    ],
+)
+def test_the_callers_deadline_comes_from_the_custom_attributes(header, seconds):
+    from scorer_container.server import _timeout_s
+
+    assert _timeout_s(header, 58.0) == seconds
+
+
+@pytest.mark.parametrize("name", ["SCORER_MAX_REQUEST_TOKENS", "SCORER_BUDGET_S", "SCORER_DEADLINE_S"])
+@pytest.mark.parametrize("raw", ["0", "-1", "lots"])
+def test_work_limits_must_be_positive_numbers(name, raw):
+    with pytest.raises(ValueError, match=name):
+        ScorerSettings.from_env({name: raw})
