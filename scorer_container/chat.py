@@ -73,7 +73,7 @@ class ChatGenerator:
         with self.runtime.lock:
             try:
                 self.runtime.clear()
-                last = _prefill(self.runtime, tokens, deadline)
+                last = self.runtime.prefill(tokens, deadline.check)
                 pending = b""  # bytes of an unfinished UTF-8 character
                 held = ""  # text that might be the start of a stop string
                 position = len(tokens)
@@ -152,19 +152,6 @@ def chunk(completion_id: str, model: str, created: int, delta: dict, finish: str
         "model": model,
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
-
-
-def _prefill(runtime: Runtime, tokens: list[int], deadline: Deadline) -> int:
-    """Decode the prompt in n_batch pieces, logits only for its last token; returns that batch index."""
-    last_index = 0
-    for start in range(0, len(tokens), runtime.n_batch):
-        deadline.check()
-        batch = Batch.empty()
-        piece = tokens[start : start + runtime.n_batch]
-        for i, token in enumerate(piece):
-            last_index = batch.add(token, start + i, 0, start + i == len(tokens) - 1)
-        runtime.decode(batch)
-    return last_index
 
 
 def _complete_utf8(data: bytes) -> tuple[str, bytes]:

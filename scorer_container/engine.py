@@ -47,7 +47,7 @@ from scorer_container import scoring
 from scorer_container.deadline import Deadline
 from scorer_container.errors import ContextOverflow, OverBudget
 from scorer_container.llama_runtime import Runtime
-from scorer_container.prefix_tree import Branch, Read, evaluate
+from scorer_container.prefix_tree import Branch, Read, context_capacity, evaluate
 from scorer_container.prompts import (
     ANSWER_CUE,
     CONTENT_FREE_STATE,
@@ -108,9 +108,14 @@ class Cost:
     """What a request will make the model evaluate, counted before any decoding."""
 
     tokens: int  # every token the prefix trees will decode, priors and final rounds included
+    rows: int  # logits rows read (letters: one a probe; likelihood: one per option token)
     longest_prompt: int  # the longest single probe prompt: it must fit the context
     probes: int
-    complete: bool = True  # False: counting stopped once past the limit (tokens is a lower bound)
+    complete: bool = True  # False: counting stopped once past the limit (a lower bound)
+
+    def units(self, row_cost: float) -> float:
+        """The work in tokens' worth: a logits row costs `row_cost` tokens (see budget.py)."""
+        return self.tokens + self.rows * row_cost
 
 
 @dataclass
@@ -237,69 +242,86 @@ class DecisionEngine:
             temperature=self.temperature,
         )
 
-    def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf) -> Cost:
-        """The tokens `decide` will evaluate, from the request's text (no decoding, no lock).
+    def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
+             row_cost: float = 0.0, counts: dict[str, int] | None = None) -> Cost:
+        """The work `decide` will do, from the request's text (no decoding, no lock).
 
         Exact up to the few tokens a tokenizer merges across the seams between state,
         block and option text; the final round of a grouped question is estimated from
-        its groups' mean option cost. Counting stops once past `limit`, so refusing a
-        huge request costs about as much as counting `limit` tokens. Raises
-        ContextOverflow when a probe cannot fit.
+        its groups' mean option cost. Counting stops once the work passes `limit` (in
+        tokens' worth, a logits row costing `row_cost`), and no text longer than the
+        context could hold is ever tokenized, so refusing a huge request is cheap.
+        `counts` memoizes token counts across calls for one request. Raises
+        ContextOverflow as soon as a probe cannot fit.
         """
         settings = settings or self.settings_for(request)
-        tokenize = self.runtime.tokenize
-        # The template's tokens before the block (shared by every probe of a request, like
-        # the state) and after it (once per probe).
-        frame = len(tokenize(self.prompts.decision_prompt("", ""), add_bos=self.runtime.adds_bos))
-        head = _common_prefix(*(tokenize(self.prompts.decision_prompt("", b), add_bos=self.runtime.adds_bos)
-                                for b in ("a", "b")))
-        frame -= head
-        capacity = self.runtime.n_ctx - min(self.runtime.settings.n_ubatch, self.runtime.n_batch)
-        state_text = render_value(request.state).rstrip()
-        if len(state_text) > _MAX_CHARS_PER_TOKEN * capacity:  # cannot fit: do not spend seconds tokenizing it
-            raise ContextOverflow(f"the state is {len(state_text)} characters; this model serves at most {capacity}"
-                                  " tokens of context: shorten the state")
-        state_tokens = head + len(tokenize(state_text))
-        content_free = head + len(tokenize(CONTENT_FREE_STATE))  # a prior is evaluated alone
-        total, longest, probes = state_tokens, 0, 0
-        items = list(request.questions.items())
-        for index, (qid, question) in enumerate(items):
-            prepared = prepare_question(qid, question)
-            n = len(prepared.options)
-            orders = [tuple(range(n))] + ([tuple(reversed(range(n)))] if settings.order_average else [])
-            for order in orders:
-                groups = self._plan(prepared, order, settings.readout).groups
-                sizes = [frame + len(tokenize(g.block)) + sum(len(tokenize(c)) for c in g.continuations) for g in groups]
-                if len(groups) > 1:
-                    per_option = (sum(sizes) - frame * len(groups)) / n
-                    sizes.append(frame + math.ceil(per_option * len(groups)))  # the final round
-                for probe, size in zip([*groups, None], sizes, strict=False):
-                    total += size
-                    longest = max(longest, state_tokens + size)
-                    if settings.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
-                        total += content_free + size
-                probes += len(sizes)
-            if total > limit and index < len(items) - 1:
-                return Cost(total, longest, probes, complete=False)
-        if longest > capacity:
-            raise ContextOverflow(f"a probe of this request needs {longest} tokens of context; this model serves"
-                                  f" at most {capacity}: shorten the state or the option descriptions")
-        return Cost(total, longest, probes)
+        counts = {} if counts is None else counts
+        capacity = context_capacity(self.runtime)
+        too_long = _MAX_CHARS_PER_TOKEN * capacity
 
-    def fit(self, request: DecisionRequest, max_tokens: int) -> DecisionSettings:
-        """The settings to answer `request` with inside `max_tokens`, or OverBudget (413).
+        def count(text: str) -> int:
+            if len(text) > too_long:  # cannot fit whatever its tokens: never spend seconds tokenizing it
+                raise ContextOverflow(f"a probe of this request is {len(text)} characters; this model serves at most"
+                                      f" {capacity} tokens of context: shorten the state, instructions or options")
+            if text not in counts:
+                counts[text] = len(self.runtime.tokenize(text))
+            return counts[text]
+
+        # The template's tokens before the block (shared by every probe of a tree, like
+        # the state) and after it (once per probe).
+        head = _common_prefix(*(self.runtime.tokenize(self.prompts.decision_prompt("", b), add_bos=self.runtime.adds_bos)
+                                for b in ("a", "b")))
+        frame = len(self.runtime.tokenize(self.prompts.decision_prompt("", ""), add_bos=self.runtime.adds_bos)) - head
+        state_tokens = head + count(render_value(request.state).rstrip())
+        content_free = head + count(CONTENT_FREE_STATE)  # a prior is evaluated alone, in its own tree
+        tokens, rows, longest, probes, grouped = state_tokens, 0, 0, 0, False
+        for qid, question in request.questions.items():
+            prepared = prepare_question(qid, question)
+            for order in _orders(prepared, settings):
+                groups = self._plan(prepared, order, settings.readout).groups
+                shapes = [self._probe_shape(g, frame, count) for g in groups]
+                if len(groups) > 1:
+                    grouped = True
+                    share = len(groups) / len(order)  # the final round lists one winner per group
+                    shapes.append((frame + math.ceil((sum(t for t, _ in shapes) - frame * len(groups)) * share),
+                                   max(1, math.ceil(sum(r for _, r in shapes) * share))))
+                for probe, (size, reads) in zip([*groups, None], shapes, strict=False):
+                    if state_tokens + size > capacity:
+                        raise ContextOverflow(f"a probe of this request needs {state_tokens + size} tokens of"
+                                              f" context; this model serves at most {capacity}: shorten the state or"
+                                              " the option descriptions")
+                    longest = max(longest, state_tokens + size)
+                    tokens, rows = tokens + size, rows + reads
+                    if settings.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
+                        tokens, rows = tokens + content_free + size, rows + reads
+                probes += len(shapes)
+                if tokens + rows * row_cost + (state_tokens if grouped else 0) > limit:
+                    return Cost(tokens, rows, longest, probes, complete=False)
+        if grouped:
+            tokens += state_tokens  # the final round is a tree of its own: the state again
+        return Cost(tokens, rows, longest, probes)
+
+    def _probe_shape(self, probe: Probe, frame: int, count) -> tuple[int, int]:
+        """(tokens after the state, logits rows) of one probe."""
+        if probe.readout == "letters":
+            return frame + count(probe.block), 1
+        lengths = [count(c) for c in probe.continuations]
+        # One row at the answer cue (shared by every option), then one per further option token.
+        return frame + count(probe.block) + sum(lengths), 1 + sum(max(0, n - 1) for n in lengths)
+
+    def fit(self, request: DecisionRequest, max_tokens: int, row_cost: float = 0.0) -> DecisionSettings:
+        """The settings to answer `request` with inside `max_tokens` (tokens' worth of work,
+        a logits row costing `row_cost`), or OverBudget (413).
 
         Debiasing the caller did not ask for explicitly is reduced when it alone breaks
         the budget: first the uncached priors, then the second option order, then both;
         the answer's `x_debias` says what was applied and that it was reduced.
         """
         settings = self.settings_for(request)
-        cost = self.cost(request, settings, max_tokens)
-        if cost.tokens <= max_tokens:
-            return settings
+        counts: dict[str, int] = {}
         drop_prior = settings.prior and request.x_prior is None
         drop_order = settings.order_average and request.x_order_average is None
-        candidates = []
+        candidates = [settings]
         if drop_prior:
             candidates.append(replace(settings, prior=False, reduced=True))
         if drop_order:
@@ -307,14 +329,15 @@ class DecisionEngine:
         if drop_prior and drop_order:
             candidates.append(replace(settings, order_average=False, prior=False, reduced=True))
         for candidate in candidates:
-            cost = self.cost(request, candidate, max_tokens)
-            if cost.tokens <= max_tokens:
+            cost = self.cost(request, candidate, max_tokens, row_cost, counts)
+            if cost.units(row_cost) <= max_tokens:
                 return candidate
+        work = round(cost.units(row_cost))
         if cost.complete:
-            need = f"about {cost.tokens} tokens of evaluation ({cost.probes} probes)"
-            split = f"split its questions into {math.ceil(cost.tokens / max_tokens)} or more requests"
+            need = f"about {work} tokens' worth of evaluation ({cost.tokens} tokens, {cost.rows} logits rows)"
+            split = f"split its questions into {math.ceil(work / max_tokens)} or more requests"
         else:
-            need = f"more than {cost.tokens} tokens of evaluation"
+            need = f"more than {work} tokens' worth of evaluation"
             split = "split its questions into smaller requests"
         raise OverBudget(f"this request needs {need}; this model takes at most {max_tokens} per request here: {split},"
                          " or use fewer options or shorter descriptions")
@@ -349,11 +372,7 @@ class DecisionEngine:
     ) -> tuple[list[np.ndarray], int]:
         plans: list[list[_Plan]] = []
         for question in questions:
-            n = len(question.options)
-            orders = [tuple(range(n))]
-            if settings.order_average:
-                orders.append(tuple(reversed(range(n))))
-            plans.append([self._plan(question, order, settings.readout) for order in orders])
+            plans.append([self._plan(question, order, settings.readout) for order in _orders(question, settings)])
 
         first_round = [probe for per_q in plans for plan in per_q for probe in plan.groups]
         scores, evaluated = self._score(state_text, first_round, settings, deadline)
@@ -476,6 +495,12 @@ class DecisionEngine:
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
             branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+def _orders(question: PreparedQuestion, settings: DecisionSettings) -> list[tuple[int, ...]]:
+    """The option orders a question is probed in: as declared, and reversed when averaging."""
+    forward = tuple(range(len(question.options)))
+    return [forward, forward[::-1]] if settings.order_average else [forward]
 
 
 def _prior_key(probe: Probe) -> str:

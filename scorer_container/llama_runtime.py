@@ -195,6 +195,21 @@ class Runtime:
             # 1 = no KV slot; the engine sizes its work to avoid it, so any failure is ours.
             raise EngineFailure(f"llama_decode returned {status}")
 
+    def prefill(self, tokens: list[int], before_each=None, rows: frozenset[int] = frozenset()) -> int:
+        """Decode `tokens` as sequence 0 in n_batch pieces, logits for the last token (and at
+        `rows`); `before_each()` runs before every decode (a deadline check). Returns the
+        last token's index in the last batch."""
+        last_index = 0
+        for start in range(0, len(tokens), self.n_batch):
+            if before_each is not None:
+                before_each()
+            batch = Batch.empty()
+            for i, token in enumerate(tokens[start : start + self.n_batch]):
+                position = start + i
+                last_index = batch.add(token, position, 0, position == len(tokens) - 1 or position in rows)
+            self.decode(batch)
+        return last_index
+
     def logits(self, batch_index: int) -> np.ndarray:
         """The next-token logits for token `batch_index` of the last decoded batch (a copy)."""
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, batch_index)

@@ -136,6 +136,17 @@ def _node_at(root: _Node, tokens: Sequence[int], position: int) -> _Node:
     return node
 
 
+def context_capacity(runtime: Runtime) -> int:
+    """The longest path a tree may have: a decode may place tokens in cells freed out of
+    order, and a batch of sibling leaves lives beside the path, so one micro-batch of
+    the context stays in reserve."""
+    return runtime.n_ctx - _reserve(runtime)
+
+
+def _reserve(runtime: Runtime) -> int:
+    return min(runtime.settings.n_ubatch, runtime.n_batch)
+
+
 def longest_path(root: _Node) -> int:
     stack = [root]
     longest = 0
@@ -156,8 +167,7 @@ def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | 
     if not branches:
         return TreeResult(results, 0)
     root = build_tree(branches)
-    # A decode may place tokens in cells freed out of order; keep one micro-batch of slack.
-    capacity = runtime.n_ctx - min(runtime.settings.n_ubatch, runtime.n_batch)
+    capacity = context_capacity(runtime)
     if longest_path(root) > capacity:
         raise ContextOverflow(
             f"the prompt needs {longest_path(root)} tokens of context; this model serves at most {capacity}"
@@ -195,7 +205,8 @@ def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]], deadlin
     while ready:
         node = ready.pop()
         if node.batch_key is not None and not node.children and node.parent is not None:
-            leaves = _sibling_leaves(node, ready, runtime.n_batch, len(free_seqs))
+            # Half the reserve: the group's cells beside the path, plus slack for the decode.
+            leaves = _sibling_leaves(node, ready, _reserve(runtime) // 2, len(free_seqs))
             if len(leaves) > 1:
                 for leaf in leaves:
                     leaf.seq_id = free_seqs.popleft()
@@ -226,17 +237,25 @@ def _read_rows(node: _Node) -> int:
     return len({local for local, *_ in node.reads})
 
 
-def _sibling_leaves(first: _Node, ready: list[_Node], n_batch: int, free: int) -> list[_Node]:
+def _reads_by_position(node: _Node) -> dict[int, list[tuple[tuple[int, ...], int, int]]]:
+    """(candidates, branch, read) wanted at each position of the node."""
+    reads_at: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
+    for local, candidates, b, r in node.reads:
+        reads_at.setdefault(local, []).append((candidates, b, r))
+    return reads_at
+
+
+def _sibling_leaves(first: _Node, ready: list[_Node], max_tokens: int, free: int) -> list[_Node]:
     """`first` and the leaves after it on the stack that share its parent and fit one decode with it."""
     leaves = [first]
     tokens, rows = len(first.tokens), _read_rows(first)
-    if tokens > n_batch or rows > MAX_LOGITS_ROWS_PER_DECODE:
+    if tokens > max_tokens or rows > MAX_LOGITS_ROWS_PER_DECODE:
         return leaves
     while ready and len(leaves) < free:
         candidate = ready[-1]
         if candidate.parent is not first.parent or candidate.children or candidate.batch_key != first.batch_key:
             break
-        if tokens + len(candidate.tokens) > n_batch or rows + _read_rows(candidate) > MAX_LOGITS_ROWS_PER_DECODE:
+        if tokens + len(candidate.tokens) > max_tokens or rows + _read_rows(candidate) > MAX_LOGITS_ROWS_PER_DECODE:
             break
         leaves.append(ready.pop())
         tokens += len(candidate.tokens)
@@ -249,9 +268,7 @@ def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.
     batch = Batch.empty()
     pending: list[tuple[int, tuple[int, ...], int, int]] = []
     for leaf in leaves:
-        reads_at: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
-        for local, candidates, b, r in leaf.reads:
-            reads_at.setdefault(local, []).append((candidates, b, r))
+        reads_at = _reads_by_position(leaf)
         for i, token in enumerate(leaf.tokens):
             wanted = reads_at.get(i)
             index = batch.add(token, leaf.start + i, leaf.seq_id, bool(wanted))
@@ -260,14 +277,12 @@ def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.
     deadline.check()
     runtime.decode(batch)
     for index, candidates, b, r in pending:
-        results[b][r] = _log_probs(runtime.logits(index), candidates)
+        results[b][r] = log_probs(runtime.logits(index), candidates)
 
 
 def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> None:
     """Decode one node's tokens in its own sequence, in pieces of at most n_batch tokens."""
-    reads_at: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
-    for local, candidates, b, r in node.reads:
-        reads_at.setdefault(local, []).append((candidates, b, r))
+    reads_at = _reads_by_position(node)
     batch = Batch.empty()
     pending: list[tuple[int, tuple[int, ...], int, int]] = []
     rows = 0
@@ -277,7 +292,7 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
         deadline.check()
         runtime.decode(batch)
         for index, candidates, b, r in pending:
-            results[b][r] = _log_probs(runtime.logits(index), candidates)
+            results[b][r] = log_probs(runtime.logits(index), candidates)
         batch.tokens.clear()
         batch.positions.clear()
         batch.seq_ids.clear()
@@ -297,7 +312,7 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
         flush()
 
 
-def _log_probs(logits: np.ndarray, candidates: tuple[int, ...]) -> np.ndarray:
+def log_probs(logits: np.ndarray, candidates: tuple[int, ...]) -> np.ndarray:
     row = logits.astype(np.float64)
     peak = row.max()
     log_norm = peak + np.log(np.exp(row - peak).sum())

