@@ -193,12 +193,14 @@ def test_likelihood_groups_long_option_lists_like_letters(smollm2_runtime):
 
 @pytest.mark.parametrize("readout", ["letters", "likelihood"])
 def test_the_cost_estimate_matches_what_is_evaluated(smollm2_runtime, readout):
-    # Given a fresh engine (no cached prior), the tokens counted before decoding are within
-    # 10% of the tokens the prefix trees then evaluate, grouped questions included.
+    # Given a fresh engine (no cached prior) and a long state, the tokens counted before
+    # decoding are within 10% of the tokens the prefix trees then evaluate, grouped
+    # questions included (their final round evaluates the state a second time).
     engine = make_engine(smollm2_runtime, readout, max_labels=6)
     many = {"type": "choice", "instructions": "Which queue?",
             "criteria": {f"queue {k}": f"tickets about topic {k}" for k in range(20)}}
-    decision = request({**QUESTIONS, "many": many})
+    long_state = "The parcel arrived late and the box was damaged; the customer wants a refund. " * 25
+    decision = parse(DecisionRequest, {"model": "m", "state": long_state, "questions": {**QUESTIONS, "many": many}})
     estimate = engine.cost(decision)
     evaluated = engine.decide(decision)["usage"]["input_tokens"]
     assert abs(estimate.tokens - evaluated) <= 0.1 * evaluated
@@ -221,6 +223,8 @@ def test_debiasing_the_caller_did_not_ask_for_is_reduced_to_fit_the_budget(engin
         engine.fit(request(x_prior=True, x_order_average=True), plain)
     with pytest.raises(OverBudget, match="split its questions"):
         engine.fit(decision, plain - 1)
+    with pytest.raises(OverBudget, match="logits rows"):
+        engine.fit(decision, plain, row_cost=1.0)  # the rows it reads count too
 
 
 def test_a_passed_deadline_stops_the_job_between_decodes_and_frees_the_model(smollm2_runtime):
