@@ -223,7 +223,7 @@ def test_debiasing_the_caller_did_not_ask_for_is_reduced_to_fit_the_budget(engin
         engine.fit(request(x_prior=True, x_order_average=True), plain)
     with pytest.raises(OverBudget, match="split its questions"):
         engine.fit(decision, plain - 1)
-    with pytest.raises(OverBudget, match="logits rows"):
+    with pytest.raises(OverBudget, match="tokens' worth"):
         engine.fit(decision, plain, row_cost=1.0)  # the rows it reads count too
 
 
@@ -237,7 +237,7 @@ def test_a_passed_deadline_stops_the_job_between_decodes_and_frees_the_model(smo
     with pytest.raises(DeadlineExceeded):
         engine.decide(request(), deadline)
     assert not smollm2_runtime.lock.locked()
-    assert engine.decide(request()) == engine.decide(request())
+    assert engine.decide(request())["answers"] == engine.decide(request())["answers"]
 
 
 def test_a_caller_that_left_stops_the_job(smollm2_runtime):
@@ -252,3 +252,21 @@ def test_a_state_far_beyond_the_context_is_refused_before_it_is_tokenized(engine
     # 1 MB of state cannot fit 4096 tokens whatever its tokens: refused on its length alone.
     with pytest.raises(ContextOverflow, match="characters"):
         engine.cost(parse(DecisionRequest, {"model": "m", "state": "x" * 1_000_000, "questions": QUESTIONS}))
+
+
+def test_a_chat_that_runs_out_of_time_returns_what_it_has_cut_short(smollm2_runtime):
+    # Given a deadline that passes two tokens into a long generation, the completion comes
+    # back with the text so far and finish_reason "length", not an error after the work.
+    from scorer_container.chat import ChatGenerator
+    from scorer_container.prompts import PromptFormat
+    from scorer_container.schema import ChatRequest
+
+    chat = ChatGenerator(smollm2_runtime, PromptFormat.for_runtime(smollm2_runtime), "m")
+    body = {"messages": [{"role": "user", "content": "Count from one to one thousand in words."}],
+            "max_tokens": 50, "temperature": 0}
+    calls = iter(range(1000))
+    deadline = Deadline(5.0, clock=lambda: 0.0 if next(calls) < 4 else 10.0)
+    reply = chat.completion(parse(ChatRequest, body), deadline)
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert 1 <= reply["usage"]["completion_tokens"] <= 3
+    assert not smollm2_runtime.lock.locked()
