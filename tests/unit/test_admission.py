@@ -56,54 +56,51 @@ def test_a_cancelled_waiter_gives_its_place_back():
     asyncio.run(scenario())
 
 
+class Line:
+    """An admission with jobs that hold the model until `hold` is set; `ran` lists who ran."""
+
+    def __init__(self) -> None:
+        self.admission = Admission(max_waiting=1)
+        self.hold = asyncio.Event()
+        self.ran: list[str] = []
+
+    async def job(self, name: str, deadline: Deadline | None = None) -> None:
+        with self.admission.admit() as ticket:
+            async with ticket.running(deadline):
+                self.ran.append(name)
+                await self.hold.wait()
+
+
 def test_a_job_whose_deadline_passes_while_it_waits_never_runs():
     # Given one job holding the model, when a second one's deadline passes in line,
     # then it is refused with DeadlineExceeded without running and gives its place back.
     async def scenario():
-        admission = Admission(max_waiting=1)
-        hold = asyncio.Event()
-        ran = []
-
-        async def job(name, deadline=None):
-            with admission.admit() as ticket:
-                async with ticket.running(deadline):
-                    ran.append(name)
-                    await hold.wait()
-
-        first = asyncio.create_task(job("first"))
+        line = Line()
+        first = asyncio.create_task(line.job("first"))
         await asyncio.sleep(0.01)
         with pytest.raises(DeadlineExceeded):
-            await job("late", Deadline(0.05))
-        assert ran == ["first"] and admission.admitted == 1
-        hold.set()
+            await line.job("late", Deadline(0.05))
+        assert line.ran == ["first"] and line.admission.admitted == 1
+        line.hold.set()
         await first
-        assert admission.admitted == 0
+        assert line.admission.admitted == 0
 
     asyncio.run(scenario())
 
 
 def test_a_job_whose_caller_left_while_it_waited_never_runs():
     async def scenario():
-        admission = Admission(max_waiting=1)
-        hold = asyncio.Event()
-        ran = []
+        line = Line()
         gone = Deadline(60)
-
-        async def job(name, deadline=None):
-            with admission.admit() as ticket:
-                async with ticket.running(deadline):
-                    ran.append(name)
-                    await hold.wait()
-
-        first = asyncio.create_task(job("first"))
+        first = asyncio.create_task(line.job("first"))
         await asyncio.sleep(0.01)
-        second = asyncio.create_task(job("gone", gone))
+        second = asyncio.create_task(line.job("gone", gone))
         await asyncio.sleep(0.01)
         gone.caller_gone()
-        hold.set()
+        line.hold.set()
         await first
         with pytest.raises(CallerGone):
             await second
-        assert ran == ["first"] and admission.admitted == 0
+        assert line.ran == ["first"] and line.admission.admitted == 0
 
     asyncio.run(scenario())
