@@ -178,14 +178,14 @@ def test_ping_answers_while_a_long_decision_runs_and_saturation_gets_503(tight_s
     worker.start()
     time.sleep(1.0)
     assert "slow" not in results, "the long decision should still be running"
-    start = time.monotonic()
-    ping = httpx.get(f"{tight_scorer}/ping", timeout=5)
-    ping_seconds = time.monotonic() - start
+    ping = httpx.get(f"{tight_scorer}/ping", timeout=30)
+    # Answered while the decision still holds the model: /ping never waits for it.
+    ping_during_the_decision = "slow" not in results
     busy = httpx.post(f"{tight_scorer}/v1/systemone", json=DECISION, timeout=30)
     still_running = "slow" not in results
     worker.join()
     assert still_running
-    assert ping.status_code == 200 and ping_seconds < 2
+    assert ping.status_code == 200 and ping_during_the_decision
     assert busy.status_code == 503
     assert int(busy.headers["retry-after"]) >= 1
     assert busy.json()["detail"]["error_type"] == "overloaded"
@@ -264,15 +264,27 @@ def test_the_ping_shows_the_budget(bounded_scorer):
     assert httpx.get(f"{bounded_scorer}/ping").json()["max_request_tokens"] == 8000
 
 
+@pytest.fixture(scope="module")
+def long_job_s(bounded_scorer):
+    """How long the long decision takes when nothing stops it, measured here and now.
+
+    The deadline tests compare against this, not against fixed seconds: the machine is
+    shared, and one decode of the state alone can take seconds when it is busy.
+    """
+    start = time.monotonic()
+    assert httpx.post(f"{bounded_scorer}/v1/systemone", json=plain(long_decision()), timeout=300).status_code == 200
+    return time.monotonic() - start
+
+
 def invoke(url, body, attributes, timeout=120):
     return httpx.post(f"{url}/invocations", json=body, timeout=timeout,
                       headers={"X-Amzn-SageMaker-Custom-Attributes": attributes})
 
 
-def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_once(bounded_scorer):
-    # Given a decision that takes several seconds and a caller deadline of 1 s, when it
-    # runs, then it answers 503 (deadline_exceeded, Retry-After) about a second later,
-    # and a request queued behind it is served right after, not after the long job's time.
+def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_once(bounded_scorer, long_job_s):
+    # Given a decision that takes many seconds and a caller deadline of 1 s, when it
+    # runs, then it answers 503 (deadline_exceeded, Retry-After) within a decode of the
+    # deadline, and a request queued behind it is served without waiting out the long job.
     results = {}
 
     def late():
@@ -292,16 +304,17 @@ def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_o
     assert late_response.headers["retry-after"]
     assert late_response.json()["x_state"] == "deadline_exceeded"
     assert following.status_code == 200
-    # Generous bounds (a shared machine): the whole job takes over 8 s on this model.
-    assert results["late_s"] < 4 and following_s < 6
+    # Half the uninterrupted job: the deadline (1 s) plus at most one decode of the state
+    # (about 500 tokens) stays well under it, however slow the machine is today.
+    assert results["late_s"] < long_job_s / 2 and following_s < long_job_s / 2
 
 
-def test_a_job_whose_caller_hung_up_is_abandoned(bounded_scorer):
+def test_a_job_whose_caller_hung_up_is_abandoned(bounded_scorer, long_job_s):
     # Given a caller that gives up after 1 s (its client times out and closes the
     # connection), the job stops, and the next request does not wait out the long job.
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{bounded_scorer}/v1/systemone", json=plain(long_decision()), timeout=1.0)
     start = time.monotonic()
     assert httpx.post(f"{bounded_scorer}/v1/systemone", json=DECISION, timeout=60).status_code == 200
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < long_job_s / 2
 
