@@ -9,25 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.auth.credentials import Principal
+from gateway.auth.store import DEFAULT_LIMITS
 from gateway.catalogs.drift import drift
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.model import Decision, Outcome
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
+from gateway.handler import IAM_PREFIX, PUBLIC_PATHS, route_path
 from gateway.observability import counters
 from gateway.runtime import GatewayRuntime
+from gateway.wire import json_text, openai_decisions, systemone
 from gateway.wire import models as models_wire
-from gateway.wire import openai_decisions, systemone
 from gateway.wire.errors import Flavor, error_body, validation_details
 from gateway.wire.openai_chat import ChatRequest, as_event_stream
 
@@ -35,7 +36,6 @@ log = logging.getLogger("gateway.app")
 
 SYSTEM_ONE_PATHS = ("/v1/systemone",)
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
-PUBLIC_PATHS = ("/health",)
 
 
 class TokenRequest(BaseModel):
@@ -56,8 +56,18 @@ class OutcomeRequest(BaseModel):
 
 
 class RevokeRequest(BaseModel):
+    """Exactly one of: the token, its id, or every token of the tenant minted until now."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    token: str = Field(min_length=1, max_length=4096)
+    token: str | None = Field(default=None, min_length=1, max_length=4096, description="The token itself.")
+    token_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$", description="The token's id (token_id when minted).")
+    all_tokens: Literal[True] | None = Field(default=None, description="Refuse every token of the tenant minted until now.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> RevokeRequest:
+        if sum(value is not None for value in (self.token, self.token_id, self.all_tokens)) != 1:
+            raise ValueError("name exactly one of: token, token_id, all_tokens")
+        return self
 
 
 def flavor_of(path: str) -> Flavor | None:
@@ -68,15 +78,6 @@ def flavor_of(path: str) -> Flavor | None:
     if path in OPENAI_PATHS:
         return "openai"
     return None
-
-
-# The same routes are deployed twice: under / for bearer callers (the SDKs) and under
-# /iam for SigV4 callers (API Gateway's AWS_IAM authorization); the function serves both.
-IAM_PREFIX = "/iam"
-
-
-def route_path(path: str) -> str:
-    return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -100,40 +101,13 @@ def served_by(endpoint: str, attempts: int) -> dict[str, str]:
     return {"x-endpoint": endpoint, "x-attempts": str(attempts)}
 
 
-def principal_of(event: dict[str, Any], authenticator: Any, now: float) -> Principal:
-    """Who calls: the principal the bearer authorizer put in the request context, or the
-    IAM caller API Gateway authenticated with SigV4, mapped to its tenant."""
-    request_context = event.get("requestContext") or {}
-    context = request_context.get("authorizer") or {}
-    if "tenant_id" in context:
-        if not context["tenant_id"]:
-            raise Unauthenticated(context.get("reason") or "invalid credentials")
-        expires_at = float(context["expires_at"]) if context.get("expires_at") else None
-        # API Gateway may serve a cached authorization: a credential's own expiry still holds.
-        if expires_at is not None and expires_at <= now:
-            raise Unauthenticated("invalid credentials")
-        models = context.get("models", "*")
-        return Principal(
-            tenant_id=context["tenant_id"],
-            scopes=frozenset(str(context.get("scopes", "")).split()),
-            models=None if models == "*" else frozenset(json.loads(models)),
-            credential_id=str(context.get("credential_id", "")),
-            expires_at=expires_at,
-        )
-    identity = request_context.get("identity") or {}
-    # API Gateway fills userArn (and accessKey) only for a method that authenticated SigV4.
-    if identity.get("userArn") and identity.get("accessKey"):
-        if authenticator is None:
-            raise Unauthenticated("IAM callers are not configured on this gateway")
-        return authenticator.authenticate_iam(identity["userArn"])
-    raise Unauthenticated("missing credentials: send Authorization: Bearer <API key or token>, or sign with SigV4")
-
-
 def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=strict_json, strip_prefixes=[IAM_PREFIX])
+    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_text.loads, strip_prefixes=[IAM_PREFIX])
 
     def caller(scope: str | None) -> Principal:
-        principal = principal_of(app.current_event.raw_event, runtime.authenticator, time.time())
+        principal = app.context.get("principal")  # found by the handler before the body was read
+        if principal is None:
+            raise Unauthenticated("missing credentials")
         if scope is not None and scope not in principal.scopes:
             raise Forbidden(f"this credential lacks the {scope!r} scope")
         app.append_context(tenant_id=principal.tenant_id)
@@ -158,8 +132,10 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         """Decide, then record: (the outcome, its decision id)."""
         allowed(principal, decision.model)
         started = time.perf_counter()
-        catalog_only = runtime.tenants.catalog_only(principal.tenant_id) if runtime.tenants else False
-        asked, outcome = runtime.decisions.decide(decision, counters(), tenant_id=principal.tenant_id, catalog_only=catalog_only)
+        tenant = runtime.tenants.get(principal.tenant_id) if runtime.tenants else None
+        asked, outcome = runtime.decisions.decide(
+            decision, counters(), tenant_id=principal.tenant_id, catalog_only=bool(tenant and tenant.catalog_only),
+            limits=tenant.limits if tenant is not None else DEFAULT_LIMITS)
         decision_id = runtime.recorder.new_id() if runtime.recorder else ""
         if runtime.recorder:
             runtime.recorder.record(decision_id, principal=principal, route=route, request_id=app.context.get("request_id", ""),
@@ -262,7 +238,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):
         principal = caller("chat")
         allowed(principal, request.model)
-        completion, invocation = runtime.decisions.chat(request.backend_body(), counters())
+        limits = runtime.tenants.limits(principal.tenant_id) if runtime.tenants else DEFAULT_LIMITS
+        completion, invocation = runtime.decisions.chat(request.backend_body(), counters(), limits)
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())
@@ -290,8 +267,11 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
             raise Forbidden("revoking tokens needs IAM credentials (SigV4) or the 'admin' scope")
         if runtime.authenticator is None:
             raise Forbidden("tokens are not configured on this gateway")
-        claims = runtime.authenticator.revoke_token(principal, request.token)
-        return json_response(200, {"token_id": claims.token_id, "revoked": True})
+        if request.all_tokens:
+            not_before = runtime.authenticator.revoke_all_tokens(f"tenant:{principal.tenant_id}")
+            return json_response(200, {"tenant_id": principal.tenant_id, "revoked": True, "not_before": not_before})
+        token_id = runtime.authenticator.revoke_token(principal, token=request.token, token_id=request.token_id)
+        return json_response(200, {"token_id": token_id, "revoked": True})
 
     @app.exception_handler(RequestValidationError)
     def invalid(exc: RequestValidationError) -> Response:
@@ -313,23 +293,3 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         return error_response(GatewayError("the gateway failed on this request"), app.current_event.path)
 
     return app
-
-
-# An escaped UTF-16 surrogate (\ud800-\udfff): paired they are fine, alone they are not text.
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def strict_json(text: str) -> Any:
-    """json.loads that refuses NaN and Infinity (not JSON, and not probabilities) and
-    unpaired surrogates (not Unicode: no model, store or log could take them)."""
-
-    def refuse(constant: str) -> Any:
-        raise json.JSONDecodeError(f"{constant} is not valid JSON", text, 0)
-
-    value = json.loads(text, parse_constant=refuse)
-    if _ESCAPED_SURROGATE.search(text):
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise json.JSONDecodeError("a string holds an unpaired surrogate (\\ud800-\\udfff)", text, 0) from exc
-    return value

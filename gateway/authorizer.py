@@ -10,7 +10,20 @@ context carries the credential's expiry, which the function checks on every call
 cached authorization never outlives its credential.
 
 Results are also cached here, keyed by a SHA-256 of the credential (never the
-credential itself), for at most `CACHE_S` and never past the credential's expiry.
+credential itself), for at most `CACHE_S` and never past the credential's expiry; a
+cache hit still asks the revocation check (`gateway.auth.revocation`), and so does the
+function for an authorization API Gateway cached, so no cache outlives a revocation
+by more than the check's bound.
+
+Nothing here raises: a store or key ring that cannot be read becomes a refusal marked
+`unverified`, which the function answers by checking the credential itself (a store
+hiccup must not lock a good key out for the length of API Gateway's cache), and
+which is never cached here.
+
+The policy names the tenant's usage key (`usageIdentifierKey`), so that API Gateway's
+usage plans throttle each tenant on its own (the API reads keys from the authorizer);
+refused callers share one key of their own, `GATEWAY_REFUSED_USAGE_KEY`, and tenants
+without a key of their own share `GATEWAY_DEFAULT_USAGE_KEY`.
 """
 
 from __future__ import annotations
@@ -18,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -36,34 +50,55 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from gateway.observability import configure_logging
 
     configure_logging()
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(k, str)}
     authorization = headers.get("authorization")
     try:
-        principal = _cached_authenticate(authorization)
+        authenticator = _warm_authenticator()
+        principal = _cached_authenticate(authenticator, authorization if isinstance(authorization, str) else None)
+        usage_key = _usage_key(authenticator, principal.tenant_id)
     except Unauthenticated as exc:
         log.info("credential refused", extra={"reason": exc.message})
-        return _policy(event, "anonymous", {"tenant_id": "", "reason": exc.message})
-    context_values = {
+        return _policy(event, "anonymous", {"tenant_id": "", "reason": exc.message}, os.environ.get(REFUSED_USAGE_KEY))
+    except Exception:  # never an error: API Gateway would answer 500 to a caller who did nothing wrong
+        log.exception("the credential could not be checked; the function checks it again")
+        return _policy(event, "anonymous", {"tenant_id": "", "reason": "credentials could not be checked",
+                                            "unverified": "1"}, os.environ.get(REFUSED_USAGE_KEY))
+    return _policy(event, principal.tenant_id, principal_context(principal), usage_key)
+
+
+REFUSED_USAGE_KEY = "GATEWAY_REFUSED_USAGE_KEY"
+DEFAULT_USAGE_KEY = "GATEWAY_DEFAULT_USAGE_KEY"
+
+
+def principal_context(principal: Any) -> dict[str, str]:
+    """The principal as API Gateway context values (strings; the function reads them back)."""
+    values = {
         "tenant_id": principal.tenant_id,
         "scopes": " ".join(sorted(principal.scopes)),
         "models": "*" if principal.models is None else json.dumps(sorted(principal.models)),
         "credential_id": principal.credential_id,
+        "kind": principal.kind,
     }
     if principal.expires_at is not None:
-        context_values["expires_at"] = str(principal.expires_at)
-    return _policy(event, principal.tenant_id, context_values)
+        values["expires_at"] = str(principal.expires_at)
+    if principal.issued_at is not None:
+        values["issued_at"] = str(principal.issued_at)
+    if principal.subject:
+        values["subject"] = principal.subject
+    if principal.key_id:
+        values["key_id"] = principal.key_id
+    return values
 
 
-def _cached_authenticate(authorization: str | None) -> Any:
-    authenticator = _warm_authenticator()
+def _cached_authenticate(authenticator: Any, authorization: str | None) -> Any:
     if not authorization:
         return authenticator.authenticate(authorization)
-    key = hashlib.sha256(authorization.encode()).hexdigest()
+    key = hashlib.sha256(authorization.encode("utf-8", "surrogatepass")).hexdigest()
     now = time.time()
     with _cache_lock:
         hit = _cache.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+    if hit is not None and hit[0] > now:
+        return authenticator.still_valid(hit[1])  # revoked since it was cached: refused
     principal = authenticator.authenticate(authorization)
     until = now + CACHE_S if principal.expires_at is None else min(now + CACHE_S, principal.expires_at)
     with _cache_lock:
@@ -71,6 +106,12 @@ def _cached_authenticate(authorization: str | None) -> Any:
             _cache.clear()  # bounded: a flood of distinct credentials cannot grow memory
         _cache[key] = (until, principal)
     return principal
+
+
+def _usage_key(authenticator: Any, tenant_id: str) -> str | None:
+    """The tenant's own usage plan key, else the shared default (read with the tenant's limits)."""
+    limits = authenticator.limits(tenant_id) if hasattr(authenticator, "limits") else None
+    return (limits.usage_key if limits is not None else None) or os.environ.get(DEFAULT_USAGE_KEY)
 
 
 def set_authenticator(authenticator: Any) -> None:
@@ -92,15 +133,19 @@ def _warm_authenticator() -> Any:
     return _authenticator
 
 
-def _policy(event: dict[str, Any], principal_id: str, context: dict[str, str]) -> dict[str, Any]:
-    return {
+def _policy(event: dict[str, Any], principal_id: str, context: dict[str, str], usage_key: str | None) -> dict[str, Any]:
+    policy: dict[str, Any] = {
         "principalId": principal_id,
         "policyDocument": {
             "Version": "2012-10-17",
-            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": stage_arn(event.get("methodArn", ""))}],
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow",
+                           "Resource": stage_arn(str(event.get("methodArn") or ""))}],
         },
         "context": context,
     }
+    if usage_key:
+        policy["usageIdentifierKey"] = usage_key
+    return policy
 
 
 def stage_arn(method_arn: str) -> str:

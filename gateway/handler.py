@@ -16,9 +16,18 @@ import time
 import zlib
 from typing import Any
 
+from gateway.caller import principal_of
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
 
 log = logging.getLogger("gateway.handler")
+
+PUBLIC_PATHS = ("/health",)
+IAM_PREFIX = "/iam"  # the same routes for SigV4 callers (API Gateway's AWS_IAM authorization)
+
+
+def route_path(path: str) -> str:
+    return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
+
 
 _app = None  # built on the first invocation, kept while the container is warm
 _runtime = None
@@ -34,11 +43,13 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     path = event.get("path") or "/"
     try:
         refuse_credentials_in_query(event)
+        # Who calls, first: an anonymous request is refused before its body is even decoded.
+        principal = None if route_path(path) in PUBLIC_PATHS else principal_of(event, runtime.authenticator, time.time())
         prepared = prepare_event(event, runtime.settings.max_body_bytes)
     except GatewayError as exc:
         result = _plain_response(exc, path)
     else:
-        app.append_context(request_id=request_id)
+        app.append_context(request_id=request_id, principal=principal)
         result = app.resolve(prepared, context)
     _stamp_request_id(result, request_id, path)
     status = int(result.get("statusCode", 500))
@@ -149,8 +160,6 @@ def _plain_response(exc: GatewayError, path: str) -> dict[str, Any]:
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:
-    from gateway.app import route_path
-
     names = ["x-request-id"]
     if route_path(path).startswith("/v1/systemone"):
         names.append("x-typesafe-request-id")

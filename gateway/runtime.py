@@ -3,11 +3,10 @@ services, built once on the first request (never at import: cold start is paid b
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.auth.tenant_cache import TenantCache
 from gateway.backends.base import InferenceBackend
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint
@@ -15,31 +14,6 @@ from gateway.decisions.records import DecisionRecorder
 from gateway.decisions.routing import ModelRegistry, ModelRoute
 from gateway.decisions.service import DecisionService
 from gateway.settings import GatewaySettings
-
-TENANT_POLICY_CACHE_S = 60.0
-
-
-class TenantPolicies:
-    """Per-tenant settings the hot path needs (catalog-only), read at most once a minute per tenant."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self._cache: dict[str, tuple[float, bool]] = {}
-        self._lock = threading.Lock()
-
-    def catalog_only(self, tenant_id: str) -> bool:
-        if self.store is None:
-            return False
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(tenant_id)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        tenant = self.store.get_tenant(tenant_id)
-        value = bool(tenant and tenant.catalog_only)
-        with self._lock:
-            self._cache[tenant_id] = (now + TENANT_POLICY_CACHE_S, value)
-        return value
 
 
 @dataclass
@@ -50,7 +24,7 @@ class GatewayRuntime:
     authenticator: Any = None  # gateway.auth.authenticate.Authenticator: IAM callers and tokens
     catalogs: CatalogService | None = None
     recorder: DecisionRecorder | None = None
-    tenants: TenantPolicies | None = None
+    tenants: TenantCache | None = None  # catalog-only and limits, per tenant
 
     @classmethod
     def build(cls, settings: GatewaySettings, backend: InferenceBackend | None = None,
@@ -83,8 +57,9 @@ class GatewayRuntime:
         keys = getattr(authenticator, "keys", None)
         recorder = DecisionRecorder(records, keys.current if keys is not None else None, settings.auth.record_retention_days,
                                     on_failure=_count_record_failure)
+        tenants = getattr(authenticator, "tenants", None) or TenantCache(store)  # one cache for the authorizer and routes
         return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend, catalogs),
-                   authenticator=authenticator, catalogs=catalogs, recorder=recorder, tenants=TenantPolicies(store))
+                   authenticator=authenticator, catalogs=catalogs, recorder=recorder, tenants=tenants)
 
 
 def _has(store: Any, method: str, table_attribute: str) -> bool:

@@ -106,7 +106,8 @@ class AuthSettings(_Settings):
     record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
-    revocation_refresh_s: float = Field(default=30.0, ge=0, le=3600)
+    # How long a "still valid" answer may be reused: the bound on how late a revocation takes effect.
+    revocation_check_s: float = Field(default=10.0, ge=0, le=300)
 
     @model_validator(mode="after")
     def _one_store(self) -> AuthSettings:
@@ -123,7 +124,7 @@ class AuthSettings(_Settings):
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
                  "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
                  "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
-                 "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "revocation_refresh_s": "GATEWAY_REVOCATION_REFRESH_S"}
+                 "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}
         values = {field: env[name] for field, name in names.items() if env.get(name)}
         try:
             return cls.model_validate(values)

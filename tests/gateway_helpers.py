@@ -60,3 +60,14 @@ def call(ev: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
         return result["statusCode"], headers, json.loads(body)
     except ValueError:
         return result["statusCode"], headers, body
+
+
+def register_credentials(store: Any, *contexts: dict[str, str]) -> None:
+    """Store an API key record for each authorizer context's credential, so that the
+    function's revocation check (which looks the key up on every request) finds it live."""
+    from gateway.auth.store import ApiKeyRecord
+
+    for context in contexts:
+        if store.get_api_key(context["credential_id"]) is None:
+            store.put_api_key(ApiKeyRecord(context["credential_id"], context["tenant_id"], "unused", tuple(context["scopes"].split()),
+                                           None, 0.0))

@@ -15,12 +15,19 @@ import time
 from collections.abc import Callable, Iterable
 
 from gateway.auth.credentials import API_KEY_PREFIX, SCOPES, Principal, api_key_id, bearer_credential, same_hash
-from gateway.auth.store import TenantStore
-from gateway.auth.tokens import DEFAULT_TTL_S, TOKEN_PREFIX, KeyRing, RevocationList, TokenClaims, TokenError, mint, verify
-from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
+from gateway.auth.revocation import RevocationCheck
+from gateway.auth.store import TenantLimits, TenantStore
+from gateway.auth.tenant_cache import TenantCache
+from gateway.auth.tokens import DEFAULT_TTL_S, MAX_TTL_S, TOKEN_PREFIX, KeyRing, TokenClaims, TokenError, mint, verify
+from gateway.errors import Forbidden, InvalidRequest, RateLimited, Unauthenticated
 
 # Touching last-used on every call would make each request a write; once a minute is enough.
 LAST_USED_RESOLUTION_S = 60.0
+# A tenant's revocations and mints are capped, so that nobody can grow the revocation
+# data (or the work of checking it) without bound: revocations live as long as the
+# tokens they refuse (12 h at most), mints are counted per minute.
+MAX_REVOCATIONS_PER_WINDOW = 10_000
+MAX_MINTS_PER_MINUTE = 600
 _ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([^/]+)/[^/]+$")
 _IAM = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(root|user/.+|role/.+)$")
 
@@ -36,11 +43,24 @@ def normalise_principal(arn: str) -> str | None:
 
 class Authenticator:
     def __init__(self, store: TenantStore, keys: KeyRing | None = None, clock: Callable[[], float] = time.time,
-                 revocations: RevocationList | None = None) -> None:
+                 revocations: RevocationCheck | None = None) -> None:
         self.store = store
         self.keys = keys
         self.clock = clock
-        self.revocations = revocations or RevocationList(store.revoked_tokens, clock=clock)
+        self.revocations = revocations or RevocationCheck(store, clock=clock)
+        self.tenants = TenantCache(store)
+
+    def limits(self, tenant_id: str) -> TenantLimits:
+        return self.tenants.limits(tenant_id)
+
+    def still_valid(self, principal: Principal) -> Principal:
+        """The principal, if its credential was not revoked since it was verified (any cache
+        that holds a principal asks this on every request); else Unauthenticated."""
+        if principal.expires_at is not None and principal.expires_at <= self.clock():
+            raise Unauthenticated("invalid credentials")
+        if self.revocations.refused(principal):
+            raise Unauthenticated("invalid credentials")
+        return principal
 
     def authenticate(self, authorization: str | None) -> Principal:
         credential = bearer_credential(authorization)
@@ -67,20 +87,16 @@ class Authenticator:
         return Principal(record.tenant_id, frozenset(record.scopes), models, record.key_id, record.expires_at)
 
     def _token(self, credential: str) -> Principal:
-        claims = self.verify_token(credential)
-        models = frozenset(claims.models) if claims.models is not None else None
-        return Principal(claims.tenant_id, frozenset(claims.scopes), models, claims.token_id, float(claims.expires_at))
+        return self.still_valid(token_principal(self.verify_token(credential)))
 
     def verify_token(self, credential: str) -> TokenClaims:
+        """Signature and expiry only (revocation is `still_valid`'s)."""
         if self.keys is None:
             raise Unauthenticated("invalid credentials")
         try:
-            claims = verify(self.keys, credential, self.clock())
+            return verify(self.keys, credential, self.clock())
         except TokenError:
             raise Unauthenticated("invalid credentials") from None
-        if self.revocations.is_revoked(claims.token_id):
-            raise Unauthenticated("invalid credentials")
-        return claims
 
     def authenticate_iam(self, user_arn: str) -> Principal:
         """A SigV4 caller, already authenticated by API Gateway: which tenant it acts for."""
@@ -89,7 +105,7 @@ class Authenticator:
         if rule is None:
             raise Forbidden("this IAM principal is not mapped to a tenant")
         models = frozenset(rule.models) if rule.models is not None else None
-        return Principal(rule.tenant_id, frozenset(rule.scopes), models, normalised or "", None, iam=True)
+        return Principal(rule.tenant_id, frozenset(rule.scopes), models, normalised or "", None, iam=True, kind="iam")
 
     def mint_token(self, caller: Principal, scopes: Iterable[str] | None, models: Iterable[str] | None,
                    ttl_s: int | None) -> tuple[str, TokenClaims]:
@@ -110,14 +126,49 @@ class Authenticator:
                 wanted_models = set(caller.models)
             elif not wanted_models <= caller.models:
                 raise Forbidden("this principal cannot grant those models")
+        now = self.clock()
+        minute = int(now // 60)
+        if not self.store.count_within(f"mints:{caller.tenant_id}:{minute}", MAX_MINTS_PER_MINUTE, (minute + 2) * 60):
+            raise RateLimited(f"this tenant minted {MAX_MINTS_PER_MINUTE} tokens this minute; reuse a token until it"
+                              " nears its expiry", retry_after=max(1, int((minute + 1) * 60 - now) + 1))
         return mint(self.keys, caller.tenant_id, tuple(wanted_scopes),
-                    None if wanted_models is None else tuple(wanted_models), ttl_s or DEFAULT_TTL_S, self.clock())
+                    None if wanted_models is None else tuple(wanted_models), ttl_s or DEFAULT_TTL_S, now, caller.credential_id)
 
-    def revoke_token(self, caller: Principal, credential: str) -> TokenClaims:
-        """Revoke a token the caller holds: it must verify and belong to the caller's tenant."""
-        claims = self.verify_token(credential)
-        if claims.tenant_id != caller.tenant_id:
-            raise Forbidden("that token belongs to another tenant")
-        self.store.revoke_token(claims.token_id, claims.tenant_id, float(claims.expires_at))
-        self.revocations.add(claims.token_id)
-        return claims
+    def revoke_token(self, caller: Principal, *, token: str | None = None, token_id: str | None = None) -> str:
+        """Revoke one of the caller's tenant's tokens, given the token or only its id: the token id."""
+        now = self.clock()
+        if token is not None:
+            try:
+                claims = self.verify_token(token)
+            except Unauthenticated:
+                raise InvalidRequest.at(["token"], "this is not a live token of this gateway (malformed, forged or"
+                                        " expired); an expired token needs no revocation", "invalid_token") from None
+            if claims.tenant_id != caller.tenant_id:
+                raise Forbidden("that token belongs to another tenant")
+            token_id, expires_at = claims.token_id, float(claims.expires_at)
+        elif token_id is not None:
+            expires_at = now + MAX_TTL_S  # without the token, its expiry is unknown: the longest a token lives
+        else:
+            raise InvalidRequest.at([], "name the token to revoke: token or token_id")
+        window = int(now // MAX_TTL_S)
+        if not self.store.count_within(f"revocations:{caller.tenant_id}:{window}", MAX_REVOCATIONS_PER_WINDOW,
+                                       (window + 2) * MAX_TTL_S):
+            raise RateLimited(f"this tenant revoked {MAX_REVOCATIONS_PER_WINDOW} tokens in 12 hours; revoke them all at"
+                              " once instead (all_tokens: true)", retry_after=max(1, int((window + 1) * MAX_TTL_S - now)))
+        self.store.revoke_token(token_id, caller.tenant_id, expires_at)
+        self.revocations.forget(f"token:{caller.tenant_id}:{token_id}")
+        return token_id
+
+    def revoke_all_tokens(self, subject: str) -> float:
+        """Refuse every token minted until now for `subject` ("tenant:<id>", "principal:<arn>",
+        "key:<kid>" or "all"): the "not before" time set."""
+        now = self.clock()
+        self.store.set_not_before(subject, now)
+        self.revocations.forget(f"nb:{subject}")
+        return now
+
+
+def token_principal(claims: TokenClaims) -> Principal:
+    models = frozenset(claims.models) if claims.models is not None else None
+    return Principal(claims.tenant_id, frozenset(claims.scopes), models, claims.token_id, float(claims.expires_at),
+                     kind="token", issued_at=float(claims.issued_at), subject=claims.subject, key_id=claims.key_id)

@@ -27,6 +27,10 @@ class Principal:
     credential_id: str  # the key id, token id or IAM principal, for logs and records (never the secret)
     expires_at: float | None = None  # when the credential stops being valid
     iam: bool = False  # authenticated by SigV4 (IAM), not by a bearer credential
+    kind: str = "api_key"  # "api_key", "token" or "iam": what the revocation check looks up
+    issued_at: float | None = None  # tokens: when minted ("not before" times refuse earlier ones)
+    subject: str = ""  # tokens: the IAM principal that minted it
+    key_id: str = ""  # tokens: the signing key
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from gateway.auth.authenticate import Authenticator
+from gateway.auth.revocation import RevocationCheck
 from gateway.auth.store import TenantStore
-from gateway.auth.tokens import RevocationList, file_key_ring, secrets_manager_key_ring
+from gateway.auth.tokens import file_key_ring, secrets_manager_key_ring
 from gateway.settings import AuthSettings
 
 
@@ -30,4 +31,4 @@ def build_authenticator(settings: AuthSettings, store: TenantStore | None = None
         keys = secrets_manager_key_ring(settings.signing_secret_id)
     elif settings.signing_keys_file:
         keys = file_key_ring(settings.signing_keys_file)
-    return Authenticator(store, keys, revocations=RevocationList(store.revoked_tokens, refresh_s=settings.revocation_refresh_s))
+    return Authenticator(store, keys, revocations=RevocationCheck(store, check_s=settings.revocation_check_s))

@@ -5,8 +5,38 @@ revocations. Two implementations pass one contract test suite:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """What one tenant may ask, per request and per second: settings of the tenant.
+
+    The defaults keep every decision's record well under DynamoDB's 400 KB item limit
+    (1024 options and 256 KiB of text at most) and a chat's reply under a minute of
+    CPU decoding. Rate and burst are enforced by API Gateway's usage plan in AWS (the
+    authorizer names the tenant's `usage_key`) and by the local runner locally.
+    """
+
+    rate_per_s: float = 10.0
+    burst: int = 20
+    max_options: int = 1024  # options across every question of one decision (catalog entries included)
+    max_text_bytes: int = 256 * 1024  # UTF-8 text the model reads for one request: state, questions, options, messages
+    max_request_tokens: int | None = None  # estimated evaluation tokens per decision; None: the model's own limit
+    max_chat_tokens: int = 1024  # the most a chat completion may generate
+    usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v != getattr(DEFAULT_LIMITS, k)}
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any] | None) -> TenantLimits:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (values or {}).items() if k in known})
+
+
+DEFAULT_LIMITS = TenantLimits()
 
 
 @dataclass(frozen=True)
@@ -15,6 +45,7 @@ class Tenant:
     name: str
     created_at: float
     catalog_only: bool = False  # refuse inline questions: every question must name a catalog entry
+    limits: TenantLimits = field(default_factory=TenantLimits)
 
 
 @dataclass(frozen=True)
@@ -69,6 +100,17 @@ class TenantStore(Protocol):
 
     def revoke_token(self, token_id: str, tenant_id: str, expires_at: float) -> None: ...
 
-    def revoked_tokens(self, now: float) -> set[str]:
-        """Ids of revoked tokens that have not expired yet (expired ones verify as expired anyway)."""
+    def token_revoked(self, tenant_id: str, token_id: str, now: float) -> bool:
+        """One lookup by key, however many tokens are revoked (the check runs on every request)."""
+        ...
+
+    def set_not_before(self, subject: str, when: float) -> None:
+        """Refuse tokens of `subject` minted at or before `when` (an earlier time never replaces a later one)."""
+        ...
+
+    def not_before(self, subject: str) -> float | None: ...
+
+    def count_within(self, name: str, limit: int, expires_at: float) -> bool:
+        """Atomically count one more against `name` unless it reached `limit` (True: counted);
+        the counter is dropped after `expires_at`."""
         ...

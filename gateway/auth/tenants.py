@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
 from gateway.auth.credentials import SCOPES, NewApiKey, api_key_id, hash_api_key, new_api_key
 from gateway.auth.store import ApiKeyRecord, Tenant, TenantStore
@@ -24,11 +26,37 @@ def create_tenant(store: TenantStore, tenant_id: str, name: str = "", *, catalog
     if existing is not None and (catalog_only is None or existing.catalog_only == catalog_only):
         return existing
     if existing is not None:
-        tenant = Tenant(existing.tenant_id, existing.name, existing.created_at, bool(catalog_only))
+        tenant = replace(existing, catalog_only=bool(catalog_only))
     else:
         tenant = Tenant(tenant_id, name or tenant_id, time.time(), bool(catalog_only))
     store.put_tenant(tenant)
     return tenant
+
+
+_LIMIT_BOUNDS = {"rate_per_s": (0.1, 10_000), "burst": (1, 100_000), "max_options": (2, 102_000),
+                 "max_text_bytes": (1024, 6 * 1024 * 1024), "max_request_tokens": (256, 10_000_000),
+                 "max_chat_tokens": (1, 32_768)}
+
+
+def set_limits(store: TenantStore, tenant_id: str, **changes: Any) -> Tenant:
+    """Change some of a tenant's limits (the others stay); each is checked against its bounds."""
+    tenant = store.get_tenant(tenant_id)
+    if tenant is None:
+        raise ProvisioningError(f"no tenant {tenant_id!r}")
+    for name, value in changes.items():
+        if name == "usage_key" or (name == "max_request_tokens" and value is None):
+            continue
+        if name not in _LIMIT_BOUNDS:
+            raise ProvisioningError(f"unknown limit {name!r} (known: {', '.join(_LIMIT_BOUNDS)})")
+        low, high = _LIMIT_BOUNDS[name]
+        if not low <= value <= high:
+            raise ProvisioningError(f"{name} must be between {low} and {high}")
+    limits = replace(tenant.limits, **changes)
+    if limits.burst < limits.rate_per_s:
+        raise ProvisioningError("burst must be at least the rate (a second's worth of requests)")
+    updated = replace(tenant, limits=limits)
+    store.put_tenant(updated)
+    return updated
 
 
 def checked_scopes(scopes: Iterable[str]) -> tuple[str, ...]:

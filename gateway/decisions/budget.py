@@ -10,12 +10,19 @@ and refuses past the model's `max_request_tokens` with 413 before anything is se
 So a request the gateway refuses, the scorer would refuse too (with its budget in
 that setting); the gateway's is the cheaper, coarser check, there so that a 400 x 255
 request never reaches an endpoint at all.
+
+Each tenant has its own limits besides (`TenantLimits`): options across all questions,
+text the model reads, the token estimate (never above the model's) and, for chat, the
+most tokens a completion may generate. Each is a 413 naming the figure and the limit.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
+from gateway.auth.store import DEFAULT_LIMITS, TenantLimits
 from gateway.decisions.model import Decision, Question, Text, render_json
 from gateway.errors import PayloadTooLarge
 
@@ -37,8 +44,21 @@ def estimated_tokens(decision: Decision) -> int:
     return total
 
 
-def check_budget(decision: Decision, max_tokens: int) -> int:
-    """The estimate, or PayloadTooLarge (413) when it is over `max_tokens`."""
+def check_budget(decision: Decision, max_tokens: int, limits: TenantLimits = DEFAULT_LIMITS) -> int:
+    """The estimate, or PayloadTooLarge (413) when the decision is over the model's
+    `max_tokens` or over one of the tenant's limits."""
+    questions = [q for q in decision.questions if isinstance(q, Question)]
+    options = sum(len(q.options) for q in questions)
+    if options > limits.max_options:
+        raise PayloadTooLarge(f"this request asks {options} options across its questions; this tenant may ask at most"
+                              f" {limits.max_options} per request: split its questions into more requests")
+    text = _bytes(decision.state) + sum(_bytes(q.instructions) + sum(_bytes(o.key) + _bytes(o.description)
+                                                                     for o in q.options) for q in questions)
+    if text > limits.max_text_bytes:
+        raise PayloadTooLarge(f"this request holds {text} bytes of text for the model; this tenant may send at most"
+                              f" {limits.max_text_bytes} per request: shorten the state or split the questions")
+    if limits.max_request_tokens is not None:
+        max_tokens = min(max_tokens, limits.max_request_tokens)
     tokens = estimated_tokens(decision)
     if tokens > max_tokens:
         parts = math.ceil(tokens / max_tokens)
@@ -58,8 +78,27 @@ def _question_tokens(question: Question) -> int:
     return total
 
 
+def check_chat_budget(request: dict[str, Any], limits: TenantLimits = DEFAULT_LIMITS) -> dict[str, int]:
+    """The completion's token limit the backend gets (the tenant's when the request names
+    none), or PayloadTooLarge when the request asks for more, or sends more text, than
+    the tenant may."""
+    text = len(json.dumps(request.get("messages"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if text > limits.max_text_bytes:
+        raise PayloadTooLarge(f"these messages hold {text} bytes; this tenant may send at most {limits.max_text_bytes}"
+                              " per request")
+    asked = request.get("max_completion_tokens") or request.get("max_tokens")
+    if asked is not None and asked > limits.max_chat_tokens:
+        raise PayloadTooLarge(f"max_tokens is {asked}; this tenant may generate at most {limits.max_chat_tokens} tokens"
+                              " per completion")
+    return {"max_tokens": asked or limits.max_chat_tokens}
+
+
 def _tokens(text: Text | None) -> int:
+    return math.ceil(_bytes(text) / BYTES_PER_TOKEN)
+
+
+def _bytes(text: Text | None) -> int:
     if text is None:
         return 0
     rendered = text if isinstance(text, str) else render_json(text)
-    return math.ceil(len(rendered.encode("utf-8", "surrogatepass")) / BYTES_PER_TOKEN)
+    return len(rendered.encode("utf-8", "surrogatepass"))

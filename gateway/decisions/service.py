@@ -13,11 +13,12 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from gateway.auth.store import DEFAULT_LIMITS, TenantLimits
 from gateway.backends.base import InferenceBackend
 from gateway.catalogs.policy import judge, with_temperature
 from gateway.catalogs.resolve import resolve
 from gateway.catalogs.service import CatalogService
-from gateway.decisions.budget import check_budget
+from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
 from gateway.decisions.pools import Invocation, MetricsSink
 from gateway.decisions.routing import ModelRegistry, ModelRoute
@@ -34,19 +35,20 @@ class DecisionService:
         self.catalogs = catalogs
 
     def decide(self, decision: Decision, metrics: MetricsSink | None = None, *, tenant_id: str = "",
-               catalog_only: bool = False) -> tuple[Decision, Outcome]:
+               catalog_only: bool = False, limits: TenantLimits = DEFAULT_LIMITS) -> tuple[Decision, Outcome]:
         """Resolve catalog references, ask the pool, then calibrate and judge: (the decision as asked, its outcome)."""
         route = self.registry.resolve(decision.model, "decisions")
         decision = resolve(decision, tenant_id, self.catalogs, catalog_only)
-        check_budget(decision, route.max_request_tokens)
+        check_budget(decision, route.max_request_tokens, limits)
         invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
         outcome = read_outcome(decision, invocation)
         return decision, (apply_catalogs(outcome) if decision.calibrate else outcome)
 
-    def chat(self, request: dict[str, Any], metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
+    def chat(self, request: dict[str, Any], metrics: MetricsSink | None = None,
+             limits: TenantLimits = DEFAULT_LIMITS) -> tuple[dict[str, Any], Invocation]:
         """One chat completion (never streamed from the backend: the gateway frames any stream)."""
         route = self.registry.resolve(request["model"], "chat")
-        payload = {**request, "stream": False}
+        payload = {**request, "stream": False, **check_chat_budget(request, limits)}
         payload.pop("stream_options", None)
         invocation = route.pool.invoke(self.backend, _json_bytes(payload), "chat", metrics)
         completion = _json_object(invocation.body)

@@ -5,7 +5,9 @@ Tenants and keys: two tables, each with a string partition key `pk` and sort key
   (`PRINCIPAL#<normalised arn>` / `RULE`);
 - keys: API key records (`KEY#<key id>` / `KEY`, found per tenant through the
   `by_tenant` index on `tenant_id` + `created_at`) and token revocations
-  (`REVOKED` / `<token id>`, removed by DynamoDB's TTL on `ttl` once the token expired).
+  (`REVOKED` / `<tenant>#<token id>`, removed by DynamoDB's TTL on `ttl` once the token
+  expired), "not before" times (`NOTBEFORE` / `<subject>`) and counters
+  (`COUNTER` / `<name>`, expired by TTL). Every read of the hot path is a GetItem by key.
 Catalogs: partition `pk` = `<tenant>#<name>`, numeric sort key `version`; the
 `by_tenant` index (`tenant_id`, `name_version`) lists a tenant's entries.
 Records: partition `tenant_id`, sort key `record_id` (time-ordered ids), expired by TTL.
@@ -19,7 +21,7 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 
@@ -89,13 +91,15 @@ class DynamoDBStore:
     def put_tenant(self, tenant: Tenant) -> None:
         self.client.put_item(TableName=self.tenants_table, Item=_item({
             "pk": f"TENANT#{tenant.tenant_id}", "sk": "TENANT", "tenant_id": tenant.tenant_id, "name": tenant.name,
-            "created_at": tenant.created_at, "catalog_only": tenant.catalog_only,
+            "created_at": tenant.created_at, "catalog_only": tenant.catalog_only, "limits": json.dumps(tenant.limits.as_json()),
         }))
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
         item = self._get(self.tenants_table, f"TENANT#{tenant_id}", "TENANT")
-        return None if item is None else Tenant(item["tenant_id"], item["name"], item["created_at"],
-                                                bool(item.get("catalog_only", False)))
+        if item is None:
+            return None
+        limits = TenantLimits.from_json(json.loads(item["limits"]) if item.get("limits") else None)
+        return Tenant(item["tenant_id"], item["name"], item["created_at"], bool(item.get("catalog_only", False)), limits)
 
     # -- principal rules --------------------------------------------------------------
 
@@ -171,21 +175,37 @@ class DynamoDBStore:
 
     def revoke_token(self, token_id: str, tenant_id: str, expires_at: float) -> None:
         self.client.put_item(TableName=self.keys_table, Item=_item({
-            "pk": _REVOKED, "sk": token_id, "tenant_id": tenant_id, "expires_at": expires_at,
+            "pk": _REVOKED, "sk": f"{tenant_id}#{token_id}", "tenant_id": tenant_id, "expires_at": expires_at,
             "ttl": int(expires_at) + 3600, "created_at": time.time(),
         }))
 
-    def revoked_tokens(self, now: float) -> set[str]:
-        found, start = set(), None
-        while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.client.query(TableName=self.keys_table, KeyConditionExpression="pk = :p",
-                                      FilterExpression="expires_at > :now",
-                                      ExpressionAttributeValues={":p": {"S": _REVOKED}, ":now": _value(now)}, **extra)
-            found.update(item["sk"]["S"] for item in reply["Items"])
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return found
+    def token_revoked(self, tenant_id: str, token_id: str, now: float) -> bool:
+        item = self._get(self.keys_table, _REVOKED, f"{tenant_id}#{token_id}")
+        return item is not None and item["expires_at"] > now
+
+    def set_not_before(self, subject: str, when: float) -> None:
+        try:
+            self.client.put_item(TableName=self.keys_table, Item=_item({"pk": "NOTBEFORE", "sk": subject, "at": when}),
+                                 ConditionExpression="attribute_not_exists(pk) OR #at < :at",
+                                 ExpressionAttributeNames={"#at": "at"}, ExpressionAttributeValues={":at": _value(when)})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass  # a later time is set already: keep it
+
+    def not_before(self, subject: str) -> float | None:
+        item = self._get(self.keys_table, "NOTBEFORE", subject)
+        return None if item is None else item["at"]
+
+    def count_within(self, name: str, limit: int, expires_at: float) -> bool:
+        try:
+            self.client.update_item(
+                TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": name}),
+                UpdateExpression="ADD #count :one SET #ttl = if_not_exists(#ttl, :ttl)",
+                ConditionExpression="attribute_not_exists(#count) OR #count < :limit",
+                ExpressionAttributeNames={"#count": "count", "#ttl": "ttl"},
+                ExpressionAttributeValues={":one": _value(1), ":limit": _value(limit), ":ttl": _value(int(expires_at))})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     # -- catalogs -----------------------------------------------------------------------
 

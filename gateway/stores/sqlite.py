@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 
@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS tenants (
     tenant_id    TEXT PRIMARY KEY,
     name         TEXT NOT NULL,
     created_at   REAL NOT NULL,
-    catalog_only INTEGER NOT NULL DEFAULT 0
+    catalog_only INTEGER NOT NULL DEFAULT 0,
+    limits       TEXT
 );
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id       TEXT PRIMARY KEY,
@@ -64,9 +65,19 @@ CREATE TABLE IF NOT EXISTS records (
     PRIMARY KEY (tenant_id, record_id)
 );
 CREATE INDEX IF NOT EXISTS records_by_time ON records(tenant_id, created_at);
-CREATE TABLE IF NOT EXISTS revoked_tokens (
-    token_id   TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS token_revocations (
     tenant_id  TEXT NOT NULL,
+    token_id   TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant_id, token_id)
+);
+CREATE TABLE IF NOT EXISTS not_before (
+    subject TEXT PRIMARY KEY,
+    at      REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name       TEXT PRIMARY KEY,
+    count      INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
 """
@@ -98,14 +109,18 @@ class SQLiteStore:
     def put_tenant(self, tenant: Tenant) -> None:
         with self._connect() as db:
             db.execute(
-                "INSERT INTO tenants (tenant_id, name, created_at, catalog_only) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT(tenant_id) DO UPDATE SET name = excluded.name, catalog_only = excluded.catalog_only",
-                (tenant.tenant_id, tenant.name, tenant.created_at, int(tenant.catalog_only)),
+                "INSERT INTO tenants (tenant_id, name, created_at, catalog_only, limits) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT(tenant_id) DO UPDATE SET name = excluded.name, catalog_only = excluded.catalog_only,"
+                " limits = excluded.limits",
+                (tenant.tenant_id, tenant.name, tenant.created_at, int(tenant.catalog_only), json.dumps(tenant.limits.as_json())),
             )
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
         row = self._connect().execute("SELECT * FROM tenants WHERE tenant_id = ?", (tenant_id,)).fetchone()
-        return Tenant(row["tenant_id"], row["name"], row["created_at"], bool(row["catalog_only"])) if row else None
+        if row is None:
+            return None
+        limits = TenantLimits.from_json(json.loads(row["limits"]) if row["limits"] else None)
+        return Tenant(row["tenant_id"], row["name"], row["created_at"], bool(row["catalog_only"]), limits)
 
     # -- principal rules --------------------------------------------------------------
 
@@ -170,12 +185,33 @@ class SQLiteStore:
 
     def revoke_token(self, token_id: str, tenant_id: str, expires_at: float) -> None:
         with self._connect() as db:
-            db.execute("INSERT OR IGNORE INTO revoked_tokens (token_id, tenant_id, expires_at) VALUES (?, ?, ?)",
-                       (token_id, tenant_id, expires_at))
+            # What TTL does in DynamoDB: a new revocation expires within 12 h from now (the
+            # longest a token lives), so one expiring 13 h before it is long past.
+            db.execute("DELETE FROM token_revocations WHERE expires_at < ?", (expires_at - 13 * 3600,))
+            db.execute("INSERT OR IGNORE INTO token_revocations (tenant_id, token_id, expires_at) VALUES (?, ?, ?)",
+                       (tenant_id, token_id, expires_at))
 
-    def revoked_tokens(self, now: float) -> set[str]:
-        rows = self._connect().execute("SELECT token_id FROM revoked_tokens WHERE expires_at > ?", (now,))
-        return {row["token_id"] for row in rows}
+    def token_revoked(self, tenant_id: str, token_id: str, now: float) -> bool:
+        row = self._connect().execute("SELECT 1 FROM token_revocations WHERE tenant_id = ? AND token_id = ? AND expires_at > ?",
+                                      (tenant_id, token_id, now)).fetchone()
+        return row is not None
+
+    def set_not_before(self, subject: str, when: float) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO not_before (subject, at) VALUES (?, ?)"
+                       " ON CONFLICT(subject) DO UPDATE SET at = max(at, excluded.at)", (subject, when))
+
+    def not_before(self, subject: str) -> float | None:
+        row = self._connect().execute("SELECT at FROM not_before WHERE subject = ?", (subject,)).fetchone()
+        return None if row is None else row["at"]
+
+    def count_within(self, name: str, limit: int, expires_at: float) -> bool:
+        """Count one more against `name`, unless it reached `limit`: True when counted."""
+        with self._connect() as db:
+            db.execute("DELETE FROM counters WHERE expires_at < ?", (time.time(),))
+            cursor = db.execute("INSERT INTO counters (name, count, expires_at) VALUES (?, 1, ?)"
+                                " ON CONFLICT(name) DO UPDATE SET count = count + 1 WHERE count < ?", (name, expires_at, limit))
+        return cursor.rowcount == 1
 
     # -- catalogs -----------------------------------------------------------------------
 
@@ -253,6 +289,12 @@ def _migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(tenants)")}
     if "catalog_only" not in columns:
         db.execute("ALTER TABLE tenants ADD COLUMN catalog_only INTEGER NOT NULL DEFAULT 0")
+    if "limits" not in columns:
+        db.execute("ALTER TABLE tenants ADD COLUMN limits TEXT")
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'revoked_tokens'").fetchone():
+        # Revocations were keyed by token id alone; they are per tenant now.
+        db.execute("INSERT OR IGNORE INTO token_revocations SELECT tenant_id, token_id, expires_at FROM revoked_tokens")
+        db.execute("DROP TABLE revoked_tokens")
 
 
 def _catalog_version(row: sqlite3.Row) -> CatalogVersion:

@@ -35,6 +35,8 @@ def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
                 loc.pop()
             msg, kind = "Input should be a string, an object or an array", "text_type"
         msg = msg.removeprefix("Value error, ")
+        if kind == "json_invalid" and (error.get("ctx") or {}).get("error"):
+            msg = f"{msg}: {error['ctx']['error']}"  # why it is not JSON: depth, a huge number, NaN
         key = (where, tuple(loc), kind)
         if key in seen:
             continue

@@ -29,10 +29,17 @@ FUZZ_ROLE = "arn:aws:iam::123456789012:role/Fuzz"
 
 
 class _AllowEveryone:
-    """Every bearer credential is a principal of tenant "fuzz": what is fuzzed is behind the authorizer."""
+    """Every bearer credential is the principal of one real API key of tenant "fuzz": what
+    is fuzzed is behind the authorizer (the function still checks the key is not revoked)."""
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
 
     def authenticate(self, header):
-        return Principal("fuzz", frozenset({"chat", "decide", "catalogs:read", "catalogs:write"}), None, "fuzz")
+        return Principal("fuzz", frozenset({"chat", "decide", "catalogs:read", "catalogs:write"}), None, self.key_id)
+
+    def still_valid(self, principal):
+        return principal
 
 
 def _install_fuzz_runtime(tmp: Path) -> None:
@@ -40,16 +47,17 @@ def _install_fuzz_runtime(tmp: Path) -> None:
     from gateway import authorizer
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.store import PrincipalRule
-    from gateway.auth.tenants import create_tenant
+    from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import CachedKeyRing, new_key_document
     from gateway.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp / "fuzz.db")
     create_tenant(store, "fuzz")
     store.put_principal_rule(PrincipalRule(FUZZ_ROLE, "fuzz", ("chat", "decide"), None, 0.0))
+    key = issue_api_key(store, "fuzz", ["chat", "decide", "catalogs:read", "catalogs:write"])
     document = new_key_document()
     install(UniformBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
-    authorizer.set_authenticator(_AllowEveryone())
+    authorizer.set_authenticator(_AllowEveryone(key.key_id))
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,9 @@ class Counting:
             raise Unauthenticated("invalid credentials")
         return self.principal
 
+    def still_valid(self, principal):
+        return principal
+
 
 @pytest.fixture(autouse=True)
 def reset():
@@ -38,7 +41,7 @@ def test_a_good_credential_gets_a_stage_wide_allow_and_its_principal():
     statement = policy["policyDocument"]["Statement"][0]
     assert statement["Effect"] == "Allow" and statement["Resource"] == "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
     assert policy["context"] == {"tenant_id": "acme", "scopes": "decide", "models": '["m"]', "credential_id": "k1",
-                                 "expires_at": "2000000000.0"}
+                                 "expires_at": "2000000000.0", "kind": "api_key"}
     assert all(isinstance(v, str) for v in policy["context"].values())  # API Gateway context values are scalars
 
 

@@ -13,7 +13,7 @@ from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.stores.sqlite import SQLiteStore
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install
+from tests.gateway_helpers import call, event, install, register_credentials
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide catalogs:read catalogs:write", "models": "*",
         "credential_id": "k-acme"}
@@ -42,6 +42,7 @@ def stack(store, **probabilities) -> FixedBackend:
     backend = FixedBackend(**probabilities)
     document = new_key_document()
     install(backend, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    register_credentials(store, ACME, GLOBEX)
     return backend
 
 

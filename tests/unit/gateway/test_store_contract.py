@@ -82,12 +82,38 @@ def test_revocation_happens_once_and_touch_records_use(tenants):
     assert tenants.get_api_key("missing") is None
 
 
-def test_revoked_tokens_are_listed_until_they_expire(tenants):
+def test_a_revoked_token_is_found_by_its_tenant_and_id_until_it_expires(tenants):
     tenants.revoke_token("t1", "acme", expires_at=100.0)
     tenants.revoke_token("t2", "globex", expires_at=200.0)
     tenants.revoke_token("t1", "acme", expires_at=100.0)  # twice is once
-    assert tenants.revoked_tokens(now=50.0) == {"t1", "t2"}
-    assert tenants.revoked_tokens(now=150.0) == {"t2"}
+    assert tenants.token_revoked("acme", "t1", now=50.0) and tenants.token_revoked("globex", "t2", now=50.0)
+    assert not tenants.token_revoked("globex", "t1", now=50.0)  # another tenant cannot revoke acme's token by its id
+    assert not tenants.token_revoked("acme", "t1", now=150.0) and tenants.token_revoked("globex", "t2", now=150.0)
+
+
+def test_not_before_keeps_the_latest_time(tenants):
+    assert tenants.not_before("tenant:acme") is None
+    tenants.set_not_before("tenant:acme", 100.0)
+    tenants.set_not_before("tenant:acme", 50.0)  # an earlier time never replaces a later one
+    assert tenants.not_before("tenant:acme") == 100.0 and tenants.not_before("tenant:globex") is None
+    tenants.set_not_before("tenant:acme", 150.0)
+    assert tenants.not_before("tenant:acme") == 150.0
+
+
+def test_a_counter_counts_up_to_its_limit_and_no_further(tenants):
+    assert [tenants.count_within("mints:acme:1", 3, 4e9) for _ in range(5)] == [True, True, True, False, False]
+    assert tenants.count_within("mints:globex:1", 3, 4e9)  # its own counter
+
+
+def test_a_tenants_limits_are_stored_with_it(tenants):
+    from dataclasses import replace
+
+    from gateway.auth.store import DEFAULT_LIMITS
+
+    assert tenants.get_tenant("acme").limits == DEFAULT_LIMITS
+    limits = replace(DEFAULT_LIMITS, rate_per_s=2.5, burst=5, max_options=64, usage_key="usage-key-acme-0000000000")
+    tenants.put_tenant(Tenant("acme", "Acme", 1.0, limits=limits))
+    assert tenants.get_tenant("acme").limits == limits
 
 
 def version(tenant: str, name: str, n: int, content: str = '{"type":"noul","instructions":"x"}') -> CatalogVersion:

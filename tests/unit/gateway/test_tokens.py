@@ -11,7 +11,8 @@ from gateway.auth.authenticate import Authenticator, normalise_principal
 from gateway.auth.credentials import Principal
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant
-from gateway.auth.tokens import MAX_TTL_S, CachedKeyRing, RevocationList, TokenError, mint, new_key_document, verify
+from gateway.auth.revocation import RevocationCheck
+from gateway.auth.tokens import MAX_TTL_S, CachedKeyRing, TokenError, mint, new_key_document, verify
 from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
 from gateway.stores.sqlite import SQLiteStore
 
@@ -50,7 +51,7 @@ def setup(tmp_path):
     store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), ("decision-default", "chat-default"), 1.0))
     documents, clock = Documents(), Clock()
     ring = CachedKeyRing(documents, ttl_s=300, min_reload_s=0, clock=clock)
-    auth = Authenticator(store, ring, clock=clock, revocations=RevocationList(store.revoked_tokens, refresh_s=0, clock=clock))
+    auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store, check_s=0, clock=clock))
     return auth, documents, clock, store
 
 
@@ -131,7 +132,7 @@ def test_a_token_minted_with_one_key_still_verifies_after_rotation(setup):
     assert auth.authenticate(f"Bearer {old}").tenant_id == auth.authenticate(f"Bearer {new}").tenant_id == "acme"
 
 
-def test_a_token_naming_an_unknown_key_reloads_the_ring_once(setup):
+def test_a_token_signed_by_an_unknown_key_reloads_the_ring_once(setup):
     auth, documents, clock, _ = setup
     auth.mint_token(auth.authenticate_iam(ROLE), None, None, 600)
     loads = documents.loads
@@ -147,24 +148,11 @@ def test_revocation_applies_and_only_to_the_callers_tenant(setup):
     token, claims = auth.mint_token(caller, None, None, 600)
     other = Principal("globex", frozenset({"admin"}), None, "iam", iam=True)
     with pytest.raises(Forbidden, match="another tenant"):
-        auth.revoke_token(other, token)
-    auth.revoke_token(caller, token)
-    assert claims.token_id in store.revoked_tokens(0)
+        auth.revoke_token(other, token=token)
+    auth.revoke_token(caller, token=token)
+    assert store.token_revoked("acme", claims.token_id, 0) and not store.token_revoked("globex", claims.token_id, 0)
     with pytest.raises(Unauthenticated):
         auth.authenticate(f"Bearer {token}")
-
-
-def test_the_revocation_list_reads_the_store_once_per_refresh():
-    reads = []
-    clock = Clock()
-    revocations = RevocationList(lambda now: reads.append(now) or {"t1"}, refresh_s=30, clock=clock)
-    assert revocations.is_revoked("t1") and not revocations.is_revoked("t2")
-    clock.now += 29
-    revocations.is_revoked("t1")
-    assert len(reads) == 1
-    clock.now += 1
-    revocations.is_revoked("t1")
-    assert len(reads) == 2
 
 
 def test_verify_refuses_garbage_without_raising_anything_else():
@@ -172,3 +160,28 @@ def test_verify_refuses_garbage_without_raising_anything_else():
     for garbage in ("", "dgt_", "dgt_....", "dgt_!!.??", "dgt_" + "A" * 5000, "dgt_e30.AAAA"):
         with pytest.raises(TokenError):
             verify(ring, garbage, 0)
+
+
+def test_the_signature_is_checked_before_the_payload_is_decoded(monkeypatch):
+    # Given a token whose payload is a JSON bomb (deep nesting) under a wrong signature,
+    # when verified, it is refused, and the payload was never given to the JSON parser.
+    ring = CachedKeyRing(Documents())
+    decoded = []
+    import gateway.auth.tokens as tokens
+
+    monkeypatch.setattr(tokens.json, "loads", lambda text: decoded.append(text) or {})
+    bomb = base64.urlsafe_b64encode(b"[" * 3000 + b"]" * 3000).rstrip(b"=").decode()
+    with pytest.raises(TokenError):
+        verify(ring, f"dgt_{bomb}.{'A' * 43}", 0)
+    assert decoded == []
+
+
+def test_a_signed_payload_that_is_not_claims_is_refused_as_a_token_error():
+    ring = CachedKeyRing(Documents())
+    key_id, key = ring.current()
+    from gateway.auth.tokens import _b64, _sign
+
+    for document in (b"[" * 3000 + b"]" * 3000, b'{"v": 1}', b"null", b'{"v":1,"kid":"' + key_id.encode() + b'","jti":[]}'):
+        payload = _b64(document)
+        with pytest.raises(TokenError):
+            verify(ring, f"dgt_{payload}.{_b64(_sign(key, payload))}", 0)
