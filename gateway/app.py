@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
 from gateway.catalogs.drift import drift
+from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.model import Decision, Outcome
@@ -135,7 +136,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         tenant = runtime.tenants.get(principal.tenant_id) if runtime.tenants else None
         asked, outcome = runtime.decisions.decide(
             decision, counters(), tenant_id=principal.tenant_id, catalog_only=bool(tenant and tenant.catalog_only),
-            limits=tenant.limits if tenant is not None else DEFAULT_LIMITS)
+            limits=tenant.limits if tenant is not None else DEFAULT_LIMITS,
+            may_override_policy=POLICY_OVERRIDE_SCOPE in principal.scopes)
         decision_id = runtime.recorder.new_id() if runtime.recorder else ""
         if runtime.recorder:
             runtime.recorder.record(decision_id, principal=principal, route=route, request_id=app.context.get("request_id", ""),

@@ -12,9 +12,16 @@ from gateway.errors import Forbidden, InvalidRequest, NotFound
 _READOUT_FIELDS = {"readout": "x_readout", "order_average": "x_order_average", "prior": "x_prior"}
 
 
-def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool) -> Decision:
+# Whoever may rewrite a catalog entry's policy may also read past it (calibration runs
+# do): everyone else gets an enforcing entry's verdict, computed the entry's way.
+POLICY_OVERRIDE_SCOPE = "catalogs:write"
+
+
+def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool,
+            may_override_policy: bool = True) -> Decision:
     questions: list[Question] = []
     declared: dict[str, set[Any]] = {}
+    enforced: dict[str, set[Any]] = {}
     for question in decision.questions:
         if not isinstance(question, CatalogReference):
             if catalog_only:
@@ -29,13 +36,22 @@ def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None,
             raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
         entry = version.entry()
         questions.append(from_entry(question.id, question.name, version, entry))
+        enforcing = entry.policy is not None and entry.policy.mode == "enforcing"
+        if enforcing and not decision.calibrate and not may_override_policy:
+            raise Forbidden(f"the catalog entry {version.name!r} enforces its policy: x_calibrate false (raw probabilities,"
+                            f" no verdict) needs the {POLICY_OVERRIDE_SCOPE!r} scope")
         for field, option in _READOUT_FIELDS.items():
             value = getattr(entry.readout, field)
             if value is not None:
                 declared.setdefault(option, set()).add(value)
+                if enforcing:
+                    enforced.setdefault(option, set()).add(value)
     engine = dict(decision.engine_options)
     for option, values in declared.items():
         if option in engine:
+            if not may_override_policy and option in enforced and enforced[option] != {engine[option]}:
+                raise Forbidden(f"an enforcing catalog entry declares {option[2:]} {sorted(enforced[option])[0]!r}, the"
+                                f" readout its thresholds were set for: another needs the {POLICY_OVERRIDE_SCOPE!r} scope")
             continue  # the request's own setting wins
         if len(values) > 1:
             raise InvalidRequest.at(["questions"], f"these catalog entries declare different {option[2:]} settings; "

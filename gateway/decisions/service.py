@@ -35,10 +35,11 @@ class DecisionService:
         self.catalogs = catalogs
 
     def decide(self, decision: Decision, metrics: MetricsSink | None = None, *, tenant_id: str = "",
-               catalog_only: bool = False, limits: TenantLimits = DEFAULT_LIMITS) -> tuple[Decision, Outcome]:
+               catalog_only: bool = False, limits: TenantLimits = DEFAULT_LIMITS,
+               may_override_policy: bool = True) -> tuple[Decision, Outcome]:
         """Resolve catalog references, ask the pool, then calibrate and judge: (the decision as asked, its outcome)."""
         route = self.registry.resolve(decision.model, "decisions")
-        decision = resolve(decision, tenant_id, self.catalogs, catalog_only)
+        decision = resolve(decision, tenant_id, self.catalogs, catalog_only, may_override_policy)
         check_budget(decision, route.max_request_tokens, limits)
         invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
         outcome = read_outcome(decision, invocation)

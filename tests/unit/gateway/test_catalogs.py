@@ -192,3 +192,34 @@ def test_tenants_never_see_each_others_catalogs_or_records(store):
     assert call(event("GET", "/v1/records", principal=GLOBEX))[2]["records"] == []
     put({**ROUTING, "instructions": "Globex routing"}, principal=GLOBEX)
     assert call(event("GET", "/v1/catalogs/support-routing", principal=ACME))[2]["instructions"] == ROUTING["instructions"]
+
+
+DECIDER = {**ACME, "scopes": "decide", "credential_id": "k-decider"}
+
+
+def test_a_caller_holding_only_decide_cannot_switch_off_an_enforcing_policy(store):
+    # Given an enforcing entry whose verdict for these probabilities is abstain (the human
+    # route), when a decide-only caller asks for raw probabilities or another readout,
+    # then it gets 403 and no backend call is made; a caller who may rewrite the entry
+    # (catalogs:write) may read past it, as calibration runs do.
+    backend = stack(store, choice={"billing": 0.4, "delivery": 0.35, "account": 0.25})
+    register_credentials(store, DECIDER)
+    put({**ROUTING, "readout": {"readout": "letters"}})
+    calls = len(backend.calls)
+    for extra in ({"x_calibrate": False}, {"x_readout": "likelihood"}):
+        status, _, body = decide({"catalog": "support-routing"}, principal=DECIDER, **extra)
+        assert status == 403 and body["detail"]["error_type"] == "permission_denied", extra
+        assert "catalogs:write" in body["detail"]["message"]
+    assert len(backend.calls) == calls
+    status, _, body = decide({"catalog": "support-routing"}, principal=DECIDER, x_readout="letters")
+    assert status == 200 and body["answers"]["queue"]["choice"] == "human"  # the entry's own readout is fine
+    status, _, body = decide({"catalog": "support-routing"}, x_calibrate=False)  # ACME holds catalogs:write
+    assert status == 200 and "x_action" not in body["answers"]["queue"]
+
+
+def test_an_advisory_policy_may_be_read_past_by_any_decider(store):
+    stack(store, choice={"billing": 0.4, "delivery": 0.35, "account": 0.25})
+    register_credentials(store, DECIDER)
+    put({**ROUTING, "policy": {**ROUTING["policy"], "mode": "advisory"}})
+    status, _, _ = decide({"catalog": "support-routing"}, principal=DECIDER, x_calibrate=False)
+    assert status == 200
