@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
 from gateway.catalogs.drift import drift
-from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
+from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE
 from gateway.catalogs.service import CatalogService
-from gateway.decisions.model import Decision, Outcome
+from gateway.decisions.model import MAX_QUESTIONS, Decision, Outcome
 from gateway.errors import Forbidden, GatewayError, InvalidRequest, NotFound, Unauthenticated, UnknownRoute
 from gateway.handler import IAM_PREFIX, PUBLIC_PATHS, route_path
 from gateway.observability import counters
@@ -51,7 +51,8 @@ ID_PATTERN = r"^[0-9a-f]{24}$"
 
 class OutcomeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    answers: dict[str, str | bool | int] = Field(min_length=1, description="Question name -> the true answer (or the override).")
+    answers: dict[str, Annotated[str, Field(max_length=1024)] | bool | int] = Field(
+        min_length=1, max_length=MAX_QUESTIONS, description="Question name -> the true answer (or the override).")
     override: bool = Field(default=False, description="true: a person overrode the decision rather than observed the truth.")
     note: str | None = Field(default=None, max_length=500)
 
@@ -95,6 +96,25 @@ def error_response(exc: GatewayError, path: str) -> Response:
     status, openai_body, headers = error_body(exc, "openai")
     _, systemone_body, _ = error_body(exc, "systemone")
     return json_response(status, {**openai_body, **systemone_body}, headers)
+
+
+def check_outcome_answers(record: dict[str, Any], answers: dict[str, Any]) -> None:
+    """An outcome names one of the options the question declared (its record lists them):
+    true or false for a yes/no question, a level for a score, an option's value for a choice."""
+    for question in record.get("questions", []):
+        if question["name"] not in answers:
+            continue
+        value, options = answers[question["name"]], question.get("probabilities") or {}
+        if question["kind"] == "noul":
+            fits = isinstance(value, bool)
+        elif question["kind"] == "score":
+            fits = isinstance(value, int) and not isinstance(value, bool) and str(value) in options
+        else:
+            fits = not options or str(value) in options  # a refused question recorded no options
+        if not fits:
+            expected = "true or false" if question["kind"] == "noul" else "one of: " + ", ".join(list(options)[:10])
+            raise InvalidRequest.at(["answers", question["name"]], f"not an answer this question allows ({expected})",
+                                    "invalid_outcome")
 
 
 def served_by(endpoint: str, attempts: int) -> dict[str, str]:
@@ -169,6 +189,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         unknown = sorted(set(request.answers) - names)
         if unknown:
             raise InvalidRequest.at(["answers", unknown[0]], "this decision asked no such question", "unknown_question")
+        check_outcome_answers(record, request.answers)
         outcome = {"answers": request.answers, "override": request.override, "note": request.note,
                    "recorded_at": time.time(), "recorded_by": principal.credential_id}
         records_store().set_outcome(principal.tenant_id, decision_id, outcome)

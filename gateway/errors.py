@@ -8,9 +8,11 @@ turns them into System One or OpenAI bodies in one place.
      │    ├── UnsupportedMedia         415, unknown Content-Encoding
      │    ├── NotFound                 404, unknown model (UnknownRoute: unknown path)
      │    ├── Unauthenticated          401, missing, bad or expired credential
-     │    └── Forbidden                403, credential without the needed scope or model
-     ├── RateLimited                   429 + Retry-After, every endpoint of the pool saturated
+     │    ├── Forbidden                403, credential without the needed scope or model
+     │    └── Conflict                 409, concurrent writers: re-read and retry
+     ├── RateLimited                   429 + Retry-After, the pool saturated, or a tenant's cap reached
      ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
+     │    └── RecordNotStored          503, the decision's audit record could not be written
      └── BackendFailed                 502, an endpoint answered something unusable
 
 Messages are written for callers; exception text from below never reaches them.
@@ -88,6 +90,12 @@ class Forbidden(RequestError):
     openai_code = "insufficient_permissions"
 
 
+class Conflict(RequestError):
+    status = 409
+    error_type = "conflict"
+    openai_code = "conflict"
+
+
 class RateLimited(GatewayError):
     status = 429
     error_type = "rate_limit_error"
@@ -107,6 +115,10 @@ class BackendUnavailable(GatewayError):
     def __init__(self, message: str, retry_after: int = 5) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RecordNotStored(BackendUnavailable):
+    """A decision is answered only once its record is stored: an answer nobody can audit is not given."""
 
 
 class BackendFailed(GatewayError):

@@ -79,6 +79,8 @@ class FixedBackend(UniformBackend):
         self.choice, self.noul, self.score = choice or {}, noul, score
 
     def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+        if route == "chat":
+            return super().invoke(endpoint, body, route)
         request = json.loads(body)
         with self.lock:
             self.calls.append((endpoint.name, request, route))

@@ -7,9 +7,12 @@ from collections.abc import Callable
 
 from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry, content_hash
 from gateway.catalogs.store import CatalogStore, VersionTaken
-from gateway.errors import NotFound
+from gateway.errors import Conflict, NotFound, PayloadTooLarge
 
 _ATTEMPTS = 5  # concurrent writers: each loser re-reads and tries the next number
+# An entry's canonical content, at most: well under DynamoDB's 400 KB item (with its keys
+# and hash), and far more than 255 options with descriptions need.
+MAX_CONTENT_BYTES = 256 * 1024
 
 
 class CatalogService:
@@ -20,6 +23,10 @@ class CatalogService:
     def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry) -> tuple[CatalogVersion, bool]:
         """The new version, or the latest one when its content is the same; True when created."""
         canonical = content.canonical()
+        size = len(canonical.encode("utf-8"))
+        if size > MAX_CONTENT_BYTES:
+            raise PayloadTooLarge(f"this entry is {size} bytes once canonical; an entry holds at most {MAX_CONTENT_BYTES}:"
+                                  " shorten its descriptions")
         digest = content_hash(canonical)
         for _ in range(_ATTEMPTS):
             latest = self.store.latest_catalog_version(tenant_id, name)
@@ -32,7 +39,7 @@ class CatalogService:
             except VersionTaken:
                 continue
             return version, True
-        raise VersionTaken(f"{name}: too many concurrent writers")
+        raise Conflict(f"the catalog entry {name!r} is being written by others at the same time; read it and retry")
 
     def get(self, tenant_id: str, name: str, version: int | None = None) -> CatalogVersion:
         found = (self.store.latest_catalog_version(tenant_id, name) if version is None

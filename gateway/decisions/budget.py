@@ -30,6 +30,10 @@ BYTES_PER_TOKEN = 4
 # Chat template, "Task:", "Options:", the reply hint and the answer cue of one probe.
 PROBE_FRAME_TOKENS = 40
 PROBE_OPTIONS = 26  # options one probe lists (the scorer's groups); more add a final round
+# A decision record must fit one DynamoDB item (400 KB) with its outcome attached later.
+MAX_RECORD_BYTES = 300_000
+RECORD_FIXED_BYTES = 2_000  # ids, model, endpoint, hashes, usage, latency
+QUESTION_FIXED_BYTES = 200  # the keys of one question's entry, its action and figures
 
 
 def estimated_tokens(decision: Decision) -> int:
@@ -57,6 +61,10 @@ def check_budget(decision: Decision, max_tokens: int, limits: TenantLimits = DEF
     if text > limits.max_text_bytes:
         raise PayloadTooLarge(f"this request holds {text} bytes of text for the model; this tenant may send at most"
                               f" {limits.max_text_bytes} per request: shorten the state or split the questions")
+    record = record_bytes(questions)
+    if record > MAX_RECORD_BYTES:
+        raise PayloadTooLarge(f"this decision's audit record would take about {record} bytes (its question names and"
+                              f" option keys); a record holds at most {MAX_RECORD_BYTES}: use shorter names or fewer options")
     if limits.max_request_tokens is not None:
         max_tokens = min(max_tokens, limits.max_request_tokens)
     tokens = estimated_tokens(decision)
@@ -66,6 +74,21 @@ def check_budget(decision: Decision, max_tokens: int, limits: TenantLimits = DEF
             f"this request needs about {tokens} tokens of evaluation; this model takes at most {max_tokens} per"
             f" request: split its questions into {parts} or more requests, or use fewer options or shorter descriptions")
     return tokens
+
+
+def record_bytes(questions: list[Question]) -> int:
+    """An upper bound on the stored size of the decision's record (`decisions/records.py`):
+    each question's name and kind, and per option its key (escaped as the stores write
+    JSON) with a probability, written at most three times (probabilities, answer, model
+    answer), plus the fixed fields. The state is never in a record, only its hash."""
+    total = RECORD_FIXED_BYTES
+    for question in questions:
+        keys = [len(json.dumps(str(o.value))) for o in question.options]
+        total += QUESTION_FIXED_BYTES + len(json.dumps(question.name or question.id)) + sum(keys) + 26 * len(keys)
+        total += 2 * max(keys, default=0)
+        if question.binding is not None:
+            total += len(json.dumps(question.binding.ref)) + 600  # catalog ref, hash, temperature, policy
+    return total
 
 
 def _question_tokens(question: Question) -> int:

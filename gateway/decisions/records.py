@@ -7,7 +7,10 @@ keyed hash of it (HMAC-SHA256 with the deployment's signing key, whose id is rec
 which proves later that a given state was the one decided on without revealing it.
 
 Every record is written as a structured log line (durable in CloudWatch) and to the
-records store; if the store write fails, the log line still holds it.
+records store. A decision is answered only once its record is stored: the write is
+tried `WRITE_ATTEMPTS` times, and if every try fails the request fails with 503
+(`RecordNotStored`, Retry-After), so no caller acts on a decision nobody can audit.
+The log line (marked `stored: false`) still holds what was decided.
 """
 
 from __future__ import annotations
@@ -24,20 +27,24 @@ from gateway.auth.credentials import Principal
 from gateway.catalogs.store import RecordStore
 from gateway.decisions import scoring
 from gateway.decisions.model import Answer, Decision, Outcome, Text, render_json, shown_choice
+from gateway.errors import RecordNotStored
 
 log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90
+WRITE_ATTEMPTS = 3
+WRITE_BACKOFF_S = 0.05
 
 
 class DecisionRecorder:
     def __init__(self, store: RecordStore | None, hash_key: Callable[[], tuple[str, bytes]] | None = None,
                  retention_days: float = DEFAULT_RETENTION_DAYS, clock: Callable[[], float] = time.time,
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.hash_key = hash_key
         self.retention_s = retention_days * 86400
         self.clock = clock
         self.on_failure = on_failure or (lambda: None)
+        self.sleep = sleep
 
     def new_id(self) -> str:
         """Time-ordered (hex milliseconds first), so a tenant's records list newest first by id."""
@@ -78,14 +85,24 @@ class DecisionRecorder:
             "questions": [_question_record(answer) for answer in outcome.answers],
         }
         catalogs = sorted({a.question.binding.name for a in outcome.answers if a.question.binding is not None})
-        log.info("decision record", extra={"record": body})
-        if self.store is not None:
-            try:
-                self.store.put_record(principal.tenant_id, record_id, now, catalogs, body, now + self.retention_s)
-            except Exception:
-                log.exception("decision record not stored (the log line above holds it)", extra={"record_id": record_id})
-                self.on_failure()
+        stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
+        log.info("decision record", extra={"record": body, "stored": stored})
+        if not stored:
+            self.on_failure()
+            raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2)
         return body
+
+    def _store(self, tenant_id: str, record_id: str, now: float, catalogs: list[str], body: dict[str, Any]) -> bool:
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
+                return True
+            except Exception:
+                log.warning("decision record write failed", exc_info=True,
+                            extra={"record_id": record_id, "attempt": attempt + 1})
+                if attempt + 1 < WRITE_ATTEMPTS:
+                    self.sleep(WRITE_BACKOFF_S * (2 ** attempt))
+        return False
 
 
 def _question_record(answer: Answer) -> dict[str, Any]:
