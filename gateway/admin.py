@@ -13,7 +13,13 @@ are printed once, to stdout, and never logged.
     revoke-key KEY_ID
     mint-token --principal ARN [--scopes ...] [--models ...] [--ttl-s N]   (needs the signing keys)
     revoke-token TOKEN
+    revoke-token-id TOKEN_ID --tenant ID
+    revoke-tokens --tenant ID | --principal ARN   (every token minted until now)
+    set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
+               [--max-request-tokens N] [--max-chat-tokens N] [--usage-plan API_ID:STAGE]
     new-signing-key --file PATH        (creates or rotates a local signing key document)
+    emergency-rotate --file PATH | --secret-id ID [--drop-key KID ...]
+                                       (a fresh key document: every earlier key stops verifying at once)
 """
 
 from __future__ import annotations
@@ -65,8 +71,28 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--ttl-s", type=int)
     c = commands.add_parser("revoke-token")
     c.add_argument("token", help="the token itself (its signature proves which one it is); '-' reads it from stdin")
+    c = commands.add_parser("revoke-token-id")
+    c.add_argument("token_id")
+    c.add_argument("--tenant", required=True)
+    c = commands.add_parser("revoke-tokens")
+    who = c.add_mutually_exclusive_group(required=True)
+    who.add_argument("--tenant")
+    who.add_argument("--principal")
+    c = commands.add_parser("set-limits")
+    c.add_argument("tenant_id")
+    for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
+                       ("max-request-tokens", int), ("max-chat-tokens", int)):
+        c.add_argument(f"--{name}", type=kind)
+    c.add_argument("--usage-plan", metavar="API_ID:STAGE",
+                   help="AWS: give the tenant its own API Gateway usage plan key with these rate and burst")
     c = commands.add_parser("new-signing-key")
     c.add_argument("--file", required=True)
+    c = commands.add_parser("emergency-rotate")
+    where_keys = c.add_mutually_exclusive_group(required=True)
+    where_keys.add_argument("--file")
+    where_keys.add_argument("--secret-id")
+    c.add_argument("--drop-key", action="append", default=[], metavar="KID",
+                   help="a key id to refuse from now on (read from the document when it can be read)")
     args = parser.parse_args(argv)
 
     from gateway.auth.tenants import ProvisioningError
@@ -102,6 +128,9 @@ def _run(args: argparse.Namespace) -> int:
 
     authenticator = _authenticator(args)
     store = authenticator.store
+    if args.command == "emergency-rotate":
+        _out(_emergency_rotate(args, authenticator))
+        return 0
     if args.command == "create-tenant":
         catalog_only = None if args.catalog_only is None else args.catalog_only == "yes"
         tenant = tenants.create_tenant(store, args.tenant_id, args.name, catalog_only=catalog_only)
@@ -117,7 +146,10 @@ def _run(args: argparse.Namespace) -> int:
         _out({"principal_arn": arn, "tenant_id": args.tenant, "scopes": list(scopes), "models": _list(args.models)})
     elif args.command == "unmap-principal":
         arn = normalise_principal(args.arn) or args.arn
-        _out({"principal_arn": arn, "removed": store.delete_principal_rule(arn)})
+        removed = store.delete_principal_rule(arn)
+        # Tokens it minted would live on for up to 12 h: refuse every one of them.
+        not_before = authenticator.revoke_all_tokens(f"principal:{arn}")
+        _out({"principal_arn": arn, "removed": removed, "tokens_not_before": not_before})
     elif args.command == "issue-key":
         ttl = args.ttl_days * 86400 if args.ttl_days else None
         key = tenants.issue_api_key(store, args.tenant, _list(args.scopes) or [], models=_list(args.models), ttl_s=ttl,
@@ -137,9 +169,76 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "revoke-token":
         given = sys.stdin.readline().strip() if args.token == "-" else args.token  # noqa: S105 ("-" means stdin)
         claims = authenticator.verify_token(given)
-        store.revoke_token(claims.token_id, claims.tenant_id, float(claims.expires_at))
-        _out({"token_id": claims.token_id, "tenant_id": claims.tenant_id, "revoked": True})
+        token_id = authenticator.revoke_token(_operator(claims.tenant_id), token=given)
+        _out({"token_id": token_id, "tenant_id": claims.tenant_id, "revoked": True})
+    elif args.command == "revoke-token-id":
+        token_id = authenticator.revoke_token(_operator(args.tenant), token_id=args.token_id)
+        _out({"token_id": token_id, "tenant_id": args.tenant, "revoked": True})
+    elif args.command == "revoke-tokens":
+        subject = f"tenant:{args.tenant}" if args.tenant else f"principal:{normalise_principal(args.principal) or args.principal}"
+        _out({"subject": subject, "tokens_not_before": authenticator.revoke_all_tokens(subject)})
+    elif args.command == "set-limits":
+        _out(_set_limits(args, store))
     return 0
+
+
+def _operator(tenant_id: str) -> Any:
+    """The operator acting for a tenant (an admin, as the IAM admin scope would be)."""
+    from gateway.auth.credentials import Principal
+
+    return Principal(tenant_id, frozenset({"admin"}), None, "operator", None, iam=True, kind="iam")
+
+
+def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
+    from gateway.auth import tenants
+
+    changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
+                                                      "max_request_tokens", "max_chat_tokens") if getattr(args, name) is not None}
+    tenant = tenants.set_limits(store, args.tenant_id, **changes)
+    if args.usage_plan:
+        from gateway.auth.usage_plans import assign_usage_plan
+
+        api_id, _, stage = args.usage_plan.partition(":")
+        key = assign_usage_plan(tenant, api_id, stage)
+        tenant = tenants.set_limits(store, args.tenant_id, usage_key=key)
+    limits = tenant.limits.as_json()
+    limits.pop("usage_key", None)  # an identifier, not a secret, but it has no business in terminals
+    return {"tenant_id": tenant.tenant_id, "limits": limits, "usage_plan": bool(tenant.limits.usage_key)}
+
+
+def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str, Any]:
+    """A document holding only a new key, so every earlier key stops verifying as rings
+    reload (5 minutes at most), and each dropped key refused at once where the
+    revocation check runs (10 s): even a token forged with a leaked key is refused."""
+    from gateway.auth.tokens import KEY_FIELD, new_key_document
+
+    previous = None
+    if args.file:
+        path = Path(args.file)
+        previous = path.read_text() if path.exists() else None
+    else:
+        import boto3
+
+        client = boto3.client("secretsmanager")
+        try:
+            previous = client.get_secret_value(SecretId=args.secret_id)["SecretString"]
+        except client.exceptions.ClientError:
+            previous = None  # the secret's policy lets only the functions read it: name the keys with --drop-key
+    dropped = set(args.drop_key)
+    if previous:
+        dropped |= {name[len(KEY_FIELD):] for name in json.loads(previous) if name.startswith(KEY_FIELD)}
+    if not dropped:
+        raise ValueError("the current document cannot be read: name the keys to drop with --drop-key KID")
+    document = new_key_document(None)
+    for key_id in sorted(dropped):
+        authenticator.store.set_not_before(f"key:{key_id}", 1e18)  # no token signed by it is good again
+    if args.file:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600, exist_ok=True)
+        path.write_text(document)
+    else:
+        client.put_secret_value(SecretId=args.secret_id, SecretString=document, VersionStages=["AWSCURRENT"])
+    return {"dropped": sorted(dropped), "current": json.loads(document)["current"]}
 
 
 def _authenticator(args: argparse.Namespace) -> Any:

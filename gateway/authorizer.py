@@ -114,6 +114,11 @@ def _usage_key(authenticator: Any, tenant_id: str) -> str | None:
     return (limits.usage_key if limits is not None else None) or os.environ.get(DEFAULT_USAGE_KEY)
 
 
+def tenant_limits(tenant_id: str) -> Any:
+    """A tenant's limits, as the authorizer reads them (the local runner throttles by them)."""
+    return _warm_authenticator().limits(tenant_id)
+
+
 def set_authenticator(authenticator: Any) -> None:
     global _authenticator
     _authenticator = authenticator

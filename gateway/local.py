@@ -5,8 +5,16 @@ in front of the function, with no AWS and no Docker: it turns each request into 
 v1 proxy event API Gateway would send (headers and multi-value headers, query strings,
 `requestContext.identity`, every body base64-encoded as with binary media type `*/*`),
 runs the REQUEST authorizer first on credentialed routes and puts its context in
-`requestContext.authorizer`, then calls the same `lambda_handler`, with API Gateway's
-limits: 10 MB requests, a 29 s integration timeout, and its error bodies for them.
+`requestContext.authorizer`, throttles each tenant at its own rate and burst as the
+usage plans do in AWS (`LocalUsagePlans`), then calls the same `lambda_handler`, with
+API Gateway's and Lambda's limits: 10 MB requests, events of at most 6 MB (Lambda's
+invocation payload), a 29 s integration timeout, and error bodies for each.
+
+`X-Local-Iam-Principal: <ARN>` makes a request a SigV4 call API Gateway authenticated
+as that IAM principal, so the IAM routes run end to end with no AWS. Anyone who can
+send it is anyone they name, so it is honoured only from a loopback client with a
+loopback `Host`, and the runner refuses to listen on another address with it enabled
+unless told to (`--no-iam-emulation`, or `--expose-iam-emulation` on a private network).
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ import base64
 import concurrent.futures
 import json
 import logging
+import math
 import os
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -31,6 +41,17 @@ log = logging.getLogger("gateway.local")
 HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
 
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
+LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
+# What the deployed API answers when a tenant (or the refused callers' shared key) is
+# over its usage plan: its THROTTLED gateway response (template.yaml).
+THROTTLED_BODY = {
+    "error": {"message": "too many requests; retry later", "type": "rate_limit_error", "param": None,
+              "code": "rate_limit_exceeded"},
+    "detail": {"error_type": "rate_limit_error", "message": "too many requests; retry later"},
+}
+# The usage plan of refused callers (bad or missing credentials), template.yaml's RefusedCallersPlan.
+REFUSED_RATE_PER_S, REFUSED_BURST = 10.0, 20
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 INTEGRATION_TIMEOUT_S = 29.0
 PUBLIC_PATHS = {"/health"}
 STAGE = "local"
@@ -165,11 +186,54 @@ def _instance_main(connection: Any, env: dict[str, str]) -> None:
             connection.send(("error", type(exc).__name__))
 
 
+class TokenBucket:
+    """API Gateway's throttle: `burst` requests at once, refilled at `rate_per_s`."""
+
+    def __init__(self, rate_per_s: float, burst: int, now: float) -> None:
+        self.rate_per_s, self.burst, self.tokens, self.at = rate_per_s, burst, float(burst), now
+
+    def take(self, now: float) -> float:
+        """0 when admitted, else the seconds until a request would be."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate_per_s)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate_per_s
+
+
+class LocalUsagePlans:
+    """Usage plans, locally: one bucket per tenant at the tenant's own rate and burst (read
+    through `limits`, cached as the authorizer caches them), and one shared by refused callers."""
+
+    def __init__(self, limits: Callable[[str], Any], clock: Callable[[], float] = time.monotonic) -> None:
+        self._limits, self._clock = limits, clock
+        self._buckets: dict[str, TokenBucket] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, tenant_id: str) -> float:
+        """0 when admitted, else seconds to wait (the Retry-After)."""
+        if tenant_id:
+            limits = self._limits(tenant_id)
+            rate, burst = limits.rate_per_s, limits.burst
+        else:
+            rate, burst = REFUSED_RATE_PER_S, REFUSED_BURST
+        now = self._clock()
+        with self._lock:
+            bucket = self._buckets.get(tenant_id)
+            if bucket is None or (bucket.rate_per_s, bucket.burst) != (rate, burst):
+                bucket = self._buckets[tenant_id] = TokenBucket(rate, burst, now)
+            return bucket.take(now)
+
+
 class LocalApiGateway:
     """The event translation, the authorizer step and the limits, independent of the HTTP server."""
 
-    def __init__(self, function: InProcessFunction | ProcessFunctions | None = None) -> None:
+    def __init__(self, function: InProcessFunction | ProcessFunctions | None = None, *,
+                 usage_plans: LocalUsagePlans | None = None, iam_emulation: bool = True) -> None:
         self.function = function or InProcessFunction()
+        self.usage_plans = usage_plans  # None: no per-tenant throttling (tests of what lies behind it)
+        self.iam_emulation = iam_emulation
         # The authorizer is stateless and thread-safe: it runs in this process, in threads.
         self.authorizers = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="authorizer")
 
@@ -179,6 +243,10 @@ class LocalApiGateway:
         iam_principal = next((v for k, v in headers if k.lower() == LOCAL_IAM_HEADER), None)
         event = proxy_event(method, target, [(k, v) for k, v in headers if k.lower() != LOCAL_IAM_HEADER], body, source_ip)
         if iam_principal:
+            host = (_header(event, "host") or "").rsplit(":", 1)[0].strip("[]")
+            if not self.iam_emulation or source_ip not in _LOOPBACK or host not in _LOOPBACK:
+                return _shaped(403, "permission_error", "permission_denied", "insufficient_permissions",
+                               "X-Local-Iam-Principal is honoured only from this machine (a loopback client and Host)")
             _as_sigv4_caller(event, iam_principal)
         elif event["path"] not in PUBLIC_PATHS:
             if not _header(event, "authorization"):
@@ -190,7 +258,17 @@ class LocalApiGateway:
             except Exception:
                 log.exception("authorizer failed")
                 return _api_gateway_error(500, None, "AuthorizerConfigurationException")
-            event["requestContext"]["authorizer"] = {"principalId": policy["principalId"], **policy.get("context", {})}
+            context = policy.get("context", {})
+            event["requestContext"]["authorizer"] = {"principalId": policy["principalId"], **context}
+            wait = self.usage_plans.admit(context.get("tenant_id", "")) if self.usage_plans else 0.0
+            if wait:
+                return 429, [("Content-Type", "application/json"), ("Retry-After", str(max(1, math.ceil(wait))))], \
+                    json.dumps(THROTTLED_BODY).encode()
+        if len(json.dumps(event)) > LAMBDA_INVOKE_PAYLOAD_BYTES:
+            # Lambda refuses the invocation (RequestEntityTooLargeException); what API
+            # Gateway then answers is not measured here: this runner answers 413.
+            return _shaped(413, "invalid_request_error", "api_usage_error", "request_too_large",
+                           "the request is too large for one Lambda invocation (6 MB once base64-encoded)")
         try:
             result = self.function.invoke(event, INTEGRATION_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
@@ -294,6 +372,13 @@ def _http_response(result: dict[str, Any]) -> HttpReply:
     return result["statusCode"], headers, data
 
 
+def _shaped(status: int, openai_type: str, systemone_type: str, code: str, message: str) -> HttpReply:
+    """An answer of the API in front of the function, in the body both SDKs parse."""
+    body = {"error": {"message": message, "type": openai_type, "param": None, "code": code},
+            "detail": {"error_type": systemone_type, "message": message}}
+    return status, [("Content-Type", "application/json")], json.dumps(body).encode()
+
+
 def _api_gateway_error(status: int, message: str | None, error_type: str | None = None) -> HttpReply:
     headers = [("Content-Type", "application/json")]
     if error_type:
@@ -360,7 +445,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000)
     parser.add_argument("--instances", type=int, default=8, help="most function instances at once (Lambda concurrency)")
+    iam = parser.add_mutually_exclusive_group()
+    iam.add_argument("--no-iam-emulation", action="store_true", help="refuse X-Local-Iam-Principal altogether")
+    iam.add_argument("--expose-iam-emulation", action="store_true",
+                     help="listen on a non-loopback address with X-Local-Iam-Principal still honoured (from loopback only)")
+    parser.add_argument("--no-throttling", action="store_true", help="do not enforce the tenants' rate and burst")
     args = parser.parse_args(argv)
+    if args.host not in _LOOPBACK and not (args.no_iam_emulation or args.expose_iam_emulation):
+        print(f"gateway: refusing to listen on {args.host} with X-Local-Iam-Principal enabled (anyone who can send it"
+              " acts as any IAM principal): pass --no-iam-emulation, or --expose-iam-emulation", file=sys.stderr)
+        return 2
     from gateway.observability import configure_logging
     from gateway.settings import GatewaySettings, SettingsError
 
@@ -372,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionGateway")
     functions = ProcessFunctions(max_instances=args.instances)
-    server = make_server(args.host, args.port, LocalApiGateway(functions))
+    usage_plans = None if args.no_throttling else LocalUsagePlans(lambda tenant: authorizer.tenant_limits(tenant))
+    server = make_server(args.host, args.port, LocalApiGateway(functions, usage_plans=usage_plans,
+                                                               iam_emulation=not args.no_iam_emulation))
     print(f"gateway listening on http://{args.host}:{args.port}", flush=True)
     try:
         server.serve_forever()

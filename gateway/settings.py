@@ -32,6 +32,15 @@ from gateway.decisions.pools import PoolPolicy
 
 Service = Literal["decisions", "chat"]
 API_GATEWAY_TIMEOUT_S = 29.0
+# Lambda refuses a synchronous invocation whose request is larger than 6,291,456 bytes,
+# and API Gateway sends every body base64-encoded (binary media type */*: 4 bytes per
+# 3) inside the proxy event, beside the headers (twice: single and multi-value; API
+# Gateway allows 10 KiB of them), the request context and the authorizer's context.
+# So the largest body that can reach the function is what is left, times 3/4; the
+# gateway accepts no more, and says so with its own 413 (tests/unit/gateway/test_limits.py).
+LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
+EVENT_OVERHEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = (LAMBDA_INVOKE_PAYLOAD_BYTES - EVENT_OVERHEAD_BYTES) * 3 // 4
 
 
 class SettingsError(Exception):
@@ -137,7 +146,7 @@ class GatewaySettings(_Settings):
     routing: RoutingSettings = RoutingSettings()
     auth: AuthSettings = AuthSettings()
     region: str | None = None
-    max_body_bytes: int = Field(default=6 * 1024 * 1024, gt=0, le=10 * 1024 * 1024)
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0, le=MAX_BODY_BYTES)
     service_name: str = "decision-gateway"
 
     @model_validator(mode="after")

@@ -2,7 +2,10 @@
 
 Starts the scorer with the embedded model, creates the dev tenant in the embedded
 SQLite store, starts the gateway's local API Gateway runner in front of it, prints a
-curl example, and stops both cleanly on Ctrl-C. The dev API key comes from
+curl example, and stops both cleanly on Ctrl-C, and on SIGTERM or SIGHUP (from
+`timeout`, a supervisor, a CI runner, or make passing its own on): nothing is left
+holding the ports. If this process is killed outright, the children get SIGTERM from
+the kernel (Linux's parent-death signal). The dev API key comes from
 GATEWAY_DEV_API_KEY when set; otherwise a new one is generated and printed once (only
 its hash is stored, so it cannot be shown again: run `make up` again for a new one).
 """
@@ -31,17 +34,21 @@ def main() -> int:
     parser.add_argument("--model", default="models/gemma-3-270m-q4_k_m", help="folder with the GGUF file and its manifest")
     parser.add_argument("--scorer-port", type=int, default=int(os.environ.get("SCORER_PORT", 8080)))
     parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("GATEWAY_PORT", 3000)))
+    parser.add_argument("--state-dir", type=Path, default=STATE, help="where the store, keys and model list live")
     args = parser.parse_args()
+    state = args.state_dir
     for port in (args.scorer_port, args.gateway_port):
         if _port_taken(port):
             print(f"up: port {port} is in use; stop what holds it or set SCORER_PORT / GATEWAY_PORT", file=sys.stderr)
             return 2
-    STATE.mkdir(exist_ok=True)
-    models_file = STATE / "models.json"
+    state.mkdir(parents=True, exist_ok=True)
+    models_file = state / "models.json"
     models_file.write_text(json.dumps(_models(args.scorer_port), indent=2) + "\n")
-    store_path = STATE / "gateway.db"
+    store_path = state / "gateway.db"
 
     processes: list[subprocess.Popen] = []
+    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, _raise_interrupt)  # so that `finally` stops the children
     try:
         scorer = _start("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
                                    "--port", str(args.scorer_port)],
@@ -50,7 +57,7 @@ def main() -> int:
         _wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
 
         key = _dev_key(store_path)
-        keys_file = _signing_keys(STATE / "signing-keys.json")
+        keys_file = _signing_keys(state / "signing-keys.json")
 
         gateway_env = {
             "GATEWAY_MODELS_FILE": str(models_file),
@@ -100,6 +107,21 @@ class StartupError(Exception):
     pass
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when `make up` itself dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the signal handlers above still stop the children
+
+
 def _models(scorer_port: int) -> dict:
     endpoint = {"name": "local-scorer", "endpoint_url": f"http://127.0.0.1:{scorer_port}", "read_timeout_s": 28}
     return {"models": [
@@ -145,7 +167,7 @@ def _start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Pop
     for key in [k for k, v in env.items() if v == ""]:
         full_env.pop(key, None)
     full_env.pop("GATEWAY_DEV_API_KEY", None)  # the children never need it
-    return subprocess.Popen(command, cwd=ROOT, env=full_env, start_new_session=True)
+    return subprocess.Popen(command, cwd=ROOT, env=full_env, start_new_session=True, preexec_fn=_die_with_parent)
 
 
 def _wait_ready(name: str, url: str, process: subprocess.Popen, timeout_s: float) -> None:

@@ -126,6 +126,8 @@ class Authenticator:
                 wanted_models = set(caller.models)
             elif not wanted_models <= caller.models:
                 raise Forbidden("this principal cannot grant those models")
+        if self.revocations.key_dropped(self.keys.current()[0]):
+            self.keys.keys(reload=True)  # an emergency rotation: sign with the new key, not the dropped one
         now = self.clock()
         minute = int(now // 60)
         if not self.store.count_within(f"mints:{caller.tenant_id}:{minute}", MAX_MINTS_PER_MINUTE, (minute + 2) * 60):

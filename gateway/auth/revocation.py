@@ -62,6 +62,11 @@ class RevocationCheck:
                 return True
         return False
 
+    def key_dropped(self, key_id: str) -> bool:
+        """An emergency rotation dropped this signing key (its "not before" is in the future)."""
+        not_before = self._remembered(f"nb:key:{key_id}", lambda: self.store.not_before(f"key:{key_id}"))
+        return not_before is not None and not_before > self.clock()
+
     def _api_key_refused(self, principal: Principal) -> bool:
         record = self.store.get_api_key(principal.credential_id)
         now = self.clock()

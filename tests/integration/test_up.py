@@ -1,0 +1,50 @@
+"""`make up` stops what it started, whoever stops it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.model
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_make_up_stops_the_scorer_and_the_gateway(tmp_path, stop):
+    # Given the local stack up, when its runner gets SIGTERM (timeout, a supervisor) or is
+    # killed outright, then the scorer and the gateway stop too and free their ports.
+    scorer_port, gateway_port = free_port(), free_port()
+    up = subprocess.Popen([sys.executable, "scripts/up.py", "--model", "models/smollm2-135m-instruct-q4_1",
+                           "--scorer-port", str(scorer_port), "--gateway-port", str(gateway_port),
+                           "--state-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env={**os.environ, "GATEWAY_DEV_API_KEY": ""})
+    lines = []
+    for line in up.stdout:
+        lines.append(line)
+        if "The local stack is up" in line:
+            break
+    assert listening(scorer_port) and listening(gateway_port), "".join(lines)
+    up.send_signal(stop)
+    up.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while (listening(scorer_port) or listening(gateway_port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not listening(scorer_port) and not listening(gateway_port)
