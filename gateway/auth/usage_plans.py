@@ -38,7 +38,13 @@ def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = Non
     key = client.create_api_key(name=name, enabled=True, value=secrets.token_urlsafe(30),
                                 description=f"usage identifier of tenant {tenant.tenant_id} (not a credential)")
     client.create_usage_plan_key(usagePlanId=plan_id, keyId=key["id"], keyType="API_KEY")
+    plans = [plan["id"] for plan in _pages(client.get_usage_plans, "items")]
     for key_id in earlier:
+        for earlier_plan in plans:  # the tenant may have moved plans: its old key leaves wherever it was
+            try:
+                client.delete_usage_plan_key(usagePlanId=earlier_plan, keyId=key_id)
+            except client.exceptions.NotFoundException:
+                pass
         client.delete_api_key(apiKey=key_id)
     return key["value"]
 

@@ -1,0 +1,181 @@
+"""The limits in front of the function: body size arithmetic, per-tenant throttling
+(usage plans in AWS, the local runner's buckets), and the local-only IAM emulation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from gateway import authorizer, local
+from gateway.auth.store import DEFAULT_LIMITS, Tenant
+from gateway.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
+from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
+from tests.fakes import UniformBackend
+from tests.gateway_helpers import PRINCIPAL, call, event, install, settings_for
+
+
+def test_the_largest_accepted_body_fits_a_lambda_invocation_once_base64_encoded():
+    # Given a body of exactly the limit with 10 KiB of headers (API Gateway's most) and a
+    # full authorizer context, the proxy event Lambda receives is under its 6 MB payload.
+    headers = [("Content-Type", "application/json"), ("Authorization", "Bearer " + "x" * 400)]
+    headers += [(f"X-Filler-{i}", "v" * 90) for i in range(100)]
+    assert sum(len(k) + len(v) for k, v in headers) >= 10 * 1024
+    ev = proxy_event("POST", "/v1/systemone", headers, b"a" * MAX_BODY_BYTES, "203.0.113.7")
+    ev["requestContext"]["authorizer"] = {**PRINCIPAL, "models": json.dumps([f"model-{i}" for i in range(50)]),
+                                          "issued_at": "1.0", "expires_at": "2.0", "subject": "arn:aws:iam::1:role/" + "r" * 64}
+    assert len(json.dumps(ev).encode()) <= LAMBDA_INVOKE_PAYLOAD_BYTES
+    assert MAX_BODY_BYTES == 4_669_440 and GatewaySettings.model_fields["max_body_bytes"].default == MAX_BODY_BYTES
+
+
+def test_a_body_over_the_limit_is_the_gateways_own_413():
+    install(UniformBackend())
+    status, _, body = call(event("POST", "/v1/systemone", raw=b" " * (MAX_BODY_BYTES + 1)))
+    assert status == 413 and str(MAX_BODY_BYTES) in body["detail"]["message"]
+
+
+def test_no_setting_can_raise_the_body_limit_past_what_fits():
+    with pytest.raises(ValueError):
+        settings_for(max_body_bytes=MAX_BODY_BYTES + 1)
+
+
+def test_the_local_runner_refuses_an_event_lambda_would_refuse():
+    gateway = LocalApiGateway()
+    status, _, body = gateway.handle("POST", "/health", [], b"a" * (LAMBDA_INVOKE_PAYLOAD_BYTES * 3 // 4 + 1), "127.0.0.1")
+    assert status == 413 and json.loads(body)["detail"]["error_type"] == "api_usage_error"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bucket_admits_the_burst_then_the_rate():
+    bucket = TokenBucket(rate_per_s=2.0, burst=3, now=0.0)
+    assert [bucket.take(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take(0.0) == pytest.approx(0.5)
+    assert bucket.take(0.5) == 0.0 and bucket.take(0.5) > 0
+
+
+def test_each_tenant_is_throttled_at_its_own_numbers_and_refused_callers_share_one_bucket():
+    limits = {"flood": replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2), "quiet": DEFAULT_LIMITS}
+    clock = Clock()
+    plans = LocalUsagePlans(limits.__getitem__, clock)
+    assert [plans.admit("flood") for _ in range(2)] == [0.0, 0.0]
+    assert plans.admit("flood") == pytest.approx(1.0)
+    assert all(plans.admit("quiet") == 0.0 for _ in range(DEFAULT_LIMITS.burst))  # the flood did not touch it
+    assert all(plans.admit("") == 0.0 for _ in range(local.REFUSED_BURST)) and plans.admit("") > 0
+    clock.now += 1.0
+    assert plans.admit("flood") == 0.0
+
+
+class _Authorizing:
+    """An authorizer that maps `Bearer <tenant>` to that tenant (what is tested is the throttle)."""
+
+    def authenticate(self, header):
+        from gateway.auth.credentials import Principal
+
+        return Principal(header.split()[-1], frozenset({"decide"}), None, "k")
+
+    def still_valid(self, principal):
+        return principal
+
+    def limits(self, tenant_id):
+        return replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2) if tenant_id == "flood" else DEFAULT_LIMITS
+
+
+def test_the_local_runner_answers_429_with_retry_after_in_both_shapes_before_the_function():
+    authorizer.set_authenticator(_Authorizing())
+    invoked = []
+
+    class Function:
+        def invoke(self, event, timeout_s):
+            invoked.append(event["requestContext"]["authorizer"]["tenant_id"])
+            return {"statusCode": 200, "headers": {}, "body": "{}"}
+
+    try:
+        gateway = LocalApiGateway(Function(), usage_plans=LocalUsagePlans(authorizer.tenant_limits))
+        replies = [gateway.handle("GET", "/v1/models", [("Authorization", "Bearer flood")], b"", "127.0.0.1") for _ in range(3)]
+        status, headers, body = replies[-1]
+        assert [r[0] for r in replies] == [200, 200, 429]
+        assert dict(headers)["Retry-After"] == "1"
+        parsed = json.loads(body)
+        assert parsed["error"]["code"] == "rate_limit_exceeded" and parsed["detail"]["error_type"] == "rate_limit_error"
+        assert gateway.handle("GET", "/v1/models", [("Authorization", "Bearer quiet")], b"", "127.0.0.1")[0] == 200
+        assert invoked == ["flood", "flood", "quiet"]
+    finally:
+        authorizer.set_authenticator(None)
+
+
+def test_the_authorizer_names_the_tenants_usage_key_and_refused_callers_get_theirs(monkeypatch):
+    class WithKey(_Authorizing):
+        def limits(self, tenant_id):
+            return replace(DEFAULT_LIMITS, usage_key="acme-usage-key-000000000000" if tenant_id == "acme" else None)
+
+    monkeypatch.setenv("GATEWAY_DEFAULT_USAGE_KEY", "shared-default-key-0000000000")
+    monkeypatch.setenv("GATEWAY_REFUSED_USAGE_KEY", "shared-refused-key-0000000000")
+    authorizer.set_authenticator(WithKey())
+    try:
+        def policy(header):
+            return authorizer.lambda_handler({"methodArn": "arn:aws:execute-api:r:1:a/s/GET/v1/models",
+                                              "headers": {"Authorization": header} if header else {}}, None)
+
+        assert policy("Bearer acme")["usageIdentifierKey"] == "acme-usage-key-000000000000"
+        assert policy("Bearer globex")["usageIdentifierKey"] == "shared-default-key-0000000000"
+        assert policy(None)["usageIdentifierKey"] == "shared-refused-key-0000000000"
+    finally:
+        authorizer.set_authenticator(None)
+
+
+@pytest.mark.parametrize(("source", "host", "status"), [
+    ("127.0.0.1", "127.0.0.1:3000", 200), ("127.0.0.1", "localhost:3000", 200), ("::1", "[::1]:3000", 200),
+    ("10.0.0.5", "127.0.0.1:3000", 403),  # another machine
+    ("127.0.0.1", "gateway.example.com", 403),  # a loopback proxy forwarding an outside request
+])
+def test_the_iam_header_is_honoured_only_from_this_machine(source, host, status):
+    class Function:
+        def invoke(self, event, timeout_s):
+            return {"statusCode": 200, "headers": {}, "body": json.dumps(event["requestContext"]["identity"]["userArn"])}
+
+    headers = [("Host", host), ("X-Local-Iam-Principal", "arn:aws:iam::000000000000:role/LocalDeveloper")]
+    got, _, body = LocalApiGateway(Function()).handle("GET", "/v1/models", headers, b"", source)
+    assert got == status
+    if status == 403:
+        assert "only from this machine" in json.loads(body)["detail"]["message"]
+
+
+def test_the_iam_header_can_be_switched_off():
+    headers = [("Host", "127.0.0.1"), ("X-Local-Iam-Principal", "arn:aws:iam::000000000000:role/LocalDeveloper")]
+    assert LocalApiGateway(iam_emulation=False).handle("GET", "/v1/models", headers, b"", "127.0.0.1")[0] == 403
+
+
+def test_the_runner_refuses_to_listen_beyond_loopback_with_the_iam_header_on(monkeypatch, capsys):
+    monkeypatch.setenv("GATEWAY_MODELS", json.dumps({"models": [{"name": "m", "endpoints": [{"name": "e"}]}]}))
+    assert local.main(["--host", "0.0.0.0", "--port", "0"]) == 2  # noqa: S104 (the address refused)
+    assert "X-Local-Iam-Principal" in capsys.readouterr().err
+
+
+def test_a_tenant_gets_a_key_on_the_usage_plan_of_its_numbers(monkeypatch):
+    import boto3
+    from moto import mock_aws
+
+    from gateway.auth.usage_plans import assign_usage_plan, plan_name
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("apigateway")
+        api = client.create_rest_api(name="dg")["id"]
+        tenant = Tenant("acme", "Acme", 0.0, limits=replace(DEFAULT_LIMITS, rate_per_s=5.0, burst=10))
+        first = assign_usage_plan(tenant, api, "prod", client)
+        second = assign_usage_plan(tenant, api, "prod", client)  # re-keying replaces the earlier key
+        other = assign_usage_plan(replace(tenant, tenant_id="globex"), api, "prod", client)
+        [plan] = client.get_usage_plans()["items"]
+        assert plan["name"] == plan_name(5.0, 10) and plan["throttle"] == {"rateLimit": 5.0, "burstLimit": 10}
+        keys = client.get_api_keys(includeValues=True)["items"]
+        assert sorted(k["value"] for k in keys) == sorted([second, other]) and first not in {second, other}
+        assert len(client.get_usage_plan_keys(usagePlanId=plan["id"])["items"]) == 2
