@@ -100,7 +100,7 @@ def test_the_local_runner_answers_429_with_retry_after_in_both_shapes_before_the
     try:
         gateway = LocalApiGateway(Function(), usage_plans=LocalUsagePlans(authorizer.tenant_limits))
         replies = [gateway.handle("GET", "/v1/models", [("Authorization", "Bearer flood")], b"", "127.0.0.1") for _ in range(3)]
-        status, headers, body = replies[-1]
+        _, headers, body = replies[-1]
         assert [r[0] for r in replies] == [200, 200, 429]
         assert dict(headers)["Retry-After"] == "1"
         parsed = json.loads(body)
@@ -155,7 +155,7 @@ def test_the_iam_header_can_be_switched_off():
 
 def test_the_runner_refuses_to_listen_beyond_loopback_with_the_iam_header_on(monkeypatch, capsys):
     monkeypatch.setenv("GATEWAY_MODELS", json.dumps({"models": [{"name": "m", "endpoints": [{"name": "e"}]}]}))
-    assert local.main(["--host", "0.0.0.0", "--port", "0"]) == 2  # noqa: S104 (the address refused)
+    assert local.main(["--host", "0.0.0.0", "--port", "0"]) == 2
     assert "X-Local-Iam-Principal" in capsys.readouterr().err
 
 

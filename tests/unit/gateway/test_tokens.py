@@ -9,9 +9,9 @@ import pytest
 
 from gateway.auth.authenticate import Authenticator, normalise_principal
 from gateway.auth.credentials import Principal
+from gateway.auth.revocation import RevocationCheck
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant
-from gateway.auth.revocation import RevocationCheck
 from gateway.auth.tokens import MAX_TTL_S, CachedKeyRing, TokenError, mint, new_key_document, verify
 from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
 from gateway.stores.sqlite import SQLiteStore
