@@ -157,7 +157,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         asked, outcome = runtime.decisions.decide(
             decision, counters(), tenant_id=principal.tenant_id, catalog_only=bool(tenant and tenant.catalog_only),
             limits=tenant.limits if tenant is not None else DEFAULT_LIMITS,
-            may_override_policy=POLICY_OVERRIDE_SCOPE in principal.scopes)
+            may_override_policy=POLICY_OVERRIDE_SCOPE in principal.scopes, request_id=app.context.get("request_id", ""))
         decision_id = runtime.recorder.new_id() if runtime.recorder else ""
         if runtime.recorder:
             runtime.recorder.record(decision_id, principal=principal, route=route, request_id=app.context.get("request_id", ""),
@@ -262,7 +262,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         principal = caller("chat")
         allowed(principal, request.model)
         limits = runtime.tenants.limits(principal.tenant_id) if runtime.tenants else DEFAULT_LIMITS
-        completion, invocation = runtime.decisions.chat(request.backend_body(), counters(), limits)
+        completion, invocation = runtime.decisions.chat(request.backend_body(), counters(), limits,
+                                                        app.context.get("request_id", ""))
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())

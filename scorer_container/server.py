@@ -202,10 +202,11 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
 
 
 async def _handle(request: Request, flavor: Flavor, handler) -> Response:
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    request_id = _request_id(request)
     service: ScorerService = request.app.state.service
     deadline = Deadline(_timeout_s(request.headers.get(CUSTOM_ATTRIBUTES, ""), service.settings.deadline_s))
     watcher: asyncio.Task | None = None
+    started = time.perf_counter()
     try:
         body = await _read_json(request, service.settings.max_body_bytes)
         watcher = asyncio.create_task(_watch_disconnect(request, deadline))
@@ -223,6 +224,8 @@ async def _handle(request: Request, flavor: Flavor, handler) -> Response:
     response.headers["x-request-id"] = request_id
     if flavor == "systemone":
         response.headers["x-typesafe-request-id"] = request_id
+    log.info("request %s: %s %d in %.0f ms", request_id, flavor, response.status_code,
+             (time.perf_counter() - started) * 1000)
     return response
 
 
@@ -306,6 +309,22 @@ async def _watch_disconnect(request: Request, deadline: Deadline) -> None:
         if message["type"] == "http.disconnect":
             deadline.caller_gone()
             return
+
+
+_REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def _request_id(request: Request) -> str:
+    """The caller's request id, so one id follows a request through the gateway and here:
+    `request_id=` in the custom attributes (what the gateway sends), SageMaker's
+    inference id, or X-Request-Id; at most 64 of [A-Za-z0-9-_.] (it reaches log lines)."""
+    candidates = (_attributes(request.headers.get(CUSTOM_ATTRIBUTES, "")).get("request_id", ""),
+                  request.headers.get("x-amzn-sagemaker-inference-id", ""), request.headers.get("x-request-id", ""))
+    for candidate in candidates:
+        cleaned = "".join(c for c in candidate if c in _REQUEST_ID_CHARS)[:64]
+        if cleaned:
+            return cleaned
+    return uuid.uuid4().hex
 
 
 def _attributes(header: str) -> dict[str, str]:

@@ -20,12 +20,14 @@ class UniformBackend:
     def __init__(self, model: str = "fake-model") -> None:
         self.model = model
         self.calls: list[tuple[str, dict[str, Any], str]] = []
+        self.request_ids: list[str] = []
         self.lock = threading.Lock()
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         request = json.loads(body)
         with self.lock:
             self.calls.append((endpoint.name, request, route))
+            self.request_ids.append(request_id)
         if route == "chat":
             return json.dumps(chat_completion(self.model, "hello")).encode()
         return json.dumps(uniform_answer(self.model, request)).encode()
@@ -38,7 +40,7 @@ class FailingBackend(UniformBackend):
         super().__init__()
         self.errors = errors
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         if endpoint.name in self.errors:
             with self.lock:
                 self.calls.append((endpoint.name, json.loads(body), route))
@@ -78,12 +80,13 @@ class FixedBackend(UniformBackend):
         super().__init__()
         self.choice, self.noul, self.score = choice or {}, noul, score
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         if route == "chat":
-            return super().invoke(endpoint, body, route)
+            return super().invoke(endpoint, body, route, request_id)
         request = json.loads(body)
         with self.lock:
             self.calls.append((endpoint.name, request, route))
+            self.request_ids.append(request_id)
         answer = uniform_answer(self.model, request)
         for qid, question in request["questions"].items():
             if question["type"] == "noul":

@@ -51,6 +51,15 @@ class EndpointFailed(EndpointError):
 
 
 class InferenceBackend(Protocol):
-    def invoke(self, endpoint: Endpoint, body: bytes, route: Route) -> bytes:
-        """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError."""
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
+        """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError.
+        `request_id` (the gateway's) travels with it, so both deployables log one id."""
         ...
+
+
+_REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def safe_request_id(value: str) -> str:
+    """A request id as it may travel in a header and a log line: at most 64 of [A-Za-z0-9-_.]."""
+    return "".join(c for c in value if c in _REQUEST_ID_CHARS)[:64]

@@ -13,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, Route
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, Route, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
@@ -40,7 +40,7 @@ class SageMakerInvoker:
                 client = self._clients[key] = self._client_factory(endpoint)
         return client
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: Route) -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
         from botocore.exceptions import (
             ClientError,
             ConnectionClosedError,
@@ -50,15 +50,23 @@ class SageMakerInvoker:
         )
 
         client = self.client_for(endpoint)
+        # The scorer abandons the job when this attempt's time is up, instead of finishing
+        # work nobody reads while the request moves to another endpoint; and it logs the
+        # gateway's request id, so one id follows a request through both deployables.
+        attributes = f"route={route};timeout_ms={deadline_ms(endpoint)}"
+        extra = {}
+        request_id = safe_request_id(request_id)
+        if request_id:
+            attributes += f";request_id={request_id}"
+            extra["InferenceId"] = request_id  # SageMaker's own logs and data capture key on it
         try:
             response = client.invoke_endpoint(
                 EndpointName=endpoint.name,
                 Body=body,
                 ContentType="application/json",
                 Accept="application/json",
-                # The scorer abandons the job when this attempt's time is up, instead of
-                # finishing work nobody reads while the request moves to another endpoint.
-                CustomAttributes=f"route={route};timeout_ms={deadline_ms(endpoint)}",
+                CustomAttributes=attributes,
+                **extra,
             )
             return response["Body"].read()
         except ClientError as exc:

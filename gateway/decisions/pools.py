@@ -172,7 +172,8 @@ class EndpointPool:
             ordered.extend(m.endpoint for m in keyed)
         return ordered
 
-    def invoke(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None) -> Invocation:
+    def invoke(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
+               request_id: str = "") -> Invocation:
         metrics = metrics or NoMetrics()
         deadline = self.clock() + self.policy.deadline_s
         first_pass = self.order()
@@ -200,7 +201,7 @@ class EndpointPool:
                 break
             attempts += 1
             try:
-                answer = backend.invoke(_within(endpoint, remaining), body, route)
+                answer = backend.invoke(_within(endpoint, remaining), body, route, request_id)
             except EndpointBusy as exc:
                 busy.append(exc)
                 if exc.reason in SATURATED:

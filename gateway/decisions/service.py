@@ -36,22 +36,23 @@ class DecisionService:
 
     def decide(self, decision: Decision, metrics: MetricsSink | None = None, *, tenant_id: str = "",
                catalog_only: bool = False, limits: TenantLimits = DEFAULT_LIMITS,
-               may_override_policy: bool = True) -> tuple[Decision, Outcome]:
+               may_override_policy: bool = True, request_id: str = "") -> tuple[Decision, Outcome]:
         """Resolve catalog references, ask the pool, then calibrate and judge: (the decision as asked, its outcome)."""
         route = self.registry.resolve(decision.model, "decisions")
         decision = resolve(decision, tenant_id, self.catalogs, catalog_only, may_override_policy)
         check_budget(decision, route.max_request_tokens, limits)
-        invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics)
+        invocation = route.pool.invoke(self.backend, _json_bytes(backend_request(decision, route)), "systemone", metrics,
+                                       request_id)
         outcome = read_outcome(decision, invocation)
         return decision, (apply_catalogs(outcome) if decision.calibrate else outcome)
 
     def chat(self, request: dict[str, Any], metrics: MetricsSink | None = None,
-             limits: TenantLimits = DEFAULT_LIMITS) -> tuple[dict[str, Any], Invocation]:
+             limits: TenantLimits = DEFAULT_LIMITS, request_id: str = "") -> tuple[dict[str, Any], Invocation]:
         """One chat completion (never streamed from the backend: the gateway frames any stream)."""
         route = self.registry.resolve(request["model"], "chat")
         payload = {**request, "stream": False, **check_chat_budget(request, limits)}
         payload.pop("stream_options", None)
-        invocation = route.pool.invoke(self.backend, _json_bytes(payload), "chat", metrics)
+        invocation = route.pool.invoke(self.backend, _json_bytes(payload), "chat", metrics, request_id)
         completion = _json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")

@@ -318,3 +318,10 @@ def test_a_job_whose_caller_hung_up_is_abandoned(bounded_scorer, long_job_s):
     assert httpx.post(f"{bounded_scorer}/v1/systemone", json=DECISION, timeout=60).status_code == 200
     assert time.monotonic() - start < long_job_s / 2
 
+
+
+def test_the_gateways_request_id_is_the_scorers(scorer_url):
+    reply = invoke(scorer_url, DECISION, "route=systemone;request_id=gw-0123456789abcdef")
+    assert reply.headers["x-request-id"] == reply.headers["x-typesafe-request-id"] == "gw-0123456789abcdef"
+    hostile = invoke(scorer_url, DECISION, "route=systemone;request_id=a b%0A\tc")
+    assert hostile.headers["x-request-id"] == "ab0Ac"

@@ -174,3 +174,12 @@ def test_tenant_budgets_refuse_before_the_backend(backend, store):
     assert backend.calls == []
     assert call(event("POST", "/v1/chat/completions", chat, principal=ACME))[0] == 200
     assert backend.calls[-1][1]["max_tokens"] == 64  # no max_tokens: the tenant's ceiling, not the scorer's default
+
+
+def test_the_request_id_reaches_the_backend_and_the_record(backend):
+    ev = event("POST", "/v1/systemone", DECISION, principal=ACME)
+    status, headers, body = call(ev)
+    request_id = ev["requestContext"]["requestId"]
+    assert status == 200 and headers["x-request-id"] == request_id and backend.request_ids[-1] == request_id
+    record = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]
+    assert record["request_id"] == request_id

@@ -38,7 +38,7 @@ class Scripted:
         self.clock, self.scripts, self.cost_s = clock, scripts, cost_s
         self.calls: list[tuple[str, float]] = []
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str) -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         self.calls.append((endpoint.name, endpoint.read_timeout_s))
         script = self.scripts[endpoint.name]
         outcome = script.pop(0) if len(script) > 1 else script[0]

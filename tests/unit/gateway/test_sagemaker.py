@@ -31,6 +31,20 @@ def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_
     assert invoker.invoke(ENDPOINT, b"{}", "systemone") == b'{"ok": 1}'
 
 
+@pytest.mark.parametrize(("given", "sent"), [
+    ("c0ffee00-1111-2222-3333-444455556666", "c0ffee00-1111-2222-3333-444455556666"),
+    ("id;route=chat\nforged", "idroutechatforged"),  # never a second attribute, never a second log line
+    ("x" * 100, "x" * 64),
+])
+def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(stubbed, given, sent):
+    invoker, stubber = stubbed
+    stubber.add_response("invoke_endpoint", {"Body": io.BytesIO(b"{}"), "ContentType": "application/json"},
+                         {"EndpointName": "dg-cpu", "Body": b"{}", "ContentType": "application/json",
+                          "Accept": "application/json", "InferenceId": sent,
+                          "CustomAttributes": f"route=systemone;timeout_ms=24750;request_id={sent}"})
+    invoker.invoke(ENDPOINT, b"{}", "systemone", given)
+
+
 @pytest.mark.parametrize(
     ("code", "http", "fields", "expected", "reason"),
     [
