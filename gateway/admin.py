@@ -18,6 +18,10 @@ are printed once, to stdout, and never logged.
     set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
                [--max-request-tokens N] [--max-chat-tokens N] [--usage-plan API_ID:STAGE]
     new-signing-key --file PATH        (creates or rotates a local signing key document)
+    new-record-key --file PATH [--retention-days N]   (rotates the records' state-hash keys, keeping
+                                       every earlier one for the retention, so old records still verify)
+    verify-record RECORD_ID --tenant ID --state-file PATH [--record-keys-file PATH]
+                                       (was this the state the decision was made on?)
     emergency-rotate --file PATH | --secret-id ID [--drop-key KID ...]
                                        (a fresh key document: every earlier key stops verifying at once)
 """
@@ -87,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="AWS: give the tenant its own API Gateway usage plan key with these rate and burst")
     c = commands.add_parser("new-signing-key")
     c.add_argument("--file", required=True)
+    c = commands.add_parser("new-record-key")
+    c.add_argument("--file", required=True)
+    c.add_argument("--retention-days", type=float, default=90)
+    c = commands.add_parser("verify-record")
+    c.add_argument("record_id")
+    c.add_argument("--tenant", required=True)
+    c.add_argument("--state-file", required=True, type=Path, help="the state as sent: text, or JSON when it was an object")
+    c.add_argument("--record-keys-file", help="else GATEWAY_RECORD_KEY_SECRET_ID / GATEWAY_RECORD_KEYS_FILE")
     c = commands.add_parser("emergency-rotate")
     where_keys = c.add_mutually_exclusive_group(required=True)
     where_keys.add_argument("--file")
@@ -113,12 +125,15 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.auth import tenants
     from gateway.auth.authenticate import normalise_principal
 
-    if args.command == "new-signing-key":
+    if args.command in ("new-signing-key", "new-record-key"):
         from gateway.auth.tokens import new_key_document
 
         path = Path(args.file)
         previous = path.read_text() if path.exists() else None
-        document = new_key_document(previous)
+        if args.command == "new-record-key":  # a record's key must outlive the record
+            document = new_key_document(previous, keep_s=(args.retention_days + 1) * 86400)
+        else:
+            document = new_key_document(previous)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600, exist_ok=True)
         path.write_text(document)
@@ -179,7 +194,30 @@ def _run(args: argparse.Namespace) -> int:
         _out({"subject": subject, "tokens_not_before": authenticator.revoke_all_tokens(subject)})
     elif args.command == "set-limits":
         _out(_set_limits(args, store))
+    elif args.command == "verify-record":
+        _out(_verify_record(args, store))
     return 0
+
+
+def _verify_record(args: argparse.Namespace, store: Any) -> dict[str, Any]:
+    from gateway.auth.factory import build_record_keys
+    from gateway.auth.tokens import file_key_ring
+    from gateway.decisions.records import state_matches
+    from gateway.settings import AuthSettings
+
+    keys = file_key_ring(args.record_keys_file) if args.record_keys_file else build_record_keys(AuthSettings.from_env())
+    if keys is None:
+        raise ValueError("no record keys: pass --record-keys-file or set GATEWAY_RECORD_KEYS_FILE")
+    record = store.get_record(args.tenant, args.record_id)
+    if record is None:
+        raise ValueError(f"no record {args.record_id!r} for tenant {args.tenant!r}")
+    text = args.state_file.read_text()
+    try:
+        state = json.loads(text)
+        state = state if isinstance(state, dict | list) else text
+    except ValueError:
+        state = text
+    return {"record_id": args.record_id, "state_matches": state_matches(keys, record, state)}
 
 
 def _operator(tenant_id: str) -> Any:

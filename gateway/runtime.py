@@ -28,7 +28,7 @@ class GatewayRuntime:
 
     @classmethod
     def build(cls, settings: GatewaySettings, backend: InferenceBackend | None = None,
-              authenticator: Any = None, store: Any = None) -> GatewayRuntime:
+              authenticator: Any = None, store: Any = None, record_keys: Any = None) -> GatewayRuntime:
         """`store` (tenants, catalogs, records) defaults to the authenticator's, else the configured one."""
         if backend is None:
             from gateway.backends.sagemaker import SageMakerInvoker
@@ -46,7 +46,7 @@ class GatewayRuntime:
             routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date,
                                      EndpointPool(members, policy, circuits), m.max_request_tokens))
         registry = ModelRegistry(routes)
-        from gateway.auth.factory import build_authenticator, build_store
+        from gateway.auth.factory import build_authenticator, build_record_keys, build_store
 
         if store is None:
             store = authenticator.store if authenticator is not None else build_store(settings.auth)
@@ -54,8 +54,9 @@ class GatewayRuntime:
             authenticator = build_authenticator(settings.auth, store)
         catalogs = CatalogService(store) if _has(store, "insert_catalog_version", "catalogs_table") else None
         records = store if _has(store, "put_record", "records_table") else None
-        keys = getattr(authenticator, "keys", None)
-        recorder = DecisionRecorder(records, keys.current if keys is not None else None, settings.auth.record_retention_days,
+        if record_keys is None:
+            record_keys = build_record_keys(settings.auth)
+        recorder = DecisionRecorder(records, record_keys, settings.auth.record_retention_days,
                                     on_failure=_count_record_failure)
         tenants = getattr(authenticator, "tenants", None) or TenantCache(store)  # one cache for the authorizer and routes
         return cls(settings=settings, registry=registry, decisions=DecisionService(registry, backend, catalogs),

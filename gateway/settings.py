@@ -104,7 +104,9 @@ class AuthSettings(_Settings):
     GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records;
     GATEWAY_RECORD_RETENTION_DAYS             how long records are kept (default 90);
     GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
-    GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack).
+    GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack);
+    GATEWAY_RECORD_KEY_SECRET_ID              a secret with the records' state-hash keys, or
+    GATEWAY_RECORD_KEYS_FILE                  a file with it (local stack).
     """
 
     sqlite_path: str | None = None
@@ -115,6 +117,8 @@ class AuthSettings(_Settings):
     record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
+    record_key_secret_id: str | None = None
+    record_keys_file: str | None = None
     # How long a "still valid" answer may be reused: the bound on how late a revocation takes effect.
     revocation_check_s: float = Field(default=10.0, ge=0, le=300)
 
@@ -133,7 +137,8 @@ class AuthSettings(_Settings):
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
                  "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
                  "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
-                 "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}
+                 "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "record_key_secret_id": "GATEWAY_RECORD_KEY_SECRET_ID",
+                 "record_keys_file": "GATEWAY_RECORD_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}
         values = {field: env[name] for field, name in names.items() if env.get(name)}
         try:
             return cls.model_validate(values)

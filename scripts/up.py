@@ -58,11 +58,13 @@ def main() -> int:
 
         key = _dev_key(store_path)
         keys_file = _signing_keys(state / "signing-keys.json")
+        record_keys_file = _signing_keys(state / "record-keys.json")  # the records' own hash keys
 
         gateway_env = {
             "GATEWAY_MODELS_FILE": str(models_file),
             "GATEWAY_SQLITE_PATH": str(store_path),
             "GATEWAY_SIGNING_KEYS_FILE": str(keys_file),
+            "GATEWAY_RECORD_KEYS_FILE": str(record_keys_file),
             # boto3 signs its calls to the local scorer; these are placeholders, never real
             # credentials, so a developer's own AWS identity is never used or sent.
             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "",
@@ -152,7 +154,7 @@ def _dev_key(store_path: Path) -> str | None:
 
 
 def _signing_keys(path: Path) -> Path:
-    """The local token signing keys (in AWS: a Secrets Manager secret), created once."""
+    """A local key document (in AWS: a Secrets Manager secret), created once."""
     from gateway.auth.tokens import new_key_document
 
     if not path.exists():

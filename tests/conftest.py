@@ -156,7 +156,9 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     store.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
     (folder / "signing-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
-    runtime = GatewayRuntime.build(settings_for(scorer_url), authenticator=authenticator)
+    (folder / "record-keys.json").write_text(new_key_document())
+    runtime = GatewayRuntime.build(settings_for(scorer_url), authenticator=authenticator,
+                                   record_keys=file_key_ring(folder / "record-keys.json"))
     stack = LocalStack("", key.secret, runtime, authenticator, store)
     server = make_server("127.0.0.1", 0)
     stack.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from gateway import handler
+from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.local import proxy_event
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewaySettings
@@ -30,8 +31,12 @@ def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] 
     })
 
 
+RECORD_KEYS = new_key_document()  # the records' state-hash keys of every test runtime
+
+
 def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None, **kwargs: Any) -> GatewayRuntime:
-    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator)
+    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator,
+                                   record_keys=CachedKeyRing(lambda: RECORD_KEYS))
     handler.set_runtime(runtime)
     return runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.store import TenantStore
-from gateway.auth.tokens import file_key_ring, secrets_manager_key_ring
+from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
 from gateway.settings import AuthSettings
 
 
@@ -32,3 +32,12 @@ def build_authenticator(settings: AuthSettings, store: TenantStore | None = None
     elif settings.signing_keys_file:
         keys = file_key_ring(settings.signing_keys_file)
     return Authenticator(store, keys, revocations=RevocationCheck(store, check_s=settings.revocation_check_s))
+
+
+def build_record_keys(settings: AuthSettings) -> KeyRing | None:
+    """The records' state-hash keys (never the signing keys: those rotate out in a day)."""
+    if settings.record_key_secret_id:
+        return secrets_manager_key_ring(settings.record_key_secret_id)
+    if settings.record_keys_file:
+        return file_key_ring(settings.record_keys_file)
+    return None

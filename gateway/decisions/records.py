@@ -6,6 +6,15 @@ which tenant and request, and how long it took. The state itself is never kept: 
 keyed hash of it (HMAC-SHA256 with the deployment's signing key, whose id is recorded),
 which proves later that a given state was the one decided on without revealing it.
 
+The hash key is the records' own (`GATEWAY_RECORD_KEY_SECRET_ID` or
+`GATEWAY_RECORD_KEYS_FILE`), never the token signing key: signing keys rotate monthly
+and are dropped a day later, records live for their retention. Its document has the
+same shape as the signing keys' (`current` + `key:<kid>`); it is rotated by hand
+(`admin new-record-key`), which keeps every earlier key for at least the retention,
+so a record made on its first day still verifies on its last. Each tenant's hash key
+is derived from it (HMAC of the tenant id), so one tenant's hashes say nothing about
+another's and a state is bound to the tenant it was decided for.
+
 Every record is written as a structured log line (durable in CloudWatch) and to the
 records store. A decision is answered only once its record is stored: the write is
 tried `WRITE_ATTEMPTS` times, and if every try fails the request fails with 503
@@ -24,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.auth.credentials import Principal
+from gateway.auth.tokens import KeyRing
 from gateway.catalogs.store import RecordStore
 from gateway.decisions import scoring
 from gateway.decisions.model import Answer, Decision, Outcome, Text, render_json, shown_choice
@@ -35,12 +45,29 @@ WRITE_ATTEMPTS = 3
 WRITE_BACKOFF_S = 0.05
 
 
+def tenant_key(master: bytes, tenant_id: str) -> bytes:
+    return hmac.new(master, b"decision-state-key/v1\x00" + tenant_id.encode(), hashlib.sha256).digest()
+
+
+def state_digest(master: bytes, tenant_id: str, state: Text) -> str:
+    text = state if isinstance(state, str) else render_json(state)
+    return hmac.new(tenant_key(master, tenant_id), b"decision-state\x00" + text.encode(), hashlib.sha256).hexdigest()
+
+
+def state_matches(keys: KeyRing, record: dict[str, Any], state: Text) -> bool:
+    """Was `state` the one this record was decided on? (Its key must still be in the ring.)"""
+    master = keys.keys().get(str(record.get("state_hash_key") or ""))
+    if master is None or not record.get("state_hash"):
+        return False
+    return hmac.compare_digest(state_digest(master, record["tenant_id"], state), record["state_hash"])
+
+
 class DecisionRecorder:
-    def __init__(self, store: RecordStore | None, hash_key: Callable[[], tuple[str, bytes]] | None = None,
+    def __init__(self, store: RecordStore | None, hash_keys: KeyRing | None = None,
                  retention_days: float = DEFAULT_RETENTION_DAYS, clock: Callable[[], float] = time.time,
                  on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
-        self.hash_key = hash_key
+        self.hash_keys = hash_keys
         self.retention_s = retention_days * 86400
         self.clock = clock
         self.on_failure = on_failure or (lambda: None)
@@ -50,17 +77,16 @@ class DecisionRecorder:
         """Time-ordered (hex milliseconds first), so a tenant's records list newest first by id."""
         return f"{int(self.clock() * 1000):012x}{secrets.token_hex(6)}"
 
-    def state_hash(self, state: Text) -> tuple[str | None, str | None]:
-        if self.hash_key is None:
+    def state_hash(self, tenant_id: str, state: Text) -> tuple[str | None, str | None]:
+        if self.hash_keys is None:
             return None, None
-        key_id, key = self.hash_key()
-        text = state if isinstance(state, str) else render_json(state)
-        return hmac.new(key, b"decision-state\x00" + text.encode(), hashlib.sha256).hexdigest(), key_id
+        key_id, master = self.hash_keys.current()
+        return state_digest(master, tenant_id, state), key_id
 
     def record(self, record_id: str, *, principal: Principal, route: str, request_id: str, decision: Decision,
                outcome: Outcome, latency_ms: float) -> dict[str, Any]:
         now = self.clock()
-        digest, key_id = self.state_hash(decision.state)
+        digest, key_id = self.state_hash(principal.tenant_id, decision.state)
         extensions = outcome.extensions
         body = {
             "id": record_id,

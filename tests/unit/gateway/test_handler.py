@@ -253,17 +253,24 @@ def _largest_valid_system_one() -> dict:
 
 
 def test_a_request_over_the_work_budget_is_413_before_any_backend_call(backend):
-    # Given 400 questions of 255 options (valid by the contract, about 1.7 MB), when it is
+    # Given 400 questions of 255 options (valid by the contract, about 5 MB), when it is
     # sent in either format, then the gateway refuses it with 413 in that API's shape and
     # the backend is never called.
-    status, _, body = call(event("POST", "/v1/systemone", _largest_valid_system_one()))
+    largest = _largest_valid_system_one()
+    status, _, body = call(event("POST", "/v1/systemone", largest))  # 5.1 MB: over what one invocation carries
+    assert status == 413 and "4669440" in body["detail"]["message"]
+    largest["questions"] = dict(list(largest["questions"].items())[:40])
+    status, _, body = call(event("POST", "/v1/systemone", largest))
     assert status == 413
     assert body["detail"]["error_type"] == "max_tokens_exceeded" and "split its questions" in body["detail"]["message"]
     choices = [{"value": f"option {k}", "description": "the description of an option"} for k in range(255)]
     openai = {"model": "decision-default", "input": "A ticket.",
               "questions": [{"type": "choice", "instructions": "Which?", "choices": choices} for _ in range(400)]}
+    status, _, body = call(event("POST", "/v1/decisions", openai))  # 5.3 MB: over what one invocation carries
+    assert status == 413 and body["error"]["code"] == "context_length_exceeded" and "4669440" in body["error"]["message"]
+    openai["questions"] = openai["questions"][:40]
     status, _, body = call(event("POST", "/v1/decisions", openai))
-    assert status == 413 and body["error"]["code"] == "context_length_exceeded"
+    assert status == 413 and "split its questions" in body["error"]["message"]
     assert backend.calls == []
 
 

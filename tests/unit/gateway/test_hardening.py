@@ -183,3 +183,27 @@ def test_the_request_id_reaches_the_backend_and_the_record(backend):
     assert status == 200 and headers["x-request-id"] == request_id and backend.request_ids[-1] == request_id
     record = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]
     assert record["request_id"] == request_id
+
+
+def test_a_state_hash_uses_the_records_own_key_binds_the_tenant_and_verifies_on_the_last_day():
+    # Given a record made on day 0, and the signing keys rotated every day since (they are
+    # not used), and the record key rotated on day 1 (kept for the retention), when checked on
+    # the retention's last day, then the state verifies, another state or tenant does not.
+    from gateway.auth.credentials import Principal
+    from gateway.auth.tokens import CachedKeyRing, new_key_document
+    from gateway.decisions.model import Decision, Outcome, Usage
+    from gateway.decisions.records import DecisionRecorder, state_matches
+
+    day, retention_days = 86400.0, 90
+    document = new_key_document(None, now=0.0)
+    ring = CachedKeyRing(lambda: document, ttl_s=0)
+    recorder = DecisionRecorder(None, ring, retention_days, clock=lambda: 0.0)
+    decision = Decision("m", "the state under audit", (), {}, True)
+    outcome = Outcome("m", (), Usage(0, 0, 0), "e", 1, {})
+    record = recorder.record("r1", principal=Principal("acme", frozenset(), None, "k"), route="systemone", request_id="q",
+                             decision=decision, outcome=outcome, latency_ms=1.0)
+    document = new_key_document(document, now=1 * day, keep_s=(retention_days + 1) * day)
+    document = new_key_document(document, now=(retention_days - 1) * day, keep_s=(retention_days + 1) * day)
+    assert state_matches(ring, record, "the state under audit")
+    assert not state_matches(ring, record, "another state")
+    assert not state_matches(ring, {**record, "tenant_id": "globex"}, "the state under audit")
