@@ -105,9 +105,13 @@ def load_manifest(model_path: Path) -> ModelManifest:
     return ModelManifest.from_json(data, where)
 
 
-def verify_model(model_path: Path) -> ModelManifest:
-    """Check the file against its manifest; raise ModelFileError naming the mismatch."""
+def verify_model(model_path: Path, expected_sha256: str | None = None) -> ModelManifest:
+    """Check the file against its manifest, and against `expected_sha256` when the
+    deployment pins one (a stack parameter: whoever can rewrite the artifact can rewrite
+    its manifest too, but not the stack); raise ModelFileError naming the mismatch."""
     manifest = load_manifest(model_path)
+    if expected_sha256 and manifest.sha256 != expected_sha256.strip().lower():
+        raise ModelFileError(f"the manifest's sha256 {manifest.sha256} is not the deployment's pinned {expected_sha256}")
     if manifest.file != model_path.name:
         raise ModelFileError(f"manifest names {manifest.file!r} but the model file is {model_path.name!r}")
     size = model_path.stat().st_size

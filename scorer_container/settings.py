@@ -52,6 +52,7 @@ class ScorerSettings:
     deadline_s: float = 58.0
     ignored_options: tuple[str, ...] = ()
     image_digest: str | None = None  # the image this runs in (set by the deployment), reported with each decision
+    expected_sha256: str | None = None  # the model file's sha256 the deployment pins (SCORER_MODEL_SHA256)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ScorerSettings:
@@ -92,8 +93,18 @@ class ScorerSettings:
             budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "22")),
             deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
             image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
+            expected_sha256=_sha256("SCORER_MODEL_SHA256", env.get("SCORER_MODEL_SHA256")),
             ignored_options=tuple(ignored),
         )
+
+
+def _sha256(name: str, raw: str | None) -> str | None:
+    if raw is None or not raw.strip():
+        return None
+    value = raw.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"{name} must be 64 hex digits")
+    return value
 
 
 def _positive(name: str, raw: str | None) -> int | None:

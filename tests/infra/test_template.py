@@ -88,7 +88,52 @@ def test_every_role_is_least_privilege(template):
     assert len(invoke) == 1 and all("endpoint/" in json.dumps(r) for r in as_list(invoke[0]["Resource"]))
     assert not any("sagemaker" in json.dumps(s["Action"]) for s in roles["AuthorizerFunction"])
     secret = [s for r in ("GatewayFunction", "AuthorizerFunction") for s in roles[r] if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
-    assert all(s["Resource"] == {"Ref": "SigningSecret"} for s in secret) and len(secret) == 2
+    assert sorted(json.dumps(s["Resource"]) for s in secret) == sorted(
+        ['{"Ref": "SigningSecret"}', '{"Ref": "SigningSecret"}', '{"Ref": "RecordHashSecret"}'])
+    # The keys table holds every tenant's key records: each function reaches only the item
+    # kinds it needs, and neither lists keys (the by_tenant index is the admin CLI's).
+    for role in ("GatewayFunction", "AuthorizerFunction"):
+        for statement in roles[role]:
+            if "dynamodb" in json.dumps(statement["Action"]) and re.search(r"KeysTable|TenantsTable", json.dumps(statement["Resource"])):
+                leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+                assert leading and "*" not in leading, (role, statement)
+                assert "dynamodb:Query" not in as_list(statement["Action"]) or "Keys" not in json.dumps(statement["Resource"])
+    assert not any("by_tenant" in json.dumps(s["Resource"]) and "KeysTable" in json.dumps(s["Resource"])
+                   for r in ("GatewayFunction", "AuthorizerFunction") for s in roles[r])
+    # ECR pull rights name the scorer's repositories, never repository/*.
+    pull = [s for s in roles["ScorerExecutionRole"] if "ecr:BatchGetImage" in as_list(s["Action"])]
+    assert len(pull) == 1 and "repository/*" not in json.dumps(pull[0]["Resource"])
+
+
+def test_the_secrets_are_readable_by_the_functions_only(template):
+    policies = resources(template, "AWS::SecretsManager::ResourcePolicy")
+    assert {p["Properties"]["SecretId"]["Ref"] for p in policies.values()} == {"SigningSecret", "RecordHashSecret"}
+    for policy in policies.values():
+        [deny] = policy["Properties"]["ResourcePolicy"]["Statement"]
+        assert deny["Effect"] == "Deny" and deny["Action"] == "secretsmanager:GetSecretValue"
+        allowed = json.dumps(deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"])
+        assert "GatewayFunctionRole" in allowed
+
+
+def test_the_models_are_network_isolated_and_pin_the_model_sha(template):
+    for name in ("CpuModel", "GpuModel"):
+        model = template["Resources"][name]["Properties"]
+        assert model["EnableNetworkIsolation"] is True
+        assert model["PrimaryContainer"]["Environment"]["SCORER_MODEL_SHA256"] == {"Ref": "ModelSha256"}
+    assert template["Parameters"]["ModelSha256"]["AllowedPattern"] == "^$|^[0-9a-f]{64}$"
+
+
+def test_bearer_routes_are_throttled_per_tenant_by_usage_plans(template):
+    api = template["Resources"]["Api"]["Properties"]
+    assert api["ApiKeySourceType"] == "AUTHORIZER"
+    bearer = template["Resources"]["GatewayFunction"]["Properties"]["Events"]["Bearer"]["Properties"]["Auth"]
+    assert bearer["ApiKeyRequired"] is True
+    plans = resources(template, "AWS::ApiGateway::UsagePlan")
+    assert set(plans) == {"TenantsUsagePlan", "RefusedUsagePlan"}
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    keys = resources(template, "AWS::ApiGateway::ApiKey")
+    assert env["GATEWAY_DEFAULT_USAGE_KEY"] == keys["TenantsUsageKey"]["Properties"]["Value"]
+    assert env["GATEWAY_REFUSED_USAGE_KEY"] == keys["RefusedUsageKey"]["Properties"]["Value"]
 
 
 def test_iam_is_the_default_and_bearer_only_where_routes_allow_it(template):

@@ -107,3 +107,25 @@ def test_pack_refuses_a_mismatched_model(model, tmp_path):
     with pytest.raises(ModelFileError):
         pack_model(model, tmp_path / "model.tar.gz")
     assert not (tmp_path / "model.tar.gz").exists()
+
+
+def test_a_rewritten_artifact_with_a_matching_manifest_is_refused_by_the_pinned_sha(model):
+    # Whoever rewrites the model file in S3 can write a manifest to match; the deployment's
+    # pinned sha256 (a stack parameter) they cannot.
+    pinned = hashlib.sha256(model.read_bytes()).hexdigest()
+    model.write_bytes(b"GGUF" + bytes([1]) * 100)
+    write_manifest(model, ModelManifest(name="tiny", file="tiny.gguf", size=104,
+                                        sha256=hashlib.sha256(model.read_bytes()).hexdigest(), source="test", revision="1",
+                                        quantization="Q4_0", readout="likelihood"))
+    assert verify_model(model).name == "tiny"  # it matches its (rewritten) manifest
+    with pytest.raises(ModelFileError, match="pinned"):
+        verify_model(model, pinned)
+    assert verify_model(model, hashlib.sha256(model.read_bytes()).hexdigest().upper()).name == "tiny"
+
+
+def test_the_pinned_sha_setting_is_64_hex_digits():
+    from scorer_container.settings import ScorerSettings
+
+    assert ScorerSettings.from_env({"SCORER_MODEL_SHA256": "AB" * 32}).expected_sha256 == "ab" * 32
+    with pytest.raises(ValueError, match="64 hex"):
+        ScorerSettings.from_env({"SCORER_MODEL_SHA256": "abc"})
