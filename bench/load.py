@@ -8,6 +8,13 @@ each run it prints throughput, p50/p95/p99 latency, the share served by fallback
 another endpoint than the first tried, or after more than one attempt), client-visible
 errors by status, and checks that every request got exactly one answer.
 
+Then two tenants share one scorer: a quiet tenant sends decisions one at a time, alone,
+then while a second tenant floods at concurrency 16 with its usage plan (3 requests a
+minute, burst 1: about a tenth of what this one scorer serves; the runner's emulation
+of API Gateway's), then while it floods with no per-tenant throttle at all. The flood's
+clients wait 1 s after a 429, as the SDKs do when told Retry-After. The quiet tenant's p50 in the three runs, as ratios to the
+first, is what per-tenant throttling buys.
+
 Writes reports/bench_load.json and reports/bench_load.png.
 """
 
@@ -101,6 +108,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=32, help="requests per run")
     parser.add_argument("--levels", default="1,4,16")
+    parser.add_argument("--quiet-requests", type=int, default=40, help="the quiet tenant's requests per two-tenant run")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from gateway import authorizer
@@ -115,7 +123,7 @@ def main() -> int:
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
     configure_logging()
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = [int(x) for x in args.levels.split(",") if x]
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
     store = SQLiteStore(tmp / "gateway.db")
     create_tenant(store, "bench")
@@ -146,9 +154,10 @@ def main() -> int:
             rows.append({"phase": phase, **row})
             progress(f"  {row['throughput_rps']:.2f} req/s, p50 {row['p50_s']:.2f} s, fallback {row['fallback_share']:.0%}, "
                      f"errors {row['errors'] or 'none'}")
+    tenants = two_tenants(store, model, args.quiet_requests)
     REPORTS.mkdir(exist_ok=True)
-    (REPORTS / "bench_load.json").write_text(json.dumps(rows, indent=2) + "\n")
-    plot(rows, REPORTS / "bench_load.png")
+    (REPORTS / "bench_load.json").write_text(json.dumps({"pool": rows, "two_tenants": tenants}, indent=2) + "\n")
+    plot(rows, tenants, REPORTS / "bench_load.png")
 
     print(f"\n{'phase':<22}{'conc':>5}{'req/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'fallback':>10}  {'errors by status':<20} answered")
     for r in rows:
@@ -161,18 +170,104 @@ def main() -> int:
     for r in refused:
         print(f"{r['phase']}, concurrency {r['concurrency']}: answered p50 {r['p50_answered_s']:.2f} s, "
               f"refused p50 {r['p50_refused_s']:.2f} s")
+    print(f"\n{'two tenants: the quiet one':<34}{'answered':>9}{'p50 s':>8}{'x alone':>9}{'p95 s':>8}   flood answers by status")
+    base = tenants[0]["quiet"]["p50_answered_s"]
+    for t in tenants:
+        quiet = t["quiet"]
+        flood = ", ".join(f"{k}: {v}" for k, v in sorted(t["flood"].get("statuses", {}).items())) or "-"
+        print(f"{t['phase']:<34}{quiet['ok']:>5}/{quiet['requests']:<3}{quiet['p50_answered_s']:>8.3f}"
+              f"{quiet['p50_answered_s'] / base:>9.2f}{quiet['p95_s']:>8.3f}   {flood}")
+    five_xx += sum(t["quiet"]["client_5xx"] + t["flood"].get("client_5xx", 0) for t in tenants)
     print(f"\nclient-visible 5xx while an endpoint could answer: {five_xx}")
     print(f"wrote {REPORTS / 'bench_load.json'} and {REPORTS / 'bench_load.png'}")
     return 0 if five_xx == 0 and all(r["every_ok_answered"] for r in rows) else 1
 
 
-def plot(rows: list[dict], path: Path) -> None:
+FLOOD_RATE_PER_S, FLOOD_BURST, FLOOD_CONCURRENCY = 0.05, 1, 16
+
+
+def two_tenants(store, model: dict, quiet_requests: int) -> list[dict]:
+    """The quiet tenant's latency alone, beside a throttled flood, beside an unthrottled one."""
+    from gateway import authorizer
+    from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
+    from gateway.local import LocalApiGateway, LocalUsagePlans, ProcessFunctions, make_server
+    from tests.conftest import ScorerProcess
+    from tests.gateway_helpers import settings_for
+
+    for tenant in ("quiet", "flood"):
+        create_tenant(store, tenant)
+    set_limits(store, "flood", rate_per_s=FLOOD_RATE_PER_S, burst=FLOOD_BURST)
+    quiet_key = issue_api_key(store, "quiet", ["decide"]).secret
+    flood_key = issue_api_key(store, "flood", ["decide"]).secret
+    phases = [("quiet tenant alone", False, True), ("beside a flood, usage plans on", True, True),
+              ("beside a flood, no throttle", True, False)]
+    results = []
+    with ScorerProcess(model) as scorer:
+        scorer.wait("ready")
+        settings = settings_for(endpoints=("scorer",), urls={"scorer": scorer.url})
+        for phase, flooding, throttled in phases:
+            progress(f"two tenants: {phase}")
+            functions = ProcessFunctions(max_instances=24, env={"GATEWAY_MODELS": settings.model_dump_json()})
+            plans = LocalUsagePlans(authorizer.tenant_limits) if throttled else None
+            server = make_server("127.0.0.1", 0, LocalApiGateway(functions, usage_plans=plans))
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            functions.prewarm(FLOOD_CONCURRENCY + 1)
+            stop, flood = threading.Event(), Counter()
+            flooders = [threading.Thread(target=_flood, args=(url, flood_key, stop, flood)) for _ in range(FLOOD_CONCURRENCY)]
+            try:
+                if flooding:
+                    for thread in flooders:
+                        thread.start()
+                    time.sleep(2.0)  # the flood is at full strength before the quiet tenant starts
+                quiet = run(url, quiet_key, quiet_requests, 1)
+            finally:
+                stop.set()
+                for thread in flooders:
+                    if thread.is_alive():
+                        thread.join()
+                server.shutdown()
+                server.server_close()
+                functions.close()
+            statuses = {str(k): v for k, v in flood.items()}
+            results.append({"phase": phase, "quiet": quiet, "flood": {
+                "statuses": statuses, "client_5xx": sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500)}})
+            progress(f"  quiet: {quiet['ok']}/{quiet['requests']} answered, p50 {quiet['p50_answered_s']:.3f} s,"
+                     f" refused {quiet['errors'] or 'none'}; flood {statuses or '-'}")
+    return results
+
+
+def _flood(url: str, key: str, stop: threading.Event, statuses: Counter) -> None:
+    import httpx
+
+    body = {"model": "jev-latest", "state": STATE, "questions": QUESTIONS}
+    with httpx.Client(timeout=40) as client:
+        while not stop.is_set():
+            try:
+                status = client.post(f"{url}/v1/systemone", json=body, headers={"Authorization": f"Bearer {key}"}).status_code
+            except httpx.HTTPError as exc:
+                status = f"transport:{type(exc).__name__}"
+            statuses[status] += 1
+            if status == 429:
+                stop.wait(1.0)  # as the SDKs do: wait (they honour Retry-After, 1 s here), then again
+
+
+def plot(rows: list[dict], tenants: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, third) = plt.subplots(1, 3, figsize=(16, 4))
+    names = [t["phase"].replace(", ", ",\n") for t in tenants]
+    third.bar(names, [t["quiet"]["p50_answered_s"] * 1000 if t["quiet"]["ok"] else 0 for t in tenants], color=["#4c72b0", "#55a868", "#c44e52"][:len(tenants)])
+    third.set_ylabel("quiet tenant p50 of answered (ms)")
+    for i, t in enumerate(tenants):
+        refused = ", ".join(f"{k}: {v}" for k, v in sorted(t["quiet"]["errors"].items()))
+        third.annotate(f"{t['quiet']['ok']}/{t['quiet']['requests']} answered" + (f"\n(refused {refused})" if refused else ""),
+                       (i, 0), ha="center", va="bottom", fontsize=7)
+    third.set_title("One tenant floods, the other decides")
+    third.tick_params(axis="x", labelsize=7)
     for phase, style in (("steady", "-o"), ("first killed halfway", "--s")):
         sel = [r for r in rows if r["phase"] == phase]
         conc = [r["concurrency"] for r in sel]
