@@ -167,3 +167,59 @@ def test_arbitrary_bytes_never_answer_5xx(raw, encoding, wrap):
     data = gzip.compress(raw) if wrap and encoding == "gzip" else raw
     status, _, _ = call(event("POST", "/v1/systemone", raw=data, headers={"Content-Encoding": encoding} if encoding else {}))
     assert status < 500
+
+
+# Hostile shapes no schema generator tends to make: nesting past any recursion limit,
+# numbers past a float or past Python's integer-string limit, and malformed tokens.
+hostile_fragments = st.one_of(
+    st.integers(min_value=65, max_value=200_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(min_value=65, max_value=5_000).map(lambda n: '{"a":' * n + "1" + "}" * n),
+    st.integers(min_value=309, max_value=100_000).map(lambda e: f"1e{e}"),
+    st.integers(min_value=101, max_value=50_000).map(lambda n: "9" * n),
+    st.sampled_from(["NaN", "-Infinity", "1e-400", "-0", '"\\ud800"', '"\\udfff\\ud800"']),
+)
+principals = st.sampled_from([None, {"tenant_id": "", "reason": "invalid credentials"}, "default"])
+
+
+@given(fragment=hostile_fragments, where=st.sampled_from(["state", "x_temperature", "model"]), principal=principals,
+       path=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions", "/v1/catalogs/x", "/v1/tokens/revoke"]))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_hostile_numbers_and_nesting_never_answer_5xx(fragment, where, principal, path):
+    install(UniformBackend())
+    raw = ('{"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "%s": %s}'
+           % (where, fragment)).encode()
+    kwargs = {} if principal == "default" else {"principal": principal}
+    status, _, _ = call(event("PUT" if path.startswith("/v1/catalogs") else "POST", path, raw=raw, **kwargs))
+    assert status < 500
+    if principal != "default":
+        assert status == 401  # anonymous: refused before the body is read
+
+
+tokens = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda a, b: f"dgt_{a}.{b}", st.text("ABCDEFabcdef0123456789-_", max_size=300),
+              st.text("ABCDEFabcdef0123456789-_=.", max_size=60)),
+    st.builds(lambda a: f"dgk_{a}", st.text(max_size=80)),
+    st.integers(min_value=1, max_value=20_000).map(lambda n: "dgt_" + "W" * n + ".AAAA"),
+)
+
+
+@given(token=tokens, scheme=st.sampled_from(["Bearer ", "bearer ", "Basic ", "", "Bearer  "]))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_the_authorizer_refuses_malformed_credentials_and_never_raises(tmp_path_factory, token, scheme):
+    from gateway import authorizer
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant
+    from gateway.auth.tokens import CachedKeyRing, new_key_document
+    from gateway.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path_factory.mktemp("authz") / "g.db")
+    create_tenant(store, "fuzz")
+    document = new_key_document()
+    authorizer.set_authenticator(Authenticator(store, CachedKeyRing(lambda: document)))
+    try:
+        policy = authorizer.lambda_handler({"methodArn": "arn:aws:execute-api:r:1:a/s/POST/v1/systemone",
+                                            "headers": {"Authorization": scheme + token}}, None)
+    finally:
+        authorizer.set_authenticator(None)
+    assert policy["context"]["tenant_id"] == "" and "unverified" not in policy["context"]
