@@ -48,7 +48,8 @@ def _from_context(context: dict[str, Any]) -> Principal:
         models=None if models == "*" else frozenset(json.loads(models)),
         credential_id=str(context.get("credential_id", "")),
         expires_at=_number(context.get("expires_at")),
-        kind=str(context.get("kind") or "api_key"),
+        # A context cached by API Gateway before `kind` existed: token ids are 32 hex digits, key ids 16.
+        kind=str(context.get("kind") or ("token" if len(str(context.get("credential_id", ""))) == 32 else "api_key")),
         issued_at=_number(context.get("issued_at")),
         subject=str(context.get("subject") or ""),
         key_id=str(context.get("key_id") or ""),

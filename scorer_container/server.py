@@ -243,9 +243,12 @@ async def _read_json(request: Request, limit: int) -> Any:
     if not raw.strip():
         raise InvalidRequest.at([], "the body is empty; a JSON object is required", "missing")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest.at([], "the body is not valid JSON", "json_invalid") from None
+        # NaN and Infinity are not JSON, 1e400 would become inf, and nesting past the
+        # interpreter's recursion limit is a RecursionError: each is the caller's 422.
+        body = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidRequest.at([], "the body is not valid JSON (or holds a non-finite number, or nests too deep)",
+                                "json_invalid") from None
     # An escaped unpaired surrogate (\ud800) parses, but is not text a tokenizer can take.
     if b"\\u" in raw:
         try:
@@ -253,6 +256,17 @@ async def _read_json(request: Request, limit: int) -> Any:
         except UnicodeEncodeError:
             raise InvalidRequest.at([], "a string holds an unpaired surrogate (\\ud800-\\udfff)", "json_invalid") from None
     return body
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("a number too large for a 64-bit float")
+    return value
 
 
 def _decompress(data: bytes, encoding: str, limit: int) -> bytes:

@@ -186,8 +186,8 @@ principals = st.sampled_from([None, {"tenant_id": "", "reason": "invalid credent
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_hostile_numbers_and_nesting_never_answer_5xx(fragment, where, principal, path):
     install(UniformBackend())
-    raw = ('{"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "%s": %s}'
-           % (where, fragment)).encode()
+    head = '{"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}'
+    raw = f'{head}, "{where}": {fragment}}}'.encode()
     kwargs = {} if principal == "default" else {"principal": principal}
     status, _, _ = call(event("PUT" if path.startswith("/v1/catalogs") else "POST", path, raw=raw, **kwargs))
     assert status < 500
