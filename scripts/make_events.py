@@ -5,6 +5,9 @@ context in requestContext.authorizer) or after an AWS_IAM method authenticated a
 caller (`*-iam`: requestContext.identity), built by the same code as the local runner, with
 fixed ids and times so the files are stable. Run `python scripts/make_events.py` after
 changing the event shape; `sam local invoke -e events/<name>.json` accepts them too.
+The function checks on every request that the credential named in the context is
+still live, so the store it reads must hold an API key record with id
+0123456789abcdef for tenant acme (tests/integration/test_events.py stores one).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 from gateway.local import proxy_event
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
-BEARER = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "0123456789abcdef"}
+BEARER = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "0123456789abcdef",
+          "kind": "api_key"}
 REFUSED = {"principalId": "anonymous", "tenant_id": "", "reason": "invalid credentials"}
 CHAT_ONLY = {**BEARER, "scopes": "chat"}
 CATALOGS = {**BEARER, "scopes": "decide catalogs:read catalogs:write"}
