@@ -196,7 +196,9 @@ def two_tenants(store, model: dict, quiet_requests: int) -> list[dict]:
 
     for tenant in ("quiet", "flood"):
         create_tenant(store, tenant)
-    set_limits(store, "flood", rate_per_s=FLOOD_RATE_PER_S, burst=FLOOD_BURST)
+    # Each with a usage key of its own (as `set-limits --usage-plan` gives): its own bucket.
+    set_limits(store, "flood", rate_per_s=FLOOD_RATE_PER_S, burst=FLOOD_BURST, usage_key="local-flood")
+    set_limits(store, "quiet", usage_key="local-quiet")
     quiet_key = issue_api_key(store, "quiet", ["decide"]).secret
     flood_key = issue_api_key(store, "flood", ["decide"]).secret
     phases = [("quiet tenant alone", False, True), ("beside a flood, usage plans on", True, True),

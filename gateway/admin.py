@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("max-request-tokens", int), ("max-chat-tokens", int)):
         c.add_argument(f"--{name}", type=kind)
     c.add_argument("--usage-plan", metavar="API_ID:STAGE",
-                   help="AWS: give the tenant its own API Gateway usage plan key with these rate and burst")
+                   help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
+                        " 'local' for the local runner); without one a tenant shares the default bucket")
     c = commands.add_parser("new-signing-key")
     c.add_argument("--file", required=True)
     c = commands.add_parser("new-record-key")
@@ -233,12 +234,19 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
                                                       "max_request_tokens", "max_chat_tokens") if getattr(args, name) is not None}
     tenant = tenants.set_limits(store, args.tenant_id, **changes)
-    if args.usage_plan:
+    if args.usage_plan == "local":
+        import secrets
+
+        tenant = tenants.set_limits(store, args.tenant_id, usage_key=f"local-{secrets.token_hex(8)}")
+    elif args.usage_plan:
         from gateway.auth.usage_plans import assign_usage_plan
 
         api_id, _, stage = args.usage_plan.partition(":")
         key = assign_usage_plan(tenant, api_id, stage)
         tenant = tenants.set_limits(store, args.tenant_id, usage_key=key)
+    elif {"rate_per_s", "burst"} & set(changes):
+        print("admin: rate and burst apply once the tenant has a usage plan key of its own (--usage-plan);"
+              " until then it shares the default bucket", file=sys.stderr)
     limits = tenant.limits.as_json()
     limits.pop("usage_key", None)  # an identifier, not a secret, but it has no business in terminals
     return {"tenant_id": tenant.tenant_id, "limits": limits, "usage_plan": bool(tenant.limits.usage_key)}

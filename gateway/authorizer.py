@@ -61,8 +61,10 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return _policy(event, "anonymous", {"tenant_id": "", "reason": exc.message}, os.environ.get(REFUSED_USAGE_KEY))
     except Exception:  # never an error: API Gateway would answer 500 to a caller who did nothing wrong
         log.exception("the credential could not be checked; the function checks it again")
+        # Not the refused callers' bucket: an attacker keeping that one empty must not
+        # throttle good callers through a store hiccup.
         return _policy(event, "anonymous", {"tenant_id": "", "reason": "credentials could not be checked",
-                                            "unverified": "1"}, os.environ.get(REFUSED_USAGE_KEY))
+                                            "unverified": "1"}, os.environ.get(DEFAULT_USAGE_KEY))
     return _policy(event, principal.tenant_id, principal_context(principal), usage_key)
 
 

@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from gateway.caller import principal_of
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
+from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
 
 log = logging.getLogger("gateway.handler")
 
@@ -44,7 +44,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     try:
         refuse_credentials_in_query(event)
         # Who calls, first: an anonymous request is refused before its body is even decoded.
-        principal = None if route_path(path) in PUBLIC_PATHS else principal_of(event, runtime.authenticator, time.time())
+        principal = None if route_path(path) in PUBLIC_PATHS else _principal(event, runtime)
         prepared = prepare_event(event, runtime.settings.max_body_bytes)
     except GatewayError as exc:
         result = _plain_response(exc, path)
@@ -64,6 +64,17 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             recorder.add_metric(name="ClientErrors", unit="Count", value=1)
         recorder.flush_metrics()
     return result
+
+
+def _principal(event: dict[str, Any], runtime: Any) -> Any:
+    """The caller, or a GatewayError: a store that cannot be read is a 503, never an escaped exception."""
+    try:
+        return principal_of(event, runtime.authenticator, time.time())
+    except GatewayError:
+        raise
+    except Exception:
+        log.exception("the caller's credential could not be checked")
+        raise BackendUnavailable("credentials cannot be checked right now; retry shortly", retry_after=2) from None
 
 
 def set_runtime(runtime: Any) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from gateway import authorizer, handler
+from gateway.auth.store import DEFAULT_LIMITS
 
 log = logging.getLogger("gateway.local")
 HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
@@ -203,8 +204,11 @@ class TokenBucket:
 
 
 class LocalUsagePlans:
-    """Usage plans, locally: one bucket per tenant at the tenant's own rate and burst (read
-    through `limits`, cached as the authorizer caches them), and one shared by refused callers."""
+    """Usage plans, locally, as API Gateway keys them: a tenant with a usage key of its own
+    (`admin set-limits --usage-plan`) has its own bucket at its own rate and burst (read
+    through `limits`, cached as the authorizer caches them); tenants without one share
+    one bucket at the default numbers, as they share the stack's key in AWS; refused
+    callers share another."""
 
     def __init__(self, limits: Callable[[str], Any], clock: Callable[[], float] = time.monotonic) -> None:
         self._limits, self._clock = limits, clock
@@ -213,16 +217,19 @@ class LocalUsagePlans:
 
     def admit(self, tenant_id: str) -> float:
         """0 when admitted, else seconds to wait (the Retry-After)."""
-        if tenant_id:
-            limits = self._limits(tenant_id)
-            rate, burst = limits.rate_per_s, limits.burst
+        if not tenant_id:
+            key, rate, burst = "refused", REFUSED_RATE_PER_S, REFUSED_BURST
         else:
-            rate, burst = REFUSED_RATE_PER_S, REFUSED_BURST
+            limits = self._limits(tenant_id)
+            if limits.usage_key:
+                key, rate, burst = f"own:{limits.usage_key}", limits.rate_per_s, limits.burst
+            else:
+                key, rate, burst = "shared", DEFAULT_LIMITS.rate_per_s, DEFAULT_LIMITS.burst
         now = self._clock()
         with self._lock:
-            bucket = self._buckets.get(tenant_id)
+            bucket = self._buckets.get(key)
             if bucket is None or (bucket.rate_per_s, bucket.burst) != (rate, burst):
-                bucket = self._buckets[tenant_id] = TokenBucket(rate, burst, now)
+                bucket = self._buckets[key] = TokenBucket(rate, burst, now)
             return bucket.take(now)
 
 

@@ -249,6 +249,8 @@ async def _read_json(request: Request, limit: int) -> Any:
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidRequest.at([], "the body is not valid JSON (or holds a non-finite number, or nests too deep)",
                                 "json_invalid") from None
+    if _nesting(body) > MAX_JSON_DEPTH:  # the renderers below recurse: a deep tree would be their 500
+        raise InvalidRequest.at([], f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", "json_invalid")
     # An escaped unpaired surrogate (\ud800) parses, but is not text a tokenizer can take.
     if b"\\u" in raw:
         try:
@@ -256,6 +258,22 @@ async def _read_json(request: Request, limit: int) -> Any:
         except UnicodeEncodeError:
             raise InvalidRequest.at([], "a string holds an unpaired surrogate (\\ud800-\\udfff)", "json_invalid") from None
     return body
+
+
+MAX_JSON_DEPTH = 64  # the gateway's limit too (gateway/wire/json_text.py)
+
+
+def _nesting(value: Any) -> int:
+    """Levels of arrays and objects, counted without recursion."""
+    deepest, level, frontier = 0, 0, [value]
+    while frontier:
+        containers = [v for v in frontier if isinstance(v, dict | list)]
+        if not containers:
+            return deepest
+        level += 1
+        deepest = level
+        frontier = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return deepest
 
 
 def _not_json(constant: str) -> Any:

@@ -217,7 +217,9 @@ def secrets_manager_key_ring(secret_id: str, client: Any = None) -> CachedKeyRin
         if client is None:
             import boto3
 
-            client = boto3.client("secretsmanager")
+            from gateway.stores.dynamodb import hot_path_config
+
+            client = boto3.client("secretsmanager", config=hot_path_config())
         return client.get_secret_value(SecretId=secret_id)["SecretString"]
 
     return CachedKeyRing(load)

@@ -7,26 +7,38 @@ never see or send these keys; they are identifiers for metering, not credentials
 
 One plan exists per (rate, burst) pair, shared by the tenants with those numbers (a
 plan's throttle applies per key, so tenants on one plan still have separate buckets);
-each tenant gets its own key on the plan of its limits.
+each tenant gets its own key on the plan of its limits. A tenant without a key of its
+own uses the stack's shared key, so all such tenants share one bucket: give every
+tenant that needs isolation its own key (`admin set-limits TENANT --usage-plan ...`).
+
+A tenant's earlier key keeps working after it is replaced, because the authorizer's
+caches (the tenant cache and API Gateway's, 60 s each) may name it for two minutes
+more; it is marked replaced, and deleted by a later assignment once
+`RETIRE_AFTER_S` have passed.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 from gateway.auth.store import Tenant
 
 PLAN_PREFIX = "decision-gateway"
+RETIRE_AFTER_S = 300.0
+_REPLACED = "replaced at "
 
 
 def plan_name(rate_per_s: float, burst: int) -> str:
     return f"{PLAN_PREFIX}-{rate_per_s:g}rps-{burst}burst"
 
 
-def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = None) -> str:
+def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = None, now: float | None = None) -> str:
     """Give `tenant` a fresh key on the plan of its limits (creating the plan if needed);
-    the tenant's earlier keys are deleted. Returns the key's value, for the tenant's record."""
+    its earlier keys are marked replaced, and deleted once replaced `RETIRE_AFTER_S` ago.
+    Returns the key's value, for the tenant's record."""
+    now = time.time() if now is None else now
     if client is None:
         import boto3
 
@@ -34,18 +46,23 @@ def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = Non
     limits = tenant.limits
     plan_id = _plan(client, api_id, stage, limits.rate_per_s, limits.burst)
     name = f"{PLAN_PREFIX}-tenant-{tenant.tenant_id}"
-    earlier = [key["id"] for key in _pages(client.get_api_keys, "items", nameQuery=name) if key.get("name") == name]
+    earlier = [key for key in _pages(client.get_api_keys, "items", nameQuery=name) if key.get("name") == name]
     key = client.create_api_key(name=name, enabled=True, value=secrets.token_urlsafe(30),
                                 description=f"usage identifier of tenant {tenant.tenant_id} (not a credential)")
     client.create_usage_plan_key(usagePlanId=plan_id, keyId=key["id"], keyType="API_KEY")
     plans = [plan["id"] for plan in _pages(client.get_usage_plans, "items")]
-    for key_id in earlier:
-        for earlier_plan in plans:  # the tenant may have moved plans: its old key leaves wherever it was
-            try:
-                client.delete_usage_plan_key(usagePlanId=earlier_plan, keyId=key_id)
-            except client.exceptions.NotFoundException:
-                pass
-        client.delete_api_key(apiKey=key_id)
+    for old in earlier:
+        description = old.get("description") or ""
+        if not description.startswith(_REPLACED):
+            client.update_api_key(apiKey=old["id"], patchOperations=[
+                {"op": "replace", "path": "/description", "value": f"{_REPLACED}{now:.0f}"}])
+        elif now - float(description[len(_REPLACED):]) >= RETIRE_AFTER_S:
+            for earlier_plan in plans:  # the tenant may have moved plans: its old key leaves wherever it was
+                try:
+                    client.delete_usage_plan_key(usagePlanId=earlier_plan, keyId=old["id"])
+                except client.exceptions.NotFoundException:
+                    pass
+            client.delete_api_key(apiKey=old["id"])
     return key["value"]
 
 

@@ -21,43 +21,67 @@ def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None,
             may_override_policy: bool = True) -> Decision:
     questions: list[Question] = []
     declared: dict[str, set[Any]] = {}
-    enforced: dict[str, set[Any]] = {}
+    enforcing_entries: list[Any] = []
     for question in decision.questions:
         if not isinstance(question, CatalogReference):
             if catalog_only:
                 raise Forbidden("this tenant accepts catalog questions only: name an entry, e.g. {\"catalog\": \"...\"}")
             questions.append(question)
             continue
-        if catalogs is None:
-            raise NotFound("catalogs are not configured on this gateway")
-        try:
-            version = catalogs.get(tenant_id, question.catalog, question.version)
-        except NotFound as exc:
-            raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
+        version = _version(catalogs, tenant_id, question)
         entry = version.entry()
         questions.append(from_entry(question.id, question.name, version, entry))
-        enforcing = entry.policy is not None and entry.policy.mode == "enforcing"
-        if enforcing and not decision.calibrate and not may_override_policy:
-            raise Forbidden(f"the catalog entry {version.name!r} enforces its policy: x_calibrate false (raw probabilities,"
-                            f" no verdict) needs the {POLICY_OVERRIDE_SCOPE!r} scope")
+        if not may_override_policy:
+            _hold_to_policy(catalogs, tenant_id, decision, version, entry, enforcing_entries)
         for field, option in _READOUT_FIELDS.items():
             value = getattr(entry.readout, field)
             if value is not None:
                 declared.setdefault(option, set()).add(value)
-                if enforcing:
-                    enforced.setdefault(option, set()).add(value)
     engine = dict(decision.engine_options)
+    for entry in enforcing_entries:
+        # The readout an enforcing entry's thresholds were set for: its own settings, the
+        # model's defaults for those it leaves out. A caller cannot choose another.
+        for field, option in _READOUT_FIELDS.items():
+            if option in engine and engine[option] != getattr(entry.readout, field):
+                raise Forbidden(f"an enforcing catalog entry fixes {option[2:]} (its thresholds were set for its own"
+                                f" readout): setting it needs the {POLICY_OVERRIDE_SCOPE!r} scope")
     for option, values in declared.items():
         if option in engine:
-            if not may_override_policy and option in enforced and enforced[option] != {engine[option]}:
-                raise Forbidden(f"an enforcing catalog entry declares {option[2:]} {sorted(enforced[option])[0]!r}, the"
-                                f" readout its thresholds were set for: another needs the {POLICY_OVERRIDE_SCOPE!r} scope")
             continue  # the request's own setting wins
         if len(values) > 1:
             raise InvalidRequest.at(["questions"], f"these catalog entries declare different {option[2:]} settings; "
                                     "ask them in separate requests or set it on the request", "catalog_conflict")
         engine[option] = values.pop()
     return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)
+
+
+def _version(catalogs: CatalogService | None, tenant_id: str, question: CatalogReference) -> CatalogVersion:
+    if catalogs is None:
+        raise NotFound("catalogs are not configured on this gateway")
+    try:
+        return catalogs.get(tenant_id, question.catalog, question.version)
+    except NotFound as exc:
+        raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
+
+
+def _enforcing(entry: Any) -> bool:
+    return entry.policy is not None and entry.policy.mode == "enforcing"
+
+
+def _hold_to_policy(catalogs: Any, tenant_id: str, decision: Decision, version: CatalogVersion, entry: Any,
+                    enforcing_entries: list[Any]) -> None:
+    """For a caller who may not read past policies: an entry whose latest version enforces
+    is answered by that latest version, with its verdict, its own way."""
+    latest = version if _enforcing(entry) else catalogs.get(tenant_id, version.name)
+    if not _enforcing(latest.entry()):
+        return
+    if latest.version != version.version:
+        raise Forbidden(f"the catalog entry {version.name!r} enforces its policy from version {latest.version}: an"
+                        f" earlier version needs the {POLICY_OVERRIDE_SCOPE!r} scope")
+    if not decision.calibrate:
+        raise Forbidden(f"the catalog entry {version.name!r} enforces its policy: x_calibrate false (raw probabilities,"
+                        f" no verdict) needs the {POLICY_OVERRIDE_SCOPE!r} scope")
+    enforcing_entries.append(entry)
 
 
 def from_entry(question_id: str, name: str | None, version: CatalogVersion,

@@ -86,7 +86,12 @@ class DecisionRecorder:
     def record(self, record_id: str, *, principal: Principal, route: str, request_id: str, decision: Decision,
                outcome: Outcome, latency_ms: float) -> dict[str, Any]:
         now = self.clock()
-        digest, key_id = self.state_hash(principal.tenant_id, decision.state)
+        try:
+            digest, key_id = self.state_hash(principal.tenant_id, decision.state)
+        except Exception:
+            log.exception("the record's state-hash key cannot be read", extra={"record_id": record_id})
+            self.on_failure()
+            raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2) from None
         extensions = outcome.extensions
         body = {
             "id": record_id,

@@ -327,7 +327,8 @@ def test_the_gateways_request_id_is_the_scorers(scorer_url):
     assert hostile.headers["x-request-id"] == "ab0Ac"
 
 
-@pytest.mark.parametrize("fragment", [b"[" * 100_000 + b"]" * 100_000, b"1e400", b"NaN", b"-Infinity", b"9" * 5000])
+@pytest.mark.parametrize("fragment", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 900 + b"1" + b"}" * 900, b"1e400", b"NaN",
+                                      b"-Infinity", b"9" * 5000])
 def test_json_no_model_can_hold_is_a_422_at_the_scorer_too(scorer_url, fragment):
     raw = b'{"model": "m", "questions": {"q": {"type": "noul", "instructions": "?"}}, "state": ' + fragment + b"}"
     reply = httpx.post(f"{scorer_url}/v1/systemone", content=raw, headers={"Content-Type": "application/json"}, timeout=60)

@@ -223,3 +223,22 @@ def test_an_advisory_policy_may_be_read_past_by_any_decider(store):
     put({**ROUTING, "policy": {**ROUTING["policy"], "mode": "advisory"}})
     status, _, _ = decide({"catalog": "support-routing"}, principal=DECIDER, x_calibrate=False)
     assert status == 200
+
+
+def test_an_enforcing_entry_cannot_be_escaped_by_pinning_an_older_version_or_an_undeclared_readout(store):
+    # Given v1 advisory and v2 enforcing (no readout declared), a decide-only caller pinning
+    # v1 for raw probabilities, or setting any readout option on v2, gets 403.
+    backend = stack(store, choice={"billing": 0.4, "delivery": 0.35, "account": 0.25})
+    register_credentials(store, DECIDER)
+    put({**ROUTING, "policy": {**ROUTING["policy"], "mode": "advisory"}})
+    put(ROUTING)
+    calls = len(backend.calls)
+    for question, extra in (({"catalog": "support-routing", "version": 1}, {"x_calibrate": False}),
+                            ({"catalog": "support-routing", "version": 1}, {}),
+                            ({"catalog": "support-routing"}, {"x_prior": True}),
+                            ({"catalog": "support-routing"}, {"x_order_average": False})):
+        status, _, body = decide(question, principal=DECIDER, **extra)
+        assert status == 403 and "catalogs:write" in body["detail"]["message"], (question, extra)
+    assert len(backend.calls) == calls
+    assert decide({"catalog": "support-routing", "version": 2}, principal=DECIDER)[0] == 200
+    assert decide({"catalog": "support-routing", "version": 1}, x_calibrate=False)[0] == 200  # ACME may

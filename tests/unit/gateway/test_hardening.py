@@ -207,3 +207,22 @@ def test_a_state_hash_uses_the_records_own_key_binds_the_tenant_and_verifies_on_
     assert state_matches(ring, record, "the state under audit")
     assert not state_matches(ring, record, "another state")
     assert not state_matches(ring, {**record, "tenant_id": "globex"}, "the state under audit")
+
+
+def test_a_store_that_fails_while_checking_the_caller_is_a_shaped_503(backend, store, monkeypatch):
+    monkeypatch.setattr(store, "get_api_key", lambda key_id: (_ for _ in ()).throw(OSError("throttled")))
+    status, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
+    assert status == 503 and headers["retry-after"] and headers["x-request-id"]
+    assert body["detail"]["error_type"] == "overloaded" and backend.calls == []
+
+
+def test_a_record_key_that_cannot_be_read_is_a_503_not_an_answer(backend, store):
+    from gateway import handler
+
+    class Broken:
+        def current(self):
+            raise OSError("secrets manager is unavailable")
+
+    handler._runtime.recorder.hash_keys = Broken()
+    status, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
+    assert status == 503 and headers["retry-after"] and "not answered" in body["detail"]["message"]

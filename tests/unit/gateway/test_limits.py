@@ -61,8 +61,9 @@ def test_a_bucket_admits_the_burst_then_the_rate():
     assert bucket.take(0.5) == 0.0 and bucket.take(0.5) > 0
 
 
-def test_each_tenant_is_throttled_at_its_own_numbers_and_refused_callers_share_one_bucket():
-    limits = {"flood": replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2), "quiet": DEFAULT_LIMITS}
+def test_a_tenant_with_its_own_key_is_throttled_alone_at_its_own_numbers():
+    limits = {"flood": replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2, usage_key="local-flood"),
+              "quiet": replace(DEFAULT_LIMITS, usage_key="local-quiet")}
     clock = Clock()
     plans = LocalUsagePlans(limits.__getitem__, clock)
     assert [plans.admit("flood") for _ in range(2)] == [0.0, 0.0]
@@ -73,19 +74,34 @@ def test_each_tenant_is_throttled_at_its_own_numbers_and_refused_callers_share_o
     assert plans.admit("flood") == 0.0
 
 
+def test_tenants_without_a_key_share_one_bucket_at_the_default_numbers_as_in_aws():
+    # Their own rate is not applied: in AWS they share the stack's key and its plan.
+    limits = {"a": replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=1), "b": DEFAULT_LIMITS}
+    plans = LocalUsagePlans(limits.__getitem__, Clock())
+    assert all(plans.admit("a") == 0.0 for _ in range(DEFAULT_LIMITS.burst))
+    assert plans.admit("b") > 0
+
+
 class _Authorizing:
     """An authorizer that maps `Bearer <tenant>` to that tenant (what is tested is the throttle)."""
 
     def authenticate(self, header):
         from gateway.auth.credentials import Principal
+        from gateway.errors import Unauthenticated
 
+        if not header:
+            raise Unauthenticated("missing credentials")
+        if header == "Bearer store-down":
+            raise OSError("the store is unavailable")
         return Principal(header.split()[-1], frozenset({"decide"}), None, "k")
 
     def still_valid(self, principal):
         return principal
 
     def limits(self, tenant_id):
-        return replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2) if tenant_id == "flood" else DEFAULT_LIMITS
+        if tenant_id == "flood":
+            return replace(DEFAULT_LIMITS, rate_per_s=1.0, burst=2, usage_key="local-flood")
+        return replace(DEFAULT_LIMITS, usage_key="local-quiet")
 
 
 def test_the_local_runner_answers_429_with_retry_after_in_both_shapes_before_the_function():
@@ -127,6 +143,8 @@ def test_the_authorizer_names_the_tenants_usage_key_and_refused_callers_get_thei
         assert policy("Bearer acme")["usageIdentifierKey"] == "acme-usage-key-000000000000"
         assert policy("Bearer globex")["usageIdentifierKey"] == "shared-default-key-0000000000"
         assert policy(None)["usageIdentifierKey"] == "shared-refused-key-0000000000"
+        # A store hiccup is not the caller's fault: not the bucket anyone can empty with garbage.
+        assert policy("Bearer store-down")["usageIdentifierKey"] == "shared-default-key-0000000000"
     finally:
         authorizer.set_authenticator(None)
 
@@ -171,11 +189,16 @@ def test_a_tenant_gets_a_key_on_the_usage_plan_of_its_numbers(monkeypatch):
         client = boto3.client("apigateway")
         api = client.create_rest_api(name="dg")["id"]
         tenant = Tenant("acme", "Acme", 0.0, limits=replace(DEFAULT_LIMITS, rate_per_s=5.0, burst=10))
-        first = assign_usage_plan(tenant, api, "prod", client)
-        second = assign_usage_plan(tenant, api, "prod", client)  # re-keying replaces the earlier key
-        other = assign_usage_plan(replace(tenant, tenant_id="globex"), api, "prod", client)
+        first = assign_usage_plan(tenant, api, "prod", client, now=1000.0)
+        # Re-keying keeps the earlier key working while caches may still name it...
+        second = assign_usage_plan(tenant, api, "prod", client, now=1010.0)
+        other = assign_usage_plan(replace(tenant, tenant_id="globex"), api, "prod", client, now=1010.0)
         [plan] = client.get_usage_plans()["items"]
         assert plan["name"] == plan_name(5.0, 10) and plan["throttle"] == {"rateLimit": 5.0, "burstLimit": 10}
-        keys = client.get_api_keys(includeValues=True)["items"]
-        assert sorted(k["value"] for k in keys) == sorted([second, other]) and first not in {second, other}
-        assert len(client.get_usage_plan_keys(usagePlanId=plan["id"])["items"]) == 2
+        values = {k["value"] for k in client.get_api_keys(includeValues=True)["items"]}
+        assert values == {first, second, other}
+        # ...and a later assignment, past RETIRE_AFTER_S, deletes what was replaced long enough ago.
+        third = assign_usage_plan(tenant, api, "prod", client, now=1010.0 + 301)
+        values = {k["value"] for k in client.get_api_keys(includeValues=True)["items"]}
+        assert values == {second, third, other}
+        assert len(client.get_usage_plan_keys(usagePlanId=plan["id"])["items"]) == 3
