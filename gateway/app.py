@@ -46,7 +46,13 @@ class TokenRequest(BaseModel):
     ttl_s: int | None = Field(default=None, ge=60, le=12 * 3600, description="Lifetime in seconds (default 3600).")
 
 
-ID_PATTERN = r"^[0-9a-f]{24}$"
+# A record id, bare (System One's x_decision_id, the x-decision-id header) or as the
+# OpenAI Decisions answer's `id` carries it (decision_<id>): both name the same record.
+ID_PATTERN = r"^(decision_)?[0-9a-f]{24}$"
+
+
+def record_id(decision_id: str) -> str:
+    return decision_id.removeprefix("decision_")
 
 
 class OutcomeRequest(BaseModel):
@@ -182,7 +188,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
                        request: Annotated[OutcomeRequest, Body(embed=False)]):
         principal = caller("decide")
-        record = records_store().get_record(principal.tenant_id, decision_id)
+        record = records_store().get_record(principal.tenant_id, record_id(decision_id))
         if record is None:
             raise NotFound(f"no decision {decision_id!r}")
         names = {q["name"] for q in record.get("questions", [])}
@@ -192,7 +198,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
         check_outcome_answers(record, request.answers)
         outcome = {"answers": request.answers, "override": request.override, "note": request.note,
                    "recorded_at": time.time(), "recorded_by": principal.credential_id}
-        records_store().set_outcome(principal.tenant_id, decision_id, outcome)
+        records_store().set_outcome(principal.tenant_id, record_id(decision_id), outcome)
         return json_response(200, {"id": decision_id, "outcome": outcome})
 
     @app.get("/v1/records", summary="The tenant's decision records, newest first, with calibration drift per catalog entry",
@@ -216,7 +222,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     @app.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"])
     def get_record(decision_id: Annotated[str, Path(pattern=ID_PATTERN)]):
         principal = caller("decide")
-        record = records_store().get_record(principal.tenant_id, decision_id)
+        record = records_store().get_record(principal.tenant_id, record_id(decision_id))
         if record is None:
             raise NotFound(f"no decision {decision_id!r}")
         return json_response(200, record)

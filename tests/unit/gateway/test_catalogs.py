@@ -242,3 +242,20 @@ def test_an_enforcing_entry_cannot_be_escaped_by_pinning_an_older_version_or_an_
     assert len(backend.calls) == calls
     assert decide({"catalog": "support-routing", "version": 2}, principal=DECIDER)[0] == 200
     assert decide({"catalog": "support-routing", "version": 1}, x_calibrate=False)[0] == 200  # ACME may
+
+
+def test_the_openai_answer_id_names_its_record_for_outcomes_and_reads(store):
+    # The id an OpenAI SDK caller is given (decision_<hex>) reports the outcome (it was a 422).
+    stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    status, _, body = call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE,
+                                                            "questions": [{"catalog": "support-routing", "name": "queue"}]},
+                                 principal=ACME))
+    assert status == 200 and body["id"].startswith("decision_")
+    status, _, reply = call(event("POST", f"/v1/decisions/{body['id']}/outcome", {"answers": {"queue": "billing"}},
+                                  principal=ACME))
+    assert status == 200, reply
+    record = call(event("GET", f"/v1/records/{body['id']}", principal=ACME))[2]
+    assert record["outcome"]["answers"] == {"queue": "billing"}
+    assert call(event("GET", f"/v1/records/{body['id'].removeprefix('decision_')}", principal=ACME))[0] == 200
+    assert call(event("GET", "/v1/records/decision_xyz", principal=ACME))[0] == 422
