@@ -54,7 +54,6 @@ THROTTLED_BODY = {
 REFUSED_RATE_PER_S, REFUSED_BURST = 10.0, 20
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 INTEGRATION_TIMEOUT_S = 29.0
-PUBLIC_PATHS = {"/health"}
 STAGE = "local"
 ACCOUNT = "000000000000"
 API_ID = "localapi00"
@@ -255,7 +254,7 @@ class LocalApiGateway:
                 return _shaped(403, "permission_error", "permission_denied", "insufficient_permissions",
                                "X-Local-Iam-Principal is honoured only from this machine (a loopback client and Host)")
             _as_sigv4_caller(event, iam_principal)
-        elif event["path"] not in PUBLIC_PATHS:
+        elif event["path"] not in handler.PUBLIC_PATHS:
             if not _header(event, "authorization"):
                 return 401, [("Content-Type", "application/json")], json.dumps(UNAUTHORIZED_BODY).encode()
             try:

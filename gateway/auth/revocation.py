@@ -20,13 +20,12 @@ What revokes a credential:
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from gateway.auth.credentials import Principal
+from gateway.auth.ttl_cache import TtlLru
 
 DEFAULT_CHECK_S = 10.0
 CACHE_ENTRIES = 4096
@@ -38,17 +37,15 @@ class RevocationCheck:
         self.store = store
         self.check_s = check_s
         self.clock = clock
-        self._entries = entries
-        self._answers: OrderedDict[str, tuple[float, Any]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._answers = TtlLru(check_s, entries, clock)
 
     def refused(self, principal: Principal) -> bool:
         """True when the credential behind `principal` was revoked (or, for a key, expired)."""
         if principal.kind == "api_key":
-            return self._remembered(f"apikey:{principal.credential_id}", lambda: self._api_key_refused(principal))
+            return self._answers.get(f"apikey:{principal.credential_id}", lambda: self._api_key_refused(principal))
         if principal.kind != "token":
             return False  # IAM callers: their mapping rule is read on every request
-        if self._remembered(f"token:{principal.tenant_id}:{principal.credential_id}",
+        if self._answers.get(f"token:{principal.tenant_id}:{principal.credential_id}",
                             lambda: self.store.token_revoked(principal.tenant_id, principal.credential_id, self.clock())):
             return True
         issued_at = principal.issued_at if principal.issued_at is not None else 0.0
@@ -56,7 +53,7 @@ class RevocationCheck:
         if principal.subject:
             subjects.append(f"principal:{principal.subject}")
         for subject in subjects:
-            not_before = self._remembered(f"nb:{subject}", lambda s=subject: self.store.not_before(s))
+            not_before = self._answers.get(f"nb:{subject}", lambda s=subject: self.store.not_before(s))
             # At or before: a token minted in the second of the revocation is refused too.
             if not_before is not None and issued_at <= not_before:
                 return True
@@ -64,7 +61,7 @@ class RevocationCheck:
 
     def key_dropped(self, key_id: str) -> bool:
         """An emergency rotation dropped this signing key (its "not before" is in the future)."""
-        not_before = self._remembered(f"nb:key:{key_id}", lambda: self.store.not_before(f"key:{key_id}"))
+        not_before = self._answers.get(f"nb:key:{key_id}", lambda: self.store.not_before(f"key:{key_id}"))
         return not_before is not None and not_before > self.clock()
 
     def _api_key_refused(self, principal: Principal) -> bool:
@@ -75,21 +72,4 @@ class RevocationCheck:
 
     def forget(self, *keys: str) -> None:
         """A revocation made through this process applies here at once."""
-        with self._lock:
-            for key in keys:
-                self._answers.pop(key, None)
-
-    def _remembered(self, key: str, read: Callable[[], Any]) -> Any:
-        now = self.clock()
-        with self._lock:
-            hit = self._answers.get(key)
-            if hit is not None and hit[0] > now:
-                self._answers.move_to_end(key)
-                return hit[1]
-        value = read()
-        with self._lock:
-            self._answers[key] = (now + self.check_s, value)
-            self._answers.move_to_end(key)
-            while len(self._answers) > self._entries:
-                self._answers.popitem(last=False)
-        return value
+        self._answers.forget(*keys)

@@ -46,6 +46,11 @@ def stack(store, **probabilities) -> FixedBackend:
     return backend
 
 
+def decide_openai(question: dict, principal=ACME):
+    return call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE, "questions": [question]},
+                      principal=principal))
+
+
 def put(entry: dict, principal=ACME, name: str = "support-routing"):
     return call(event("PUT", f"/v1/catalogs/{name}", entry, principal=principal))
 
@@ -131,9 +136,7 @@ def test_a_pinned_version_is_used_as_it_was(store):
 def test_openai_decisions_reference_entries_too(store):
     stack(store, choice={"billing": 0.9})
     put(ROUTING)
-    status, _, body = call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE,
-                                                            "questions": [{"catalog": "support-routing", "name": "queue"}]},
-                                 principal=ACME))
+    status, _, body = decide_openai({"catalog": "support-routing", "name": "queue"})
     assert status == 200, body
     [answer] = body["answers"]
     assert answer["choice"] == "billing" and answer["x_action"] == "auto" and body["id"].startswith("decision_")
@@ -248,9 +251,7 @@ def test_the_openai_answer_id_names_its_record_for_outcomes_and_reads(store):
     # The id an OpenAI SDK caller is given (decision_<hex>) reports the outcome (it was a 422).
     stack(store, choice={"billing": 0.9})
     put(ROUTING)
-    status, _, body = call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE,
-                                                            "questions": [{"catalog": "support-routing", "name": "queue"}]},
-                                 principal=ACME))
+    status, _, body = decide_openai({"catalog": "support-routing", "name": "queue"})
     assert status == 200 and body["id"].startswith("decision_")
     status, _, reply = call(event("POST", f"/v1/decisions/{body['id']}/outcome", {"answers": {"queue": "billing"}},
                                   principal=ACME))
