@@ -20,10 +20,10 @@ Nothing here raises: a store or key ring that cannot be read becomes a refusal m
 hiccup must not lock a good key out for the length of API Gateway's cache), and
 which is never cached here.
 
-The policy names the tenant's usage key (`usageIdentifierKey`), so that API Gateway's
-usage plans throttle each tenant on its own (the API reads keys from the authorizer);
-refused callers share one key of their own, `GATEWAY_REFUSED_USAGE_KEY`, and tenants
-without a key of their own share `GATEWAY_DEFAULT_USAGE_KEY`.
+The policy names the tenant's usage key (`usageIdentifierKey`; the API reads keys from
+the authorizer), so that API Gateway's usage plans throttle a tenant with a key of its
+own on its own; tenants without one share `GATEWAY_DEFAULT_USAGE_KEY` (one bucket), and
+refused callers share `GATEWAY_REFUSED_USAGE_KEY`.
 """
 
 from __future__ import annotations

@@ -28,9 +28,11 @@ def principal_of(event: dict[str, Any], authenticator: Any, now: float) -> Princ
         else:
             raise Unauthenticated(str(context.get("reason") or "invalid credentials"))
         # API Gateway may serve a cached authorization: expiry and revocation still hold.
+        if authenticator is not None:
+            return authenticator.still_valid(principal)  # expiry included
         if principal.expires_at is not None and principal.expires_at <= now:
             raise Unauthenticated("invalid credentials")
-        return authenticator.still_valid(principal) if authenticator is not None else principal
+        return principal
     identity = request_context.get("identity") or {}
     # API Gateway fills userArn (and accessKey) only for a method that authenticated SigV4.
     if identity.get("userArn") and identity.get("accessKey"):
