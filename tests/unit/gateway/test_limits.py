@@ -202,3 +202,20 @@ def test_a_tenant_gets_a_key_on_the_usage_plan_of_its_numbers(monkeypatch):
         values = {k["value"] for k in client.get_api_keys(includeValues=True)["items"]}
         assert values == {second, third, other}
         assert len(client.get_usage_plan_keys(usagePlanId=plan["id"])["items"]) == 3
+
+
+def test_a_changed_limit_takes_effect_within_the_tenant_caches_60_s(tmp_path):
+    from gateway.auth.tenant_cache import TENANT_CACHE_S, TenantCache
+    from gateway.auth.tenants import create_tenant, set_limits
+    from gateway.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "g.db")
+    create_tenant(store, "acme")
+    clock = Clock()
+    cache = TenantCache(store, clock=clock)
+    assert cache.limits("acme").max_options == DEFAULT_LIMITS.max_options
+    set_limits(store, "acme", max_options=16)
+    clock.now += TENANT_CACHE_S - 1
+    assert cache.limits("acme").max_options == DEFAULT_LIMITS.max_options  # still the remembered answer
+    clock.now += 1
+    assert TENANT_CACHE_S == 60.0 and cache.limits("acme").max_options == 16
