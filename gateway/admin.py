@@ -263,9 +263,9 @@ def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str,
         path = Path(args.file)
         previous = path.read_text() if path.exists() else None
     else:
-        import boto3
+        from gateway import aws
 
-        client = boto3.client("secretsmanager")
+        client = aws.client("secretsmanager")
         try:
             previous = client.get_secret_value(SecretId=args.secret_id)["SecretString"]
         except client.exceptions.ClientError:

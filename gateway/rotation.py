@@ -22,9 +22,9 @@ def lambda_handler(event: dict[str, Any], context: Any, client: Any = None) -> N
 
     configure_logging()
     if client is None:
-        import boto3
+        from gateway import aws
 
-        client = boto3.client("secretsmanager")
+        client = aws.client("secretsmanager")
     arn, token, step = event["SecretId"], event["ClientRequestToken"], event["Step"]
     stages = client.describe_secret(SecretId=arn).get("VersionIdsToStages", {})
     if token not in stages:

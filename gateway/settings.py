@@ -203,11 +203,12 @@ def _refused(what: str, exc: ValidationError) -> SettingsError:
 
 
 def _ssm_parameter(name: str) -> str:
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from gateway import aws
+
     try:
-        reply = boto3.client("ssm").get_parameter(Name=name, WithDecryption=True)
+        reply = aws.client("ssm").get_parameter(Name=name, WithDecryption=True)
     except (ClientError, BotoCoreError) as exc:
         code = exc.response["Error"]["Code"] if isinstance(exc, ClientError) else type(exc).__name__
         raise SettingsError(f"the SSM parameter {name!r} cannot be read ({code})") from None

@@ -215,11 +215,9 @@ def secrets_manager_key_ring(secret_id: str, client: Any = None) -> CachedKeyRin
     def load() -> str:
         nonlocal client
         if client is None:
-            import boto3
+            from gateway import aws
 
-            from gateway.stores.dynamodb import hot_path_config
-
-            client = boto3.client("secretsmanager", config=hot_path_config())
+            client = aws.client("secretsmanager", hot_path=True)
         return client.get_secret_value(SecretId=secret_id)["SecretString"]
 
     return CachedKeyRing(load)

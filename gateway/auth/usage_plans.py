@@ -40,9 +40,9 @@ def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = Non
     Returns the key's value, for the tenant's record."""
     now = time.time() if now is None else now
     if client is None:
-        import boto3
+        from gateway import aws
 
-        client = boto3.client("apigateway")
+        client = aws.client("apigateway")
     limits = tenant.limits
     plan_id = _plan(client, api_id, stage, limits.rate_per_s, limits.burst)
     name = f"{PLAN_PREFIX}-tenant-{tenant.tenant_id}"

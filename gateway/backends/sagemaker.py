@@ -130,7 +130,9 @@ def _default_client(endpoint: Endpoint) -> Any:
     from botocore.config import Config
 
     config = Config(
-        retries={"max_attempts": 1, "mode": "standard"},
+        # One attempt: the pool decides what happens next (the next endpoint, within the
+        # request's deadline). botocore reads `max_attempts` as retries, so 1 meant two calls.
+        retries={"total_max_attempts": 1, "mode": "standard"},
         connect_timeout=endpoint.connect_timeout_s,
         read_timeout=endpoint.read_timeout_s,
         tcp_keepalive=True,

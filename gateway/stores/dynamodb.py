@@ -40,9 +40,9 @@ class DynamoDBStore:
     @property
     def client(self) -> Any:
         if self._client is None:  # lazily: no I/O at import or construction
-            import boto3
+            from gateway import aws
 
-            self._client = boto3.client("dynamodb", config=hot_path_config())
+            self._client = aws.client("dynamodb", hot_path=True)
         return self._client
 
     def create_tables(self) -> None:
@@ -305,15 +305,6 @@ class DynamoDBStore:
     def _get(self, table: str, pk: str, sk: str) -> dict[str, Any] | None:
         reply = self.client.get_item(TableName=table, Key=_item({"pk": pk, "sk": sk}), ConsistentRead=True)
         return _plain(reply["Item"]) if "Item" in reply else None
-
-
-def hot_path_config() -> Any:
-    """Short timeouts and one retry: the authorizer has 10 s and callers are waiting, so a
-    slow store is a quick refusal (503, or the authorizer's `unverified`), never a hang
-    that API Gateway turns into its own 500."""
-    from botocore.config import Config
-
-    return Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 2, "mode": "standard"})
 
 
 def _value(value: Any) -> dict[str, Any]:

@@ -104,3 +104,39 @@ def test_clients_are_made_lazily_once_per_configuration():
     assert invoker.client_for(Endpoint("other", region="us-east-1")) is first
     assert invoker.client_for(Endpoint("x", region="us-east-1", read_timeout_s=5)) is not first
     assert len(made) == 2
+
+
+def test_the_default_client_calls_an_endpoint_once_and_leaves_retrying_to_the_pool(monkeypatch):
+    """botocore would repeat a 503 (or a timed-out read) by itself, past the pool's deadline
+    and before it could try the next endpoint: a failing endpoint is called exactly once."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gateway.backends.sagemaker import _default_client
+
+    hits = []
+
+    class Unavailable(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            hits.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"__type": "ServiceUnavailable", "message": "busy"}')
+
+        def log_message(self, *args):
+            pass
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = Endpoint("dg-cpu", region="us-east-1", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(EndpointBusy):
+            SageMakerInvoker(client_factory=_default_client).invoke(endpoint, b"{}", "chat")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == ["/endpoints/dg-cpu/invocations"]
