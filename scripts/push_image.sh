@@ -2,7 +2,8 @@
 # Build the scorer image, push it to ECR, and record the digest the template pins.
 #
 #   CPU_IMAGE=python:3.11-slim-bookworm@sha256:... scripts/push_image.sh cpu [repository]
-#   CUDA_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04@sha256:... scripts/push_image.sh cuda [repository]
+#   CUDA_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04@sha256:... \
+#   CUDA_RUNTIME_IMAGE=nvidia/cuda:12.4.1-runtime-ubuntu22.04@sha256:... scripts/push_image.sh cuda [repository]
 #
 # Prints REPOSITORY@sha256:... and writes it to build/image-<flavor>.txt: pass it to
 # `sam deploy --parameter-overrides CpuImageUri=... | GpuImageUri=...`. Base images must be
@@ -21,6 +22,14 @@ build_args=(--build-arg "BASE=$flavor")
 if [[ -n "$base" ]]; then
   build_args+=(--build-arg "$base_arg=$base")
 fi
+if [[ "$flavor" == cuda ]]; then
+  # The CUDA image compiles; the runtime image it is installed into must be pinned too.
+  [[ -n "${CUDA_RUNTIME_IMAGE:-}" ]] && build_args+=(--build-arg "CUDA_RUNTIME_IMAGE=$CUDA_RUNTIME_IMAGE")
+  if [[ "${CUDA_RUNTIME_IMAGE:-}" != *@sha256:* && "${ALLOW_UNPINNED_BASE:-0}" != "1" ]]; then
+    echo "push_image: set CUDA_RUNTIME_IMAGE to a runtime image pinned by digest (name@sha256:...)" >&2
+    exit 2
+  fi
+fi
 if [[ "$base" != *@sha256:* && "${ALLOW_UNPINNED_BASE:-0}" != "1" ]]; then
   echo "push_image: set $base_arg to a base image pinned by digest (name@sha256:...)" >&2
   exit 2
@@ -37,7 +46,8 @@ aws ecr get-login-password --region "$region" | docker login --username AWS --pa
 
 tag="$flavor-$(git rev-parse --short=12 HEAD)"
 image="$registry/$repository:$tag"
-docker build -f scorer_container/Dockerfile "${build_args[@]}" -t "$image" .
+# BuildKit: the Dockerfile bind-mounts the compiled wheel from its build stage.
+DOCKER_BUILDKIT=1 docker build -f scorer_container/Dockerfile "${build_args[@]}" -t "$image" .
 docker push "$image" >/dev/null
 digest="$(docker inspect --format '{{index .RepoDigests 0}}' "$image")"
 mkdir -p build
