@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".local"
@@ -38,27 +39,29 @@ def main() -> int:
     args = parser.parse_args()
     state = args.state_dir
     for port in (args.scorer_port, args.gateway_port):
-        if _port_taken(port):
+        if port_taken(port):
             print(f"up: port {port} is in use; stop what holds it or set SCORER_PORT / GATEWAY_PORT", file=sys.stderr)
             return 2
     state.mkdir(parents=True, exist_ok=True)
     models_file = state / "models.json"
-    models_file.write_text(json.dumps(_models(args.scorer_port), indent=2) + "\n")
+    models_file.write_text(json.dumps(models_document(args.scorer_port), indent=2) + "\n")
     store_path = state / "gateway.db"
 
     processes: list[subprocess.Popen] = []
     for stop_signal in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(stop_signal, _raise_interrupt)  # so that `finally` stops the children
+        signal.signal(stop_signal, raise_interrupt)  # so that `finally` stops the children
     try:
-        scorer = _start("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
+        scorer = start_process("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
                                    "--port", str(args.scorer_port)],
                         {"SM_LLAMA_CPP_MODEL_DIR": str(ROOT / args.model)})
         processes.append(scorer)
-        _wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
+        wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
 
-        key = _dev_key(store_path)
-        keys_file = _signing_keys(state / "signing-keys.json")
-        record_keys_file = _signing_keys(state / "record-keys.json")  # the records' own hash keys
+        from gateway.stores.sqlite import SQLiteStore
+
+        key = dev_key(SQLiteStore(store_path))
+        keys_file = key_document(state / "signing-keys.json")
+        record_keys_file = key_document(state / "record-keys.json")  # the records' own hash keys
 
         gateway_env = {
             "GATEWAY_MODELS_FILE": str(models_file),
@@ -71,10 +74,10 @@ def main() -> int:
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_PROFILE": "",
             "POWERTOOLS_METRICS_DISABLED": "true",
         }
-        gateway = _start("gateway", [sys.executable, "-m", "gateway.local", "--port", str(args.gateway_port)], gateway_env)
+        gateway = start_process("gateway", [sys.executable, "-m", "gateway.local", "--port", str(args.gateway_port)], gateway_env)
         processes.append(gateway)
         base = f"http://127.0.0.1:{args.gateway_port}"
-        _wait_ready("gateway", f"{base}/health", gateway, timeout_s=60)
+        wait_ready("gateway", f"{base}/health", gateway, timeout_s=60)
 
         print("\nThe local stack is up: gateway", base, "-> scorer", f"http://127.0.0.1:{args.scorer_port}")
         if key:
@@ -102,14 +105,14 @@ def main() -> int:
         print(f"up: {exc}", file=sys.stderr)
         return 1
     finally:
-        _stop(processes)
+        stop_processes(processes)
 
 
 class StartupError(Exception):
     pass
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
@@ -124,8 +127,9 @@ def _die_with_parent() -> None:
         pass  # not Linux: the signal handlers above still stop the children
 
 
-def _models(scorer_port: int) -> dict:
-    endpoint = {"name": "local-scorer", "endpoint_url": f"http://127.0.0.1:{scorer_port}", "read_timeout_s": 28}
+def models_document(scorer_port: int, host: str = "127.0.0.1") -> dict:
+    """The model list: both public models on one local scorer, reached as a SageMaker endpoint."""
+    endpoint = {"name": "local-scorer", "endpoint_url": f"http://{host}:{scorer_port}", "read_timeout_s": 28}
     return {"models": [
         {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
          "description": "The embedded decision model of the local stack", "endpoints": [endpoint]},
@@ -133,27 +137,25 @@ def _models(scorer_port: int) -> dict:
     ]}
 
 
-def _dev_key(store_path: Path) -> str | None:
+def dev_key(store: Any, issued_by: str = "make up") -> str | None:
     """Create the dev tenant; import GATEWAY_DEV_API_KEY or issue a new key (returned to print once)."""
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import ProvisioningError, create_tenant, issue_api_key
-    from gateway.stores.sqlite import SQLiteStore
 
-    store = SQLiteStore(store_path)
     create_tenant(store, "dev", "Local development")
     store.put_principal_rule(PrincipalRule(DEV_ROLE, "dev", tuple(DEV_SCOPES), None, time.time()))
     given = os.environ.get("GATEWAY_DEV_API_KEY", "").strip()
     scopes = DEV_SCOPES
     try:
         if given:
-            issue_api_key(store, "dev", scopes, name="make up", key=given)
+            issue_api_key(store, "dev", scopes, name=issued_by, key=given)
             return None
-        return issue_api_key(store, "dev", scopes, name="make up").secret
+        return issue_api_key(store, "dev", scopes, name=issued_by).secret
     except ProvisioningError as exc:
         raise StartupError(f"GATEWAY_DEV_API_KEY: {exc}") from None
 
 
-def _signing_keys(path: Path) -> Path:
+def key_document(path: Path) -> Path:
     """A local key document (in AWS: a Secrets Manager secret), created once."""
     from gateway.auth.tokens import new_key_document
 
@@ -163,16 +165,38 @@ def _signing_keys(path: Path) -> Path:
     return path
 
 
-def _start(name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
-    print(f"starting the {name}...", flush=True)
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment with `env` over it; an empty value removes the variable."""
     full_env = {**os.environ, **env}
     for key in [k for k, v in env.items() if v == ""]:
         full_env.pop(key, None)
     full_env.pop("GATEWAY_DEV_API_KEY", None)  # the children never need it
-    return subprocess.Popen(command, cwd=ROOT, env=full_env, start_new_session=True, preexec_fn=_die_with_parent)
+    return full_env
 
 
-def _wait_ready(name: str, url: str, process: subprocess.Popen, timeout_s: float) -> None:
+def start_process(name: str, command: list[str], env: dict[str, str], log: Path | None = None) -> subprocess.Popen:
+    """A child in its own process group (stopped as one), its output here or in `log`."""
+    print(f"starting the {name}...", flush=True)
+    output = log.open("ab") if log else None
+    try:
+        return subprocess.Popen(command, cwd=ROOT, env=child_env(env), start_new_session=True, preexec_fn=_die_with_parent,
+                                stdout=output, stderr=subprocess.STDOUT if output else None)
+    finally:
+        if output:
+            output.close()  # the child holds its own copy
+
+
+def run_step(name: str, command: list[str], env: dict[str, str]) -> None:
+    """One set-up command to its end; its output is shown only when it fails."""
+    print(f"{name}...", flush=True)
+    started = time.monotonic()
+    run = subprocess.run(command, cwd=ROOT, env=child_env(env), capture_output=True, text=True)
+    if run.returncode != 0:
+        raise StartupError(f"{name} failed with status {run.returncode}:\n{(run.stdout + run.stderr)[-3000:]}")
+    print(f"{name} done in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def wait_ready(name: str, url: str, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     shown = time.monotonic()
     while time.monotonic() < deadline:
@@ -192,7 +216,7 @@ def _wait_ready(name: str, url: str, process: subprocess.Popen, timeout_s: float
     raise StartupError(f"the {name} was not ready within {timeout_s:.0f} s")
 
 
-def _stop(processes: list[subprocess.Popen]) -> None:
+def stop_processes(processes: list[subprocess.Popen]) -> None:
     for process in processes:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
@@ -204,9 +228,9 @@ def _stop(processes: list[subprocess.Popen]) -> None:
             process.wait()
 
 
-def _port_taken(port: int) -> bool:
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 if __name__ == "__main__":
