@@ -8,7 +8,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
 .PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-options bench-gateway bench-load validate pack-model clean \
-	containers container-test sam-local sam-local-test
+	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(MODEL))
@@ -20,20 +20,27 @@ test: setup containers  ## the whole suite: the real tiny models, the scorer ima
 test-fast: setup  ## the tests that need no model and no Docker engine
 	@$(PY) -m pytest -m "not model and not container and not sam_local"
 
-# A Docker engine (started where the machine allows: scripts/engine.sh), the offline base
-# images where the real ones cannot be pulled, and the CPU scorer image. Without an engine
-# the container and sam local tests are skipped, each with the reason.
+# A Docker engine (started where the machine allows: scripts/engine.sh), the base images
+# (pulled, or built from Debian packages where they cannot be), and the CPU scorer image.
+# Without an engine the container and sam local tests are skipped, each with the reason.
+ENGINE_READY = scripts/engine.sh >/dev/null
+ENGINE_SKIPPED = echo "[containers] skipped: $$(cat build/engine.txt)"
+
 containers: setup
-	@if scripts/engine.sh >/dev/null; then scripts/scorer_image.sh; else echo "[containers] skipped: $$(cat build/engine.txt)"; fi
+	@if $(ENGINE_READY); then scripts/scorer_image.sh >/dev/null; else $(ENGINE_SKIPPED); fi
+
+base-images: setup
+	@if $(ENGINE_READY); then scripts/base_images.sh; else $(ENGINE_SKIPPED); fi
 
 container-test: setup containers  ## the scorer image run as SageMaker runs it (no network, read-only model, docker stop)
+	@rm -f reports/container.json
 	@$(PY) -m pytest -m container tests/container
 	@cat reports/container.json 2>/dev/null || true
 
-sam-local: setup containers  ## the functions under `sam local start-api`, AWS stood in for locally (Ctrl-C stops it)
+sam-local: setup base-images  ## the functions under `sam local start-api`, AWS stood in for locally (Ctrl-C stops it)
 	@$(PY) scripts/sam_local.py --model $(MODEL)
 
-sam-local-test: setup containers  ## sam build, sam local invoke with events/*.json, start-api with the SDK tests
+sam-local-test: setup base-images  ## sam build, sam local invoke with events/*.json, start-api with the SDK tests
 	@$(PY) -m pytest -m sam_local tests/sam_local
 
 lint: setup

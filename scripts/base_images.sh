@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Base images for hosts that cannot pull from a registry, built from Debian bookworm
-# packages only (what an air-gapped build host has: a Debian mirror and a package index).
+# Base images for hosts that cannot pull from a registry: the system from Debian bookworm
+# packages (DEBIAN_MIRROR, default deb.debian.org), the Python packages from the package
+# index pip is configured with. That is what an air-gapped build host has: mirrors.
 #
 #   scripts/base_images.sh            build what is missing, tag it as the real images
 #   scripts/base_images.sh --force    rebuild both
@@ -12,21 +13,26 @@
 #   public.ecr.aws/lambda/python:3.11-$ARCH    a Lambda base for `sam local`: the runtime
 #                                              interface client `awslambdaric` from PyPI
 #                                              behind /var/runtime/bootstrap (AWS's way to
-#                                              build a Lambda image on any base), boto3 as
-#                                              the managed runtime ships it; the SAM CLI
-#                                              adds its own Runtime Interface Emulator.
+#                                              build a Lambda image on any base), and boto3
+#                                              at this project's pin (the managed runtime
+#                                              ships boto3); the SAM CLI adds its own Runtime
+#                                              Interface Emulator.
 # An image that is already present (pulled, or built earlier) is left alone, so where
-# the real images can be pulled nothing here runs. Progress goes to stderr.
+# the real images can be pulled nothing here runs. The images built here carry the label
+# io.decision-gateway.local-base (scripts/push_image.sh refuses to ship one): they trust
+# the build host's CA bundle. Progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker)}"
+docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker || true)}"
+[[ -n "$docker_bin" ]] || { echo "[base-images] no docker client: run scripts/engine.sh" >&2; exit 2; }
 force=0
 [[ "${1:-}" == "--force" ]] && force=1
+mirror="${DEBIAN_MIRROR:-http://deb.debian.org}"
 arch="$(uname -m)"
 case "$arch" in
-  x86_64) lambda_arch=x86_64 ;;
-  aarch64) lambda_arch=arm64 ;;
+  x86_64|amd64) lambda_arch=x86_64 ;;
+  aarch64|arm64) lambda_arch=arm64 ;;
   *) echo "base_images: no Lambda base for $arch" >&2; exit 2 ;;
 esac
 python_image="python:3.11-slim-bookworm"
@@ -37,7 +43,8 @@ say() { echo "[base-images] $*" >&2; }
 present() { "$docker_bin" image inspect "$1" >/dev/null 2>&1; }
 
 # Where a registry answers, the real images are simply pulled and nothing is built.
-pull() { present "$1" || timeout 600 "$docker_bin" pull --quiet "$1" >/dev/null 2>&1; }
+limit() { if command -v timeout >/dev/null; then timeout 600 "$@"; else "$@"; fi; }
+pull() { present "$1" || limit "$docker_bin" pull --quiet "$1" >/dev/null 2>&1; }
 if (( ! force )) && pull "$python_image" && pull "$lambda_image"; then
   say "both bases present ($python_image, $lambda_image): nothing to build"
   exit 0
@@ -58,9 +65,9 @@ if (( force )) || { ! present "$python_image" && ! present "$rootfs_image"; }; t
     --aptopt='Acquire::Retries "3"' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
     bookworm "$work/rootfs.tar" \
-    "deb http://deb.debian.org/debian bookworm main" \
-    "deb http://deb.debian.org/debian bookworm-updates main" \
-    "deb http://deb.debian.org/debian-security bookworm-security main"
+    "deb $mirror/debian bookworm main" \
+    "deb $mirror/debian bookworm-updates main" \
+    "deb $mirror/debian-security bookworm-security main"
   "$docker_bin" import "$work/rootfs.tar" "$rootfs_image" >/dev/null
   rm -f "$work/rootfs.tar"
   say "rootfs imported in $((SECONDS - start)) s"
@@ -81,6 +88,7 @@ cat > "$work/python.Dockerfile" <<EOF
 FROM $rootfs_image
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY docker-clean.conf /etc/apt/apt.conf.d/docker-clean
+LABEL io.decision-gateway.local-base="scripts/base_images.sh: Debian packages, the build host's CA bundle"
 RUN rm -f /usr/lib/python3.11/EXTERNALLY-MANAGED \\
     && ln -sf /usr/bin/python3 /usr/local/bin/python \\
     && ln -sf /usr/bin/pip3 /usr/local/bin/pip
@@ -91,10 +99,12 @@ EOF
 
 # The Lambda layout: the function's code in /var/task (the working directory), the
 # runtime's bootstrap in /var/runtime, which the emulator runs with _HANDLER set.
-boto3_pin="$(grep -E '^boto3==' constraints.txt)"
+boto3_pin="$(grep -E '^boto3==' constraints.txt || true)"
+[[ -n "$boto3_pin" ]] || { echo "[base-images] constraints.txt pins no boto3" >&2; exit 2; }
 awslambdaric_pin="awslambdaric==${AWSLAMBDARIC_VERSION:-4.2.2}"
 cat > "$work/lambda.Dockerfile" <<EOF
 FROM $python_image
+LABEL io.decision-gateway.local-base="scripts/base_images.sh: Debian packages, the build host's CA bundle"
 RUN python -m pip install --no-cache-dir --root-user-action=ignore "$awslambdaric_pin" "$boto3_pin" \\
     && mkdir -p /var/task /var/runtime /opt \\
     && printf '#!/bin/sh\nexec /usr/local/bin/python -m awslambdaric "\$_HANDLER"\n' > /var/runtime/bootstrap \\

@@ -5,8 +5,8 @@
 #
 # An engine that already answers (Docker Desktop, a system service) is used as it is.
 # Otherwise, as root on Debian, it installs Debian's docker.io and mmdebstrap and starts
-# dockerd with no NAT, no IP forwarding and no iptables rules: containers reach this
-# machine (loopback, or the bridge's own address) and nothing beyond it. The reason for a
+# dockerd with no NAT and no iptables rules, without turning IP forwarding on: containers
+# reach this machine (loopback, or the bridge's own address) and nothing beyond it. The reason for a
 # missing engine is also written to build/engine.txt, which the tests quote when they skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>
     || finish 3 "apt-get install docker.io failed (build/engine-install.log)"
   docker_bin=/usr/bin/docker
 fi
-say "starting dockerd (no NAT, no forwarding, no iptables rules)"
+say "starting dockerd (no NAT, no iptables rules, IP forwarding left as it is)"
 nohup dockerd --iptables=false --ip-masq=false --ip-forward=false >build/dockerd.log 2>&1 &
 for _ in $(seq 1 60); do
   if "$docker_bin" info >/dev/null 2>&1; then finish 0 "ready"; fi

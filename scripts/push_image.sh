@@ -48,6 +48,11 @@ tag="$flavor-$(git rev-parse --short=12 HEAD)"
 image="$registry/$repository:$tag"
 # BuildKit: the Dockerfile bind-mounts the compiled wheel from its build stage.
 DOCKER_BUILDKIT=1 docker build -f scorer_container/Dockerfile "${build_args[@]}" -t "$image" .
+# A base from scripts/base_images.sh trusts the build host's CA bundle: never ship one.
+if [[ -n "$(docker image inspect -f '{{index .Config.Labels "io.decision-gateway.local-base"}}' "$image" 2>/dev/null)" ]]; then
+  echo "push_image: $image is built on a local base (scripts/base_images.sh); pull the real base images to release" >&2
+  exit 2
+fi
 docker push "$image" >/dev/null
 digest="$(docker inspect --format '{{index .RepoDigests 0}}' "$image")"
 mkdir -p build

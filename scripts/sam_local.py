@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import up  # noqa: E402  (the local stack's process helpers)
+import up
 
 ROOT = up.ROOT
 ENV_FILE = ROOT / "sam-local" / "env.json"
@@ -40,7 +40,7 @@ SAM = ROOT / ".cache" / "tools" / "bin" / "sam"
 PLACEHOLDER_AWS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "",
                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_PROFILE": "",
                    "SAM_CLI_TELEMETRY": "0"}
-EVENTS_ROLE = "arn:aws:iam::123456789012:role/DecisionClients"  # the IAM principal events/*-iam.json carry
+EVENTS = ROOT / "events"
 
 
 def lambda_architecture() -> str:
@@ -80,26 +80,38 @@ def settings_for(host: str) -> tuple[dict[str, dict[str, str]], Path]:
 
 class AwsStandIn:
     """moto's server with what the template would have created: the four tables, the two
-    secrets and the models parameter."""
+    secrets and the models parameter. In memory: it holds this run's dev data only."""
 
     def __init__(self, host: str, port: int) -> None:
-        from moto.server import ThreadedMotoServer
-
+        self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
-        self.server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+        self.server: Any = None
 
     def __enter__(self) -> AwsStandIn:
+        import socket
+
+        from moto.server import ThreadedMotoServer
+
+        with socket.socket() as probe:  # moto's own start waits forever on an address it cannot bind
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                raise up.StartupError(f"the AWS stand-in cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        self.server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def client(self, service: str) -> Any:
         import boto3
 
+        placeholder = PLACEHOLDER_AWS["AWS_SECRET_ACCESS_KEY"]  # moto accepts any; never a real credential
         return boto3.client(service, endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id="local", aws_secret_access_key="local")
+                            aws_access_key_id=PLACEHOLDER_AWS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=placeholder)
 
     def provision(self, settings: dict[str, dict[str, str]], models: dict) -> Any:
         from gateway.auth.tokens import new_key_document
@@ -117,11 +129,31 @@ class AwsStandIn:
         return store
 
 
+def provision_event_fixtures(store: Any) -> None:
+    """What events/*.json name, so that `sam local invoke -e events/NAME.json` is answered
+    as tests/integration/test_events.py expects: tenant acme, the role of the IAM events,
+    and a record for each authorizer context's API key id (its hash matches no secret, so
+    it lets no one in over start-api)."""
+    from gateway.auth.authenticate import normalise_principal
+    from gateway.auth.store import ApiKeyRecord, PrincipalRule
+    from gateway.auth.tenants import create_tenant
+
+    create_tenant(store, "acme")
+    for path in sorted(EVENTS.glob("*.json")):
+        context = json.loads(path.read_text())["requestContext"]
+        caller = context.get("authorizer") or {}
+        if caller.get("tenant_id") and store.get_api_key(caller["credential_id"]) is None:
+            store.put_api_key(ApiKeyRecord(caller["credential_id"], caller["tenant_id"], "unused",
+                                           tuple(caller["scopes"].split()), None, 0.0))
+        if arn := (context.get("identity") or {}).get("userArn"):
+            store.put_principal_rule(PrincipalRule(normalise_principal(arn), "acme", ("chat", "decide"), None, 0.0))
+
+
 def sam_build(architecture: str) -> Path:
     """The functions' artifact for this machine's architecture, in build/sam-local/build."""
     build = BUILD_DIR / "build"
-    up.run_step("sam build", [str(SAM), "build", "--build-in-source", "--build-dir", str(build), "-t", str(ROOT / "template.yaml"),
-                              "--parameter-overrides", f"Architecture={architecture}"],
+    up.run_step("sam build", [str(SAM), "build", "--build-in-source", "--build-dir", str(build),
+                              "-t", str(ROOT / "template.yaml"), "--parameter-overrides", f"Architecture={architecture}"],
                 {**PLACEHOLDER_AWS, "LAMBDA_ARCH": architecture})
     return build / "template.yaml"
 
@@ -155,6 +187,7 @@ class SamLocal:
             self.aws.__enter__()
             models = up.models_document(self.scorer_port, host=self.host)
             self.store = self.aws.provision(self.settings, models)
+            provision_event_fixtures(self.store)
             self.api_key = up.dev_key(self.store, issued_by="make sam-local")
             self._start_scorer()
             self._start_api()
@@ -176,13 +209,17 @@ class SamLocal:
 
     def _start_api(self) -> None:
         api = up.start_process("sam local start-api", [str(SAM), "local", "start-api", *self.common_flags(),
-                                                       "--host", "127.0.0.1", "--port", str(self.api_port),
-                                                       "--warm-containers", "LAZY"], PLACEHOLDER_AWS, log=self.log)
+                                                       "--host", "127.0.0.1", "--port", str(self.api_port)],
+                               PLACEHOLDER_AWS, log=self.log)
         self.processes.append(api)
         up.wait_ready("sam local start-api", f"{self.url}/health", api, timeout_s=180)
 
     def common_flags(self) -> list[str]:
-        return ["-t", str(self.template), "--env-vars", str(self.env_file), "--skip-pull-image",
+        """samconfig.toml's `local` environment, with the built template, this run's env
+        file and this machine's architecture over it."""
+        # An absolute --config-file: the SAM CLI looks for samconfig.toml beside the template.
+        return ["--config-file", str(ROOT / "samconfig.toml"), "--config-env", "local", "-t", str(self.template),
+                "--env-vars", str(self.env_file),
                 "--parameter-overrides", f"Architecture={self.architecture}"]
 
     def invoke(self, event: Path, function: str = "GatewayFunction") -> dict:
@@ -208,7 +245,10 @@ def main() -> int:
             print(f"AWS stand-in (moto) at {stack.aws.url}; scorer at http://{stack.host}:{stack.scorer_port}")
             print("\nDev API key for tenant 'dev' (shown once, only its hash is stored):\n")
             print(f"    {stack.api_key}\n")
-            print(f"    sam local invoke GatewayFunction -e events/health.json {' '.join(stack.common_flags())}\n")
+            print("One event through `sam local invoke` (placeholder credentials, never yours):\n")
+            flags = " ".join(stack.common_flags())
+            print(f"    env -u AWS_PROFILE -u AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \\\n"
+                  f"      {SAM.relative_to(ROOT)} local invoke GatewayFunction -e events/systemone.json {flags}\n")
             print("Ctrl-C stops it.\n", flush=True)
             while all(process.poll() is None for process in stack.processes):
                 time.sleep(1)

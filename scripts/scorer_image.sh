@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag="${1:-decision-gateway-scorer:cpu-local}"
-docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker)}"
+docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker || true)}"
+[[ -n "$docker_bin" ]] || { echo "[scorer-image] no docker client: run scripts/engine.sh" >&2; exit 2; }
 scripts/base_images.sh
 mkdir -p build
 echo "[scorer-image] building $tag (first build compiles llama.cpp: minutes; log in build/scorer-image.log)" >&2
@@ -22,3 +23,4 @@ if ! DOCKER_BUILDKIT=1 "$docker_bin" build --progress=plain --network host \
 fi
 size="$("$docker_bin" image inspect -f '{{.Size}}' "$tag")"
 echo "[scorer-image] $tag: $((size / 1000000)) MB, built in $((SECONDS - start)) s" >&2
+echo "$tag"  # the one line on stdout: what was built, for the tests

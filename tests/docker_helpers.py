@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCORER_IMAGE = "decision-gateway-scorer:cpu-local"
 
 
 def docker_binary() -> str:
@@ -33,14 +32,24 @@ def require_engine() -> None:
         answered = docker("info", check=False, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         answered = False
-    if not answered:
-        status = ROOT / "build" / "engine.txt"
-        reason = status.read_text().strip() if status.exists() else "no Docker engine answers (run scripts/engine.sh)"
-        pytest.skip(f"no Docker engine: {reason}")
+    if answered:
+        return
+    status = ROOT / "build" / "engine.txt"
+    reason = status.read_text().strip() if status.exists() else "scripts/engine.sh has not run"
+    if reason == "ready":
+        reason = "the engine answered when scripts/engine.sh ran, but does not now"
+    pytest.skip(f"no Docker engine: {reason}")
+
+
+def ensure_base_images() -> None:
+    """The bases, pulled or built from Debian packages (a no-op once they are present)."""
+    subprocess.run([str(ROOT / "scripts" / "base_images.sh")], check=True, timeout=1800)
 
 
 def ensure_scorer_image() -> str:
-    """The CPU scorer image, built (offline bases included) when it is missing."""
-    if docker("image", "inspect", SCORER_IMAGE, check=False).returncode != 0:
-        subprocess.run([str(ROOT / "scripts" / "scorer_image.sh")], check=True, timeout=3600)
-    return SCORER_IMAGE
+    """The CPU scorer image of this checkout: scripts/scorer_image.sh runs every time (it
+    takes a second when nothing changed), so the tests never run a stale image. The script
+    names the image it built on its last line."""
+    run = subprocess.run([str(ROOT / "scripts" / "scorer_image.sh")], check=True, timeout=3600,
+                         stdout=subprocess.PIPE, text=True)
+    return run.stdout.strip().splitlines()[-1]

@@ -60,6 +60,7 @@ def model_dir(smollm2_path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def report():
+    REPORT.unlink(missing_ok=True)  # never a figure from an earlier run
     figures: dict[str, object] = {}
     yield figures
     REPORT.parent.mkdir(exist_ok=True)
@@ -174,7 +175,8 @@ def test_a_model_that_is_not_the_pinned_one_is_refused_with_the_reason_on_ping(i
         expected = "differs from the manifest"
     try:
         _, ping = container.wait_for(503)
-        while ping.get("status") == "loading":  # the digest takes a moment
+        deadline = time.monotonic() + STARTUP_S
+        while ping.get("status") == "loading" and time.monotonic() < deadline:  # the digest takes a moment
             time.sleep(0.25)
             _, ping = container.request("GET", "/ping")
         assert ping["status"] != "ready" and expected in ping["reason"], ping

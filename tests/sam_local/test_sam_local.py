@@ -15,13 +15,12 @@ import openai
 import pytest
 import typesafe_sdk as ts
 
-from tests.docker_helpers import ROOT, docker, require_engine
+from tests.docker_helpers import ROOT, ensure_base_images, require_engine
 from tests.e2e import test_sdks as sdk
-from tests.gateway_helpers import register_credentials
 from tests.integration.test_events import EVENTS, EXPECTED
 
 sys.path.insert(0, str(ROOT / "scripts"))
-import sam_local  # noqa: E402
+import sam_local
 
 pytestmark = [pytest.mark.sam_local, pytest.mark.model]
 
@@ -47,26 +46,11 @@ class Stack:
 @pytest.fixture(scope="module")
 def arrangement(smollm2_path):
     require_engine()
-    if docker("image", "inspect", f"public.ecr.aws/lambda/python:3.11-{sam_local.lambda_architecture()}",
-              check=False).returncode != 0:
-        import subprocess
-
-        subprocess.run([str(ROOT / "scripts" / "base_images.sh")], check=True, timeout=1200)
+    ensure_base_images()
     log = sam_local.BUILD_DIR / "start-api.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"")
     with sam_local.SamLocal(smollm2_path.parent, log=log) as running:
-        # What tests/integration/test_events.py's stack holds: tenant acme, its IAM role, and
-        # the API key records the events' authorizer contexts name.
-        from gateway.auth.store import PrincipalRule
-        from gateway.auth.tenants import create_tenant
-
-        create_tenant(running.store, "acme")
-        running.store.put_principal_rule(PrincipalRule(sam_local.EVENTS_ROLE, "acme", ("chat", "decide"), None, 0.0))
-        for path in EVENTS.glob("*.json"):
-            context = json.loads(path.read_text())["requestContext"].get("authorizer") or {}
-            if context.get("tenant_id"):
-                register_credentials(running.store, context)
         yield running
 
 

@@ -117,7 +117,7 @@ def test_the_default_client_calls_an_endpoint_once_and_leaves_retrying_to_the_po
     hits = []
 
     class Unavailable(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server API
+        def do_POST(self):
             hits.append(self.path)
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(503)
