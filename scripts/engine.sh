@@ -7,11 +7,12 @@
 # Otherwise, as root on Debian, it installs Debian's docker.io and mmdebstrap and starts
 # dockerd with no NAT and no iptables rules, without turning IP forwarding on: containers
 # reach this machine (loopback, or the bridge's own address) and nothing beyond it. The reason for a
-# missing engine is also written to build/engine.txt, which the tests quote when they skip.
+# missing engine is also written to build/engine.txt (DG_ENGINE_STATUS), which the tests
+# quote when they skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p build
-status_file=build/engine.txt
+status_file="${DG_ENGINE_STATUS:-build/engine.txt}"
+mkdir -p "$(dirname "$status_file")"
 docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker || echo docker)}"
 say() { echo "[engine] $*" >&2; }
 finish() { echo "$2" > "$status_file"; [[ $1 == 0 ]] && echo ready || echo "no engine: $2"; exit "$1"; }
