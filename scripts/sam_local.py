@@ -48,6 +48,8 @@ def lambda_architecture() -> str:
 
 
 def docker_binary() -> str:
+    # Debian's engine ships its own client; prefer it to any other on PATH (it builds
+    # with the engine's BuildKit, which a newer client without buildx cannot).
     return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
 
 
@@ -178,8 +180,7 @@ class SamLocal:
         self.log = log  # where start-api and the functions' output go (else this terminal)
 
     def __enter__(self) -> SamLocal:
-        aws_port = urlsplit(self.aws.url).port
-        for host, port in (("127.0.0.1", self.api_port), (self.bind, self.scorer_port), (self.bind, aws_port)):
+        for host, port in (("127.0.0.1", self.api_port), (self.bind, self.scorer_port), (self.bind, self.aws.port)):
             if up.port_taken(port, host):
                 raise up.StartupError(f"{host}:{port} is in use; stop what holds it (another make sam-local?)")
         try:

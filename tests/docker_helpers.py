@@ -7,19 +7,15 @@ Without an engine these tests are skipped with that reason, never passed.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def docker_binary() -> str:
-    # Debian's engine ships its own client; prefer it to any other on PATH (it builds
-    # with the engine's BuildKit, which a newer client without buildx cannot).
-    return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+sys.path.insert(0, str(ROOT / "scripts"))
+from sam_local import docker_binary  # noqa: E402  (one choice of client for the scripts and the tests)
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:

@@ -21,19 +21,22 @@ def test_engine_sh_says_why_there_is_none_and_exits_3(tmp_path):
     assert status.read_text().strip() in run.stdout
 
 
-def test_the_tests_skip_quoting_that_reason(monkeypatch, tmp_path):
+@pytest.fixture
+def no_engine(monkeypatch, tmp_path):
+    """No client answers; the function returned writes what engine.sh last said."""
     monkeypatch.setattr(docker_helpers, "docker_binary", lambda: "/bin/false")
     monkeypatch.setattr(docker_helpers, "ROOT", tmp_path)
     (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "engine.txt").write_text("no Docker engine answers, and starting one needs root\n")
+    return (tmp_path / "build" / "engine.txt").write_text
+
+
+def test_the_tests_skip_quoting_that_reason(no_engine):
+    no_engine("no Docker engine answers, and starting one needs root\n")
     with pytest.raises(pytest.skip.Exception, match="starting one needs root"):
         docker_helpers.require_engine()
 
 
-def test_a_stale_ready_status_is_not_given_as_the_reason(monkeypatch, tmp_path):
-    monkeypatch.setattr(docker_helpers, "docker_binary", lambda: "/bin/false")
-    monkeypatch.setattr(docker_helpers, "ROOT", tmp_path)
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "engine.txt").write_text("ready\n")
+def test_a_stale_ready_status_is_not_given_as_the_reason(no_engine):
+    no_engine("ready\n")
     with pytest.raises(pytest.skip.Exception, match="does not now"):
         docker_helpers.require_engine()
