@@ -10,9 +10,18 @@ scores over the options it lists:
 - `likelihood`: each option's own text is the continuation; its per-token
   log-probability is the score (what measured best on the tiny embedded models).
 
+Order invariance: a choice question's options are listed in a *canonical* order, fixed by
+a hash of each option's name, never by the order the caller sent them in; so the same
+options sent in any order make the same probes and get the same probabilities, bit for
+bit (`ordering="declared"` keeps the caller's order, for measurement). Noul options are
+always yes, no; score levels keep their declared order, which carries their meaning.
+
 Debiasing, both on by default and switchable per request:
-- order averaging: each question is probed with its options forward and reversed and
-  the two distributions are averaged (small models prefer the first listed option);
+- order averaging: each question is probed in more than one listing and the
+  distributions are averaged (small models prefer the first listed option): the
+  canonical order and its reversal (`averaging="reversal"`), or, for a choice question
+  that fits one probe, every cyclic rotation of it, so that each option is listed once
+  in each position (`averaging="rotations"`, one probe per option);
 - content-free prior ("calibrate before use"): each probe is also scored with the
   state replaced by "N/A", and the scores are divided by (log: minus) that prior. The
   prior depends only on the question, so it is cached per probe (bounded LRU) and
@@ -37,7 +46,7 @@ import itertools
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,6 +68,8 @@ from scorer_container.prompts import (
 from scorer_container.schema import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+ORDERINGS = ("declared", "canonical")
+AVERAGINGS = ("reversal", "rotations")
 # No text these tokenizers see averages more than this per token (English runs 3-5), so
 # a state this many times longer than the context cannot fit whatever its tokens.
 _MAX_CHARS_PER_TOKEN = 32
@@ -100,6 +111,8 @@ class DecisionSettings:
     order_average: bool = True
     prior: bool = True
     temperature: float = 1.0
+    ordering: str = "canonical"  # how a choice question's options are listed (see ORDERINGS)
+    averaging: str = "reversal"  # which listings order averaging uses (see AVERAGINGS)
     reduced: bool = False  # debiasing was cut to fit the work budget
 
 
@@ -204,17 +217,25 @@ class DecisionEngine:
         default_readout: str,
         default_order_average: bool = True,
         default_prior: bool = True,
+        default_ordering: str = "canonical",
+        default_averaging: str = "reversal",
         prior_cache_size: int = 4096,
         max_labels: int = 26,
-        temperature: float = 1.0,
+        temperature: float | Mapping[str, float] = 1.0,
     ) -> None:
+        if default_ordering not in ORDERINGS or default_averaging not in AVERAGINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS} and averaging one of {AVERAGINGS}")
         self.runtime = runtime
         self.prompts = prompt_format
         self.model_name = model_name
         self.default_readout = default_readout
         self.default_order_average = default_order_average
         self.default_prior = default_prior
-        self.temperature = temperature
+        self.default_ordering = default_ordering
+        self.default_averaging = default_averaging
+        # Per readout (a model's scores are on a different scale in each); a number applies to both.
+        self.temperatures = dict(temperature) if isinstance(temperature, Mapping) else {
+            readout: float(temperature) for readout in REPLY_HINTS}
         self.priors = PriorCache(prior_cache_size)
         self.labels = self._single_token_labels(max_labels)
         if len(self.labels) < 2:
@@ -235,11 +256,14 @@ class DecisionEngine:
     # -- public ----------------------------------------------------------------------
 
     def settings_for(self, request: DecisionRequest) -> DecisionSettings:
+        readout = request.x_readout or self.default_readout
         return DecisionSettings(
-            readout=request.x_readout or self.default_readout,
+            readout=readout,
             order_average=self.default_order_average if request.x_order_average is None else request.x_order_average,
             prior=self.default_prior if request.x_prior is None else request.x_prior,
-            temperature=self.temperature,
+            temperature=self.temperatures.get(readout, 1.0),
+            ordering=self.default_ordering,
+            averaging=self.default_averaging,
         )
 
     def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
@@ -277,7 +301,7 @@ class DecisionEngine:
         tokens, rows, longest, probes, grouped = state_tokens, 0, 0, 0, False
         for qid, question in request.questions.items():
             prepared = prepare_question(qid, question)
-            for order in _orders(prepared, settings):
+            for order in self._orders(prepared, settings):
                 groups = self._plan(prepared, order, settings.readout).groups
                 shapes = [self._probe_shape(g, frame, count) for g in groups]
                 if len(groups) > 1:
@@ -314,14 +338,18 @@ class DecisionEngine:
         a logits row costing `row_cost`), or OverBudget (413).
 
         Debiasing the caller did not ask for explicitly is reduced when it alone breaks
-        the budget: first the uncached priors, then the second option order, then both;
-        the answer's `x_debias` says what was applied and that it was reduced.
+        the budget: first rotations become the reversal alone, then the uncached priors
+        go, then the second option order, then both; the answer's `x_debias` says what
+        was applied and that it was reduced.
         """
         settings = self.settings_for(request)
         counts: dict[str, int] = {}
         drop_prior = settings.prior and request.x_prior is None
         drop_order = settings.order_average and request.x_order_average is None
         candidates = [settings]
+        if drop_order and settings.averaging == "rotations":
+            settings = replace(settings, averaging="reversal", reduced=True)
+            candidates.append(settings)
         if drop_prior:
             candidates.append(replace(settings, prior=False, reduced=True))
         if drop_order:
@@ -361,10 +389,24 @@ class DecisionEngine:
             "usage": {"input_tokens": int(evaluated), "output_tokens": 0},
             "x_readout": settings.readout,
             "x_debias": {"order_average": settings.order_average, "prior": settings.prior,
+                         "ordering": settings.ordering,
+                         **({"averaging": settings.averaging} if settings.order_average else {}),
+                         **({"temperature": settings.temperature} if settings.temperature != 1.0 else {}),
                          **({"reduced_for_budget": True} if settings.reduced else {})},
         }
 
     # -- rounds ------------------------------------------------------------------------
+
+    def _orders(self, question: PreparedQuestion, settings: DecisionSettings) -> list[tuple[int, ...]]:
+        """The option listings a question is probed in (indices into its declared options)."""
+        base = tuple(range(len(question.options)))
+        if settings.ordering == "canonical" and question.kind == "choice":
+            base = canonical_order(question)
+        if not settings.order_average:
+            return [base]
+        if settings.averaging == "rotations" and question.kind == "choice" and len(base) <= len(self.labels):
+            return [base[i:] + base[:i] for i in range(len(base))]
+        return [base, base[::-1]]
 
     def _distributions(
         self, state_text: str, questions: Sequence[PreparedQuestion], settings: DecisionSettings,
@@ -372,7 +414,7 @@ class DecisionEngine:
     ) -> tuple[list[np.ndarray], int]:
         plans: list[list[_Plan]] = []
         for question in questions:
-            plans.append([self._plan(question, order, settings.readout) for order in _orders(question, settings)])
+            plans.append([self._plan(question, order, settings.readout) for order in self._orders(question, settings)])
 
         first_round = [probe for per_q in plans for plan in per_q for probe in plan.groups]
         scores, evaluated = self._score(state_text, first_round, settings, deadline)
@@ -497,10 +539,17 @@ class DecisionEngine:
         return branches
 
 
-def _orders(question: PreparedQuestion, settings: DecisionSettings) -> list[tuple[int, ...]]:
-    """The option orders a question is probed in: as declared, and reversed when averaging."""
-    forward = tuple(range(len(question.options)))
-    return [forward, forward[::-1]] if settings.order_average else [forward]
+def canonical_order(question: PreparedQuestion) -> tuple[int, ...]:
+    """A choice question's options by a hash of their names: the same for any order a caller sends.
+
+    A hash rather than the alphabet, so that the position an option gets says nothing
+    about what it means (alphabetical order would list "approve" before "reject" in
+    every catalog, and small models favour the first option)."""
+    def key(i: int) -> tuple[bytes, str]:
+        name = question.options[i].name
+        return hashlib.sha256(name.encode("utf-8", "surrogatepass")).digest(), name
+
+    return tuple(sorted(range(len(question.options)), key=key))
 
 
 def _prior_key(probe: Probe) -> str:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import tarfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +40,11 @@ class ModelManifest:
     # The debiasing this model answers best with (also measured by `make eval`).
     order_average: bool = True
     prior: bool = True
+    # How a choice question's options are listed and averaged (engine.ORDERINGS, AVERAGINGS).
+    ordering: str = "canonical"
+    averaging: str = "reversal"
+    # Per readout, the temperature `make eval` fitted on its dev split (1.0: none fitted).
+    temperatures: dict[str, float] = field(default_factory=dict)
     description: str = ""
     release_date: str = ""
 
@@ -55,6 +60,15 @@ class ModelManifest:
             raise ModelFileError(f"{where}: readout must be 'letters' or 'likelihood'")
         if not isinstance(manifest.order_average, bool) or not isinstance(manifest.prior, bool):
             raise ModelFileError(f"{where}: order_average and prior must be true or false")
+        if manifest.ordering not in ("declared", "canonical") or manifest.averaging not in ("reversal", "rotations"):
+            raise ModelFileError(f"{where}: ordering must be 'declared' or 'canonical', averaging 'reversal' or"
+                                 " 'rotations'")
+        temperatures = manifest.temperatures
+        if not isinstance(temperatures, dict) or any(
+            k not in ("letters", "likelihood") or isinstance(v, bool) or not isinstance(v, int | float)
+            or not 0.05 <= v <= 20 for k, v in temperatures.items()
+        ):
+            raise ModelFileError(f"{where}: temperatures maps 'letters'/'likelihood' to a number in 0.05..20")
         if not isinstance(manifest.size, int) or manifest.size <= 0:
             raise ModelFileError(f"{where}: size must be a positive integer")
         return manifest

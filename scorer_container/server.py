@@ -101,9 +101,12 @@ class ScorerService:
                 default_readout=self.settings.readout or manifest.readout,
                 default_order_average=manifest.order_average,
                 default_prior=manifest.prior,
+                default_ordering=manifest.ordering,
+                default_averaging=manifest.averaging,
                 prior_cache_size=self.settings.prior_cache_size,
                 max_labels=self.settings.max_labels,
-                temperature=self.settings.temperature,
+                # The manifest's fitted temperatures unless the deployment sets one.
+                temperature=manifest.temperatures if self.settings.temperature is None else self.settings.temperature,
             )
             budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)

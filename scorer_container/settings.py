@@ -42,7 +42,7 @@ class ScorerSettings:
     prior_cache_size: int = 4096
     max_body_bytes: int = 6 * 1024 * 1024
     max_labels: int = 26
-    temperature: float = 1.0
+    temperature: float | None = None  # overrides the manifest's fitted temperatures
     # Work per request: a fixed token budget, or None to derive it from the measured
     # prefill rate x budget_s (see budget.py).
     max_request_tokens: int | None = None
@@ -88,7 +88,7 @@ class ScorerSettings:
             prior_cache_size=_int("SCORER_PRIOR_CACHE_SIZE", env.get("SCORER_PRIOR_CACHE_SIZE", "4096")),
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
-            temperature=float(env.get("SCORER_TEMPERATURE", "1.0")),
+            temperature=_temperature(env.get("SCORER_TEMPERATURE")),
             max_request_tokens=_positive("SCORER_MAX_REQUEST_TOKENS", env.get("SCORER_MAX_REQUEST_TOKENS")),
             budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "22")),
             deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
@@ -123,6 +123,18 @@ def _seconds(name: str, raw: str) -> float:
         raise ValueError(f"{name} must be a number of seconds") from None
     if not 0 < value <= 3600:
         raise ValueError(f"{name} must be between 0 and 3600 seconds")
+    return value
+
+
+def _temperature(raw: str | None) -> float | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("SCORER_TEMPERATURE must be a number") from None
+    if not 0.05 <= value <= 20:  # also refuses nan and inf
+        raise ValueError("SCORER_TEMPERATURE must be between 0.05 and 20")
     return value
 
 

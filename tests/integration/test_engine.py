@@ -1,5 +1,7 @@
 """The decision engine against the real SmolLM2 model (no fake engine)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -75,12 +77,60 @@ def test_order_averaged_result_does_not_depend_on_declared_order(engine):
         assert p1[name] == pytest.approx(p2[name], abs=1e-9)
 
 
-def test_without_order_averaging_the_declared_order_shows(engine):
+def test_with_declared_ordering_and_no_averaging_the_callers_order_shows(smollm2_runtime):
+    engine = make_engine(smollm2_runtime, "letters", default_ordering="declared")
     criteria = QUESTIONS["queue"]["criteria"]
     backward = {"q": {**QUESTIONS["queue"], "criteria": dict(reversed(list(criteria.items())))}}
     p1 = engine.decide(request({"q": QUESTIONS["queue"]}, x_order_average=False))["answers"]["q"]["probabilities"]
     p2 = engine.decide(request(backward, x_order_average=False))["answers"]["q"]["probabilities"]
     assert any(abs(p1[n] - p2[n]) > 1e-6 for n in criteria)
+
+
+SIX = {"type": "choice", "instructions": "Which team should take this ticket?",
+       "criteria": {"billing": "charges, refunds, invoices", "delivery": "shipping and tracking",
+                    "account": "logins and profiles", "technical": "bugs and errors", "sales": "quotes, new plans",
+                    "legal": None}}
+
+
+@pytest.mark.parametrize("debias", [
+    {"x_order_average": False, "x_prior": False},
+    {"x_order_average": True, "x_prior": True},
+    {"x_order_average": True, "x_prior": True, "averaging": "rotations"},
+], ids=["canonical", "canonical+reversal+prior", "rotations+prior"])
+def test_permuting_a_choice_questions_options_leaves_every_probability_within_1e_6(smollm2_runtime, debias):
+    # Given the canonical ordering (the default), any order the caller sends the options
+    # in gives the same probabilities, with or without averaging and priors.
+    averaging = debias.pop("averaging", "reversal")
+    for readout in ("letters", "likelihood"):
+        engine = make_engine(smollm2_runtime, readout, default_averaging=averaging)
+        names = list(SIX["criteria"])
+        reference = engine.decide(request({"q": SIX}, **debias))["answers"]["q"]
+        rng = np.random.default_rng(7)
+        for _ in range(4):
+            shuffled = [names[i] for i in rng.permutation(len(names))]
+            question = {**SIX, "criteria": {n: SIX["criteria"][n] for n in shuffled}}
+            answer = engine.decide(request({"q": question}, **debias))["answers"]["q"]
+            assert list(answer["probabilities"]) == shuffled  # answered in the caller's order
+            for name in names:
+                assert answer["probabilities"][name] == pytest.approx(reference["probabilities"][name], abs=1e-6)
+            assert answer["choice"] == reference["choice"]
+    # The declared ordering, as a control, does depend on the order: the test can fail.
+    declared = make_engine(smollm2_runtime, "letters", default_ordering="declared")
+    moved = {**SIX, "criteria": dict(reversed(list(SIX["criteria"].items())))}
+    a = declared.decide(request({"q": SIX}, x_order_average=False))["answers"]["q"]["probabilities"]
+    b = declared.decide(request({"q": moved}, x_order_average=False))["answers"]["q"]["probabilities"]
+    assert any(abs(a[n] - b[n]) > 1e-6 for n in names)
+
+
+def test_rotations_list_each_option_once_in_each_position(smollm2_runtime):
+    engine = make_engine(smollm2_runtime, "letters", default_averaging="rotations")
+    question = prepare_question("q", request({"q": SIX}).questions["q"])
+    orders = engine._orders(question, engine.settings_for(request({"q": SIX})))
+    assert len(orders) == 6
+    for position in range(6):
+        assert sorted(order[position] for order in orders) == list(range(6))
+    noul = prepare_question("n", request().questions["is_refund"])
+    assert engine._orders(noul, engine.settings_for(request())) == [(0, 1), (1, 0)]  # yes/no: the reversal
 
 
 def test_prior_switch_changes_the_numbers(engine):
@@ -191,16 +241,19 @@ def test_likelihood_groups_long_option_lists_like_letters(smollm2_runtime):
     assert sum(answer["answers"]["c"]["probabilities"].values()) == pytest.approx(1)
 
 
+@pytest.mark.parametrize("averaging", ["reversal", "rotations"])
 @pytest.mark.parametrize("readout", ["letters", "likelihood"])
-def test_the_cost_estimate_matches_what_is_evaluated(smollm2_runtime, readout):
+def test_the_cost_estimate_matches_what_is_evaluated(smollm2_runtime, readout, averaging):
     # Given a fresh engine (no cached prior) and a long state, the tokens counted before
     # decoding are within 10% of the tokens the prefix trees then evaluate, grouped
-    # questions included (their final round evaluates the state a second time).
-    engine = make_engine(smollm2_runtime, readout, max_labels=6)
+    # questions and rotations included (a grouped question's final round evaluates the
+    # state a second time).
+    engine = make_engine(smollm2_runtime, readout, max_labels=6, default_averaging=averaging)
     many = {"type": "choice", "instructions": "Which queue?",
             "criteria": {f"queue {k}": f"tickets about topic {k}" for k in range(20)}}
     long_state = "The parcel arrived late and the box was damaged; the customer wants a refund. " * 25
-    decision = parse(DecisionRequest, {"model": "m", "state": long_state, "questions": {**QUESTIONS, "many": many}})
+    decision = parse(DecisionRequest, {"model": "m", "state": long_state,
+                                       "questions": {**QUESTIONS, "many": many, "six": SIX}})
     estimate = engine.cost(decision)
     evaluated = engine.decide(decision)["usage"]["input_tokens"]
     assert abs(estimate.tokens - evaluated) <= 0.1 * evaluated
@@ -225,6 +278,20 @@ def test_debiasing_the_caller_did_not_ask_for_is_reduced_to_fit_the_budget(engin
         engine.fit(decision, plain - 1)
     with pytest.raises(OverBudget, match="tokens' worth"):
         engine.fit(decision, plain, row_cost=1.0)  # the rows it reads count too
+
+
+def test_rotations_are_reduced_to_the_reversal_first_when_they_break_the_budget(smollm2_runtime):
+    engine = make_engine(smollm2_runtime, "letters", default_averaging="rotations")
+    decision = request({"q": SIX})
+    rotations = engine.cost(decision).tokens
+    reversal = engine.cost(decision, replace(engine.settings_for(decision), averaging="reversal")).tokens
+    assert reversal < rotations
+    settings = engine.fit(decision, reversal)
+    assert (settings.averaging, settings.prior, settings.order_average, settings.reduced) == (
+        "reversal", True, True, True)
+    answer = engine.decide(decision, settings=settings)
+    assert answer["x_debias"]["averaging"] == "reversal" and answer["x_debias"]["reduced_for_budget"] is True
+    assert engine.fit(decision, rotations).averaging == "rotations"
 
 
 def test_a_passed_deadline_stops_the_job_between_decodes_and_frees_the_model(smollm2_runtime):
