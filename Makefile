@@ -57,7 +57,7 @@ gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GAT
 scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
 	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)
 
-eval: setup  ## every model x readout x debiasing on the dev set; writes the chosen defaults (evals/model_defaults.json)
+eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, measured on held-out (with permuted, renamed, duplicated options); writes evals/model_defaults.json
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
 	@$(PY) -m evals.run
 

@@ -16,7 +16,8 @@ Rows:
   question and parse it), and the 4-question / 1-question ratio;
 - 1 question of 64, 128 and 255 options (descriptions of about 40 characters);
 each with debiasing off and on (order averaging + content-free prior; the prior cache
-cold, then warm). Writes reports/bench_scorer.json and reports/bench_scorer.png.
+cold, then warm), and, up to 16 options, with rotations instead of the reversal (one
+probe per option; priors warm) against its own floor. Writes reports/bench_scorer.json and reports/bench_scorer.png.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench.workloads import options
 from scorer_container import engine as engine_module
 from scorer_container.chat import ChatGenerator
-from scorer_container.engine import DecisionEngine, PriorCache
+from scorer_container.engine import DecisionEngine, DecisionSettings, PriorCache
 from scorer_container.llama_runtime import Batch, Runtime, RuntimeSettings
 from scorer_container.prefix_tree import MAX_LOGITS_ROWS_PER_DECODE, Branch, build_tree, evaluate
 from scorer_container.prompts import PromptFormat, render_value
@@ -75,7 +77,8 @@ def best_of(repeat: int, func) -> float:
     return min(times)
 
 
-def captured_trees(engine: DecisionEngine, request: DecisionRequest) -> tuple[list[list[Branch]], int]:
+def captured_trees(engine: DecisionEngine, request: DecisionRequest,
+                   settings: DecisionSettings | None = None) -> tuple[list[list[Branch]], int]:
     """Every prefix tree one `decide` evaluates, and the tokens it reports."""
     trees: list[list[Branch]] = []
     original = engine_module.evaluate
@@ -86,7 +89,7 @@ def captured_trees(engine: DecisionEngine, request: DecisionRequest) -> tuple[li
 
     engine_module.evaluate = spy
     try:
-        evaluated = engine.decide(request)["usage"]["input_tokens"]
+        evaluated = engine.decide(request, settings=settings)["usage"]["input_tokens"]
     finally:
         engine_module.evaluate = original
     return trees, evaluated
@@ -173,6 +176,15 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
            "debias_warm_tokens": warm_tokens, "debias_warm_over_floor_rows": warm_s / warm_floor_rows_s,
            "debias_warm_over_floor": warm_s / warm_floor_s,
            "debias_warm_over_plain": warm_s / engine_s}
+    if n_options <= 16:  # rotations (one probe per option) exist for questions that fit one probe
+        rotations = replace(engine.settings_for(debiased), averaging="rotations")
+        engine.decide(debiased, settings=rotations)  # its priors warm, as in steady traffic
+        rotation_trees, rotation_tokens = captured_trees(engine, debiased, rotations)
+        rotations_s = best_of(repeat, lambda: engine.decide(debiased, settings=rotations))
+        _, _, _, rotation_floor_rows_s = floors(runtime, rotation_trees, repeat)
+        row.update({"rotations_warm_s": rotations_s, "rotations_warm_tokens": rotation_tokens,
+                    "rotations_over_floor_rows": rotations_s / rotation_floor_rows_s,
+                    "rotations_over_reversal": rotations_s / warm_s})
     if n_options <= 16:  # the naive approaches, on the small rows only (they take minutes on the big ones)
         row["reevaluate_s"] = best_of(1, lambda: reevaluate(runtime, trees))
         row["generate_s"] = best_of(1, lambda: generate_and_parse(chat, plain))
@@ -216,6 +228,10 @@ def main() -> int:
               f" {r['engine_over_floor_rows']:.2f}x, engine/floor {r['engine_over_floor']:.2f}x, debiased (warm"
               f" priors) {r['debias_warm_over_plain']:.2f}x plain and {r['debias_warm_over_floor_rows']:.2f}x its floor"
               f"+rows{naive}")
+        if "rotations_warm_s" in r:
+            print(f"  {'':<10} {'':>14} rotations (warm): {r['rotations_warm_s'] / r['engine_s']:.2f}x plain,"
+                  f" {r['rotations_over_reversal']:.2f}x the reversal, {r['rotations_over_floor_rows']:.2f}x its"
+                  " floor+rows")
     for readout in args.readouts:
         one, four = (next(r for r in rows if r["readout"] == readout and r["questions"] == q and r["options"] == 4)
                      for q in (1, 4))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scorer_container.errors import InvalidRequest
 from scorer_container.schema import DecisionRequest, parse
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -61,7 +62,11 @@ def _item(raw: dict[str, Any], where: str) -> Item:
             raise ValueError(f"{where}: missing {key!r}")
     question = raw["question"]
     # The question must be one a caller could send: the scorer's own model validates it.
-    parse(DecisionRequest, {"model": "m", "state": raw["state"], "questions": {"q": question}})
+    try:
+        parse(DecisionRequest, {"model": "m", "state": raw["state"], "questions": {"q": question}})
+    except InvalidRequest as exc:
+        problems = "; ".join(f"{'.'.join(map(str, d.get('loc', ())))}: {d.get('msg')}" for d in exc.details)
+        raise ValueError(f"{where}: not a valid System One question ({problems})") from None
     kind = question["type"]
     gold = raw["gold"]
     synonyms = raw.get("synonyms") or {}

@@ -1,237 +1,425 @@
-"""`make eval`: how well each model, readout and debiasing setting decides the dev set.
+"""`make eval`: how well each model decides the labelled set, how much its answers depend on
+how the options are listed or named, and which settings it should serve with.
 
-For every model (the two embedded ones and the optional quality model), both readouts,
-and each debiasing setting (none, order averaging, content-free prior, both) it
-prints and plots accuracy by question type, expected calibration error, NLL and Brier
-score beside the uniform distribution's (a low ECE alone means little near chance),
-the always-first and majority baselines, the share of items whose answer changes when
-the option order is reversed (without order averaging), and what one decision costs
-on this machine with the setting chosen. The chosen setting per model (best accuracy,
-then lowest NLL) is written to evals/model_defaults.json, which `make setup` writes
-into each model's manifest: defaults are measured, never set by hand.
+For each model and readout, every configuration of
+- ordering: `declared` (the caller's order: what the engine did before) or `canonical`
+  (a hash of each option name: invariant to the caller's order by construction),
+- averaging: none, `reversal` (the listing and its reverse) or `rotations` (every
+  cyclic rotation: each option once in each position),
+- prior: raw scores or the content-free prior divided out,
+is scored on the dev split and the held-out split (evals/labelled.py; defaults are
+chosen on dev only). A temperature is fitted per configuration on dev (NLL) and the
+held-out figures are given with it: accuracy per type, NLL and Brier against the
+uniform answer, ECE. On a sample of choice items it measures, per configuration:
+- permutations: 3 random orders of the options; the share of items whose answer
+  (argmax) changes, and the largest probability shift;
+- renaming: one option renamed to an equivalent name (the item's synonyms);
+- duplicating: one option listed twice under two names: its probability should split
+  between the two and the others' stay (the split error and the others' shift).
 
-Each item is probed once per option order with the real state and once with the
-content-free state, and the four settings are combined from those probes exactly as
-the engine combines them (every dev-set question fits one probe), so the settings are
-compared on the same model outputs. Writes reports/eval.json and reports/eval.png.
+The chosen configuration per model is the invariant one with the lowest dev NLL at its
+fitted temperature; it and the per-readout temperatures are written to
+evals/model_defaults.json, which `make setup` writes into each model's manifest.
+Probe scores are cached (evals/probing.py), so a second run decodes nothing it has seen.
+Writes reports/eval.json and reports/eval.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
-from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from evals.devset import Item, items
-from scorer_container import scoring
-from scorer_container.engine import DecisionEngine, prepare_question
+from evals import metrics
+from evals.labelled import Item, load
+from evals.probing import Config, Prober, ScoreCache, distribution, prepared, probes_for
+from scorer_container.engine import DecisionEngine, DecisionSettings
 from scorer_container.llama_runtime import Runtime, RuntimeSettings
-from scorer_container.model_files import verify_model
-from scorer_container.prompts import PromptFormat, render_value
+from scorer_container.model_files import ModelManifest, verify_model
+from scorer_container.prompts import PromptFormat
 from scorer_container.schema import DecisionRequest, parse
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ["smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m", "qwen2.5-coder-1.5b-instruct-q4_k_m"]
-READOUTS = ["letters", "likelihood"]
-# (order averaging, prior), by name.
-SETTINGS = {"none": (False, False), "order": (True, False), "prior": (False, True), "both": (True, True)}
 DEFAULTS_FILE = ROOT / "evals" / "model_defaults.json"
+CACHE = ROOT / "build" / "eval-cache"
+READOUTS = ("letters", "likelihood")
+PER_TYPE = "per-type"
+LISTINGS = (("declared", "reversal"), ("declared", None), ("canonical", None), ("canonical", "reversal"),
+            ("canonical", "rotations"))
 
 
-def load_engine(name: str) -> DecisionEngine:
-    path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
-    verify_model(path)
-    runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
-    return DecisionEngine(runtime, PromptFormat.for_runtime(runtime), model_name=name, default_readout="letters")
+@dataclass(frozen=True)
+class Plan:
+    """How much of the set a model is measured on: the quality model decodes about 30 tokens
+    a second on 2 cores, so it gets samples (the same items on every run: sorted by id hash)."""
+
+    dev: int | None  # None: every item of the split
+    heldout: int | None
+    invariance: int  # choice items (from the held-out split) the variants are measured on
+    readouts: tuple[str, ...] = ("letters", "likelihood")
+    rotations: bool = True
 
 
-def probe_scores(engine: DecisionEngine, item: Item, readout: str) -> dict[str, np.ndarray]:
-    """Raw and content-free log-scores over the options, in declared order, for both orders."""
-    request = parse(DecisionRequest, {"model": "m", "state": item.state, "questions": {"q": item.question}})
-    question = prepare_question("q", request.questions["q"])
-    n = len(question.options)
+# Sized to what 2 cores decode in about an hour for all three (gemma ~225 tokens/s,
+# SmolLM2 ~150, qwen ~34); the `make up` default (gemma) gets the whole held-out split.
+MODELS = {
+    "gemma-3-270m-q4_k_m": Plan(dev=90, heldout=None, invariance=20),
+    "smollm2-135m-instruct-q4_1": Plan(dev=60, heldout=80, invariance=12),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=12, heldout=20, invariance=4, readouts=("likelihood",),
+                                               rotations=False),
+}
+
+
+def configs(readouts: tuple[str, ...] = READOUTS, rotations: bool = True) -> list[Config]:
+    return [Config(readout, ordering, averaging, prior) for readout in readouts
+            for ordering, averaging in LISTINGS if rotations or averaging != "rotations" for prior in (False, True)]
+
+
+def sample(items: list[Item], n: int | None) -> list[Item]:
+    ranked = sorted(items, key=lambda it: hashlib.sha256(("sample:" + it.id).encode()).digest())
+    return ranked if n is None else ranked[:n]
+
+
+# -- the variants a choice item is measured under ---------------------------------------
+
+def variants(item: Item) -> dict[str, dict]:
+    """Permuted, renamed and duplicated versions of a choice item's question (seeded by its id)."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(item.id.encode()).digest()[:8], "big"))
+    criteria = item.question["criteria"]
+    names = list(criteria)
     out = {}
-    for name, order in (("forward", tuple(range(n))), ("reversed", tuple(reversed(range(n))))):
-        (probe,) = engine._plan(question, order, readout).groups  # every dev-set question fits one probe
-        (raw,), _ = engine._evaluate(render_value(item.state), [probe])
-        prior, _ = engine._prior(probe)
-        back = np.argsort(np.array(probe.shown))  # scores are in shown order; put them in declared order
-        out[name], out[name + "_prior"] = raw[back], prior[back]
+    for k in range(3):
+        order = rng.permutation(len(names))
+        while len(names) > 2 and list(order) == list(range(len(names))):
+            order = rng.permutation(len(names))
+        out[f"perm{k}"] = {**item.question, "criteria": {names[i]: criteria[names[i]] for i in order}}
+    target = names[item.gold] if rng.random() < 0.5 else names[int(rng.choice([i for i in range(len(names))
+                                                                                if i != item.gold]))]
+    alias = item.synonyms[target]
+    out["renamed"] = {**item.question, "criteria": {(alias if n == target else n): v for n, v in criteria.items()}}
+    duplicated = {}
+    for n, v in criteria.items():
+        duplicated[n] = v
+        if n == target:
+            duplicated[alias] = v
+    out["duplicated"] = {**item.question, "criteria": duplicated}
+    out["target"] = {"name": target, "alias": alias}
     return out
 
 
-def combine(scores: dict[str, np.ndarray], order_average: bool, prior: bool) -> np.ndarray:
-    """The engine's combination of the probes (see DecisionEngine._distributions)."""
-    orders = ["forward", "reversed"] if order_average else ["forward"]
-    per_order = [scoring.softmax(scores[o] - (scores[o + "_prior"] if prior else 0.0)) for o in orders]
-    return scoring.average(per_order)
-
-
-def ece(confidences: np.ndarray, correct: np.ndarray, bins: int = 10) -> float:
-    edges = np.linspace(0, 1, bins + 1)
-    total = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        mask = (confidences > lo) & (confidences <= hi)
-        if mask.any():
-            total += mask.mean() * abs(confidences[mask].mean() - correct[mask].mean())
-    return float(total)
-
-
-def report(dataset: list[Item], distributions: list[np.ndarray], flips: list[bool]) -> dict:
-    golds = [it.gold for it in dataset]
-    correct = np.array([int(np.argmax(p)) == g for p, g in zip(distributions, golds, strict=True)], dtype=float)
-    by_type = {}
-    for kind in ("noul", "choice", "score"):
-        mask = np.array([it.kind == kind for it in dataset])
-        by_type[kind] = float(correct[mask].mean())
-    eye = [np.eye(it.n_options)[it.gold] for it in dataset]
+def invariance(sent: np.ndarray, item: Item, found: dict[str, np.ndarray], shape: dict) -> dict[str, float]:
+    names = list(item.question["criteria"])
+    p0 = dict(zip(names, sent, strict=True))
+    target, alias = shape["name"], shape["alias"]
+    perm_flip, perm_shift = False, 0.0
+    for k in range(3):
+        order = list(shape[f"perm{k}"]["criteria"])
+        p = dict(zip(order, found[f"perm{k}"], strict=True))
+        perm_flip |= max(p, key=p.get) != max(p0, key=p0.get)
+        perm_shift = max(perm_shift, max(abs(p[n] - p0[n]) for n in names))
+    renamed = dict(zip(shape["renamed"]["criteria"], found["renamed"], strict=True))
+    back = {(target if n == alias else n): v for n, v in renamed.items()}
+    duplicated = dict(zip(shape["duplicated"]["criteria"], found["duplicated"], strict=True))
+    merged = {n: duplicated[n] + (duplicated[alias] if n == target else 0.0) for n in names}
     return {
-        "accuracy": float(correct.mean()),
-        "by_type": by_type,
-        "ece": ece(np.array([p.max() for p in distributions]), correct),
-        "nll": float(np.mean([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)])),
-        "brier": float(np.mean([np.sum((p - e) ** 2) for p, e in zip(distributions, eye, strict=True)])),
-        "order_flips": float(np.mean(flips)),
+        "perm_flip": float(perm_flip), "perm_shift": perm_shift,
+        "rename_flip": float(max(back, key=back.get) != max(p0, key=p0.get)),
+        "rename_shift": max(abs(back[n] - p0[n]) for n in names),
+        "dup_flip": float(max(merged, key=merged.get) != max(p0, key=p0.get)),
+        "dup_split_error": abs(merged[target] - p0[target]),
+        "dup_others_shift": max((abs(duplicated[n] - p0[n]) for n in names if n != target), default=0.0),
     }
 
 
-def uniform(dataset: list[Item]) -> dict:
-    return {"nll": float(np.mean([np.log(it.n_options) for it in dataset])),
-            "brier": float(np.mean([1 - 1 / it.n_options for it in dataset]))}
+# -- one model ----------------------------------------------------------------------------
+
+def load_engine(name: str) -> tuple[DecisionEngine, ModelManifest]:
+    path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
+    manifest = verify_model(path)
+    runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
+    engine = DecisionEngine(runtime, PromptFormat.for_runtime(runtime), model_name=name, default_readout="letters")
+    return engine, manifest
 
 
-def baselines(dataset: list[Item]) -> dict:
-    first = np.mean([it.gold == 0 for it in dataset])
-    majority = sum(Counter(it.gold for it in dataset if it.kind == kind).most_common(1)[0][1]
-                   for kind in ("noul", "choice", "score"))
-    return {"always_first": float(first), "majority": majority / len(dataset)}
+def distributions_for(prober: Prober, item: Item, grid: list[Config], variant_grid: list[Config]) -> dict:
+    """{config key: {"sent": p, ...variants}} for one item, every probe of the item in one tree.
+
+    The question as sent is scored under `grid`; its variants (choice items) under `variant_grid`."""
+    questions = {"sent": item.question}
+    shape = {}
+    if variant_grid:
+        shape = variants(item)
+        questions.update({k: v for k, v in shape.items() if k != "target"})
+    prepared_questions = {k: prepared(item.state, q) for k, q in questions.items()}
+    plans = {(k, c.key): probes_for(prober.engine, pq, c) for k, pq in prepared_questions.items()
+             for c in (grid if k == "sent" else variant_grid)}
+    for c in variant_grid:  # the variants are compared with the question as sent
+        plans.setdefault(("sent", c.key), probes_for(prober.engine, prepared_questions["sent"], c))
+    scores = prober.scores(item.state, [p for probes in plans.values() for p in probes])
+    priors = prober.priors([p for (_, key), probes in plans.items() if Config.parse(key).prior for p in probes])
+    out: dict[str, dict] = {}
+    for (k, key), probes in plans.items():
+        config = Config.parse(key)
+        out.setdefault(key, {})[k] = distribution(prepared_questions[k], probes, scores,
+                                                  priors if config.prior else None)
+    return {"by_config": out, "shape": {**shape.get("target", {}), **{k: v for k, v in shape.items()
+                                                                      if k != "target"}}}
 
 
-def seconds_per_decision(engine: DecisionEngine, dataset: list[Item], readout: str, setting: str, n: int = 12) -> float:
-    """Mean wall time of one decision (one question, priors cached as in steady traffic), served as chosen."""
-    order_average, prior = SETTINGS[setting]
-    sample = dataset[:: max(1, len(dataset) // n)][:n]
-    requests = [parse(DecisionRequest, {"model": "m", "state": it.state, "questions": {"q": it.question},
-                                        "x_readout": readout, "x_order_average": order_average, "x_prior": prior})
-                for it in sample]
+def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config]) -> dict:
+    """Choose on dev, then measure on held-out what was chosen beside what it replaces.
+
+    Stage 1 scores every configuration of `grid` on the dev sample and fits each one's
+    temperature there, per question type too. The chosen answer is `per-type`: for each
+    question type the invariant configuration with the lowest dev NLL on that type, at
+    its own temperature. Stage 2 scores on the held-out sample (and its choice items'
+    variants) the configurations `per-type` uses, the best single invariant
+    configuration of each readout, and the declared-order configuration each replaces:
+    the held-out split never picks anything."""
+    engine, manifest = load_engine(name)
+    cache = ScoreCache(CACHE / f"{name}.sqlite", manifest.sha256)
+    prober = Prober(engine, cache)
+    dev = sample([it for it in dataset if it.split == "dev"], plan.dev)
+    heldout = sample([it for it in dataset if it.split == "heldout"], plan.heldout)
+    with_variants = {it.id for it in sample([it for it in heldout if it.kind == "choice"], plan.invariance)}
+    # What the engine did before canonical ordering: the manifest's readout and prior, the
+    # caller's order and its reversal.
+    before = Config(manifest.readout if manifest.readout in plan.readouts else plan.readouts[0], "declared",
+                    "reversal", manifest.prior)
+    found: dict[str, dict] = {}
+    try:
+        probe_all(prober, f"{name} stage 1 (dev, {len(grid)} configurations)", dev, lambda it: grid, [], set(),
+                  found)
+        results = {c.key: score_config(c, dev, [], found, set()) for c in grid}
+        invariant = [c.key for c in grid if c.invariant]
+        kinds = sorted({it.kind for it in dev})
+        by_type = {k: min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["nll"]) for k in kinds}
+        # Invariance, per readout: the best invariant configuration for choice items, and
+        # the declared-order configuration it replaces.
+        variant_grid = []
+        for readout in plan.readouts:
+            best = Config.parse(min((k for k in invariant if k.startswith(readout + "/")),
+                                    key=lambda k: results[k]["dev_by_type"].get("choice", results[k]["dev"])["nll"]))
+            variant_grid += [best, Config(readout, "declared", "reversal", best.prior)]
+        variant_grid = list(dict.fromkeys([*variant_grid, before]))
+        probe_all(prober, f"{name} stage 2 (held-out: per-type and {before.key})", heldout,
+                  lambda it: list(dict.fromkeys([Config.parse(by_type[it.kind]), before])), variant_grid,
+                  with_variants, found)
+        for config in dict.fromkeys([before, *variant_grid]):
+            results[config.key] = score_config(config, dev, heldout, found, with_variants)
+        results[PER_TYPE] = score_per_type(by_type, results, dev, heldout, found, with_variants)
+        settings = per_type_settings(by_type, results)
+        costs = cost_per_decision(engine, heldout, {**{c.key: c.settings() for c in grid}, PER_TYPE: settings})
+        seconds = seconds_per_decision(engine, heldout, settings)
+    finally:
+        cache.close()
+        engine.runtime.close()
+    return {"plan": plan.__dict__, "results": results, "chosen": PER_TYPE, "by_type": by_type, "before": before.key,
+            "heldout_configs": list(dict.fromkeys([PER_TYPE, before.key, *(c.key for c in variant_grid)])),
+            "costs": costs, "seconds_per_decision": seconds, "decoded_tokens": prober.decoded_tokens}
+
+
+def probe_all(prober: Prober, what: str, items: list[Item], grid_for, variant_grid: list[Config],
+              with_variants: set[str], found: dict) -> None:
+    start, decoded = time.monotonic(), prober.decoded_tokens
+    print(f"[eval] {what}: {len(items)} items, {len(with_variants)} with variants", flush=True)
+    for i, item in enumerate(items, 1):
+        found.setdefault(item.id, {"by_config": {}, "shape": {}})
+        new = distributions_for(prober, item, grid_for(item), variant_grid if item.id in with_variants else [])
+        for key, value in new["by_config"].items():
+            found[item.id]["by_config"].setdefault(key, {}).update(value)
+        found[item.id]["shape"] = new["shape"] or found[item.id]["shape"]
+        if i % 25 == 0 or i == len(items):
+            prober.cache.commit()
+            print(f"[eval]   {i}/{len(items)} items, {prober.decoded_tokens - decoded} tokens decoded,"
+                  f" {time.monotonic() - start:.0f} s", flush=True)
+
+
+def split_report(items: list[Item], found: dict, pick) -> dict:
+    """The report of one split, each item's distribution chosen by `pick(item) -> (config key, temperature)`."""
+    ps = []
+    for it in items:
+        key, temperature = pick(it)
+        ps.append(metrics.at_temperature([found[it.id]["by_config"][key]["sent"]], temperature)[0])
+    return metrics.report(ps, [it.gold for it in items], [it.kind for it in items])
+
+
+def invariance_summary(config_key: str, items: list[Item], found: dict, with_variants: set) -> tuple[dict, int]:
+    rows = [invariance(found[it.id]["by_config"][config_key]["sent"], it, found[it.id]["by_config"][config_key],
+                       found[it.id]["shape"]) for it in items
+            if it.id in with_variants and "perm0" in found[it.id]["by_config"].get(config_key, {})]
+    summary = {}
+    for key in rows[0] if rows else ():
+        values = [r[key] for r in rows]
+        summary[key] = float(np.mean(values)) if key.endswith("flip") else float(np.max(values))
+        if not key.endswith("flip"):
+            summary[key + "_mean"] = float(np.mean(values))
+    return summary, len(rows)
+
+
+def score_config(config: Config, dev: list[Item], heldout: list[Item], found: dict, with_variants: set) -> dict:
+    key = config.key
+    temperature = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in dev],
+                                          [it.gold for it in dev])
+    by_type = {}
+    for kind in sorted({it.kind for it in dev}):
+        of_kind = [it for it in dev if it.kind == kind]
+        t = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in of_kind],
+                                    [it.gold for it in of_kind])
+        by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t))}
+    summary, n = invariance_summary(key, heldout, found, with_variants)
+    out = {"temperature": temperature, "dev": split_report(dev, found, lambda it: (key, temperature)),
+           "dev_by_type": by_type, "invariance": summary, "invariance_items": n}
+    if heldout and all(key in found[it.id]["by_config"] for it in heldout):
+        out["heldout"] = split_report(heldout, found, lambda it: (key, temperature))
+        out["heldout_t1"] = split_report(heldout, found, lambda it: (key, 1.0))
+    return out
+
+
+def score_per_type(by_type: dict[str, str], results: dict, dev: list[Item], heldout: list[Item], found: dict,
+                   with_variants: set) -> dict:
+    """Each question type answered by its own configuration, at that type's dev temperature."""
+    def pick(it: Item) -> tuple[str, float]:
+        key = by_type[it.kind]
+        return key, results[key]["dev_by_type"][it.kind]["temperature"]
+
+    summary, n = invariance_summary(by_type["choice"], heldout, found, with_variants) if "choice" in by_type else ({
+        }, 0)
+    return {"by_type": by_type, "temperatures": {k: results[key]["dev_by_type"][k]["temperature"]
+                                                 for k, key in by_type.items()},
+            "dev": split_report(dev, found, pick), "heldout": split_report(heldout, found, pick),
+            "invariance": summary, "invariance_items": n}
+
+
+def per_type_settings(by_type: dict[str, str], results: dict) -> DecisionSettings:
+    """The engine settings `per-type` stands for: the choice configuration, other types where they differ."""
+    def settings(kind: str) -> DecisionSettings:
+        return Config.parse(by_type[kind]).settings(results[by_type[kind]]["dev_by_type"][kind]["temperature"])
+
+    base = settings("choice") if "choice" in by_type else Config.parse(next(iter(by_type.values()))).settings()
+    return replace(base, kinds={k: settings(k) for k in by_type if settings(k) != base})
+
+
+def cost_per_decision(engine: DecisionEngine, items: list[Item], settings: dict[str, DecisionSettings]) -> dict:
+    """Tokens the engine evaluates per decision (one question, priors uncached), counted, not decoded."""
+    requests = [parse(DecisionRequest, {"model": "m", "state": it.state, "questions": {"q": it.question}})
+                for it in items]
+    return {key: float(np.mean([engine.cost(r, s).tokens for r in requests])) for key, s in settings.items()}
+
+
+def seconds_per_decision(engine: DecisionEngine, items: list[Item], settings: DecisionSettings, n: int = 8) -> float:
+    """Wall time of one decision served as chosen (priors warm, as in steady traffic)."""
+    chosen = items[:: max(1, len(items) // n)][:n]
+    requests = [parse(DecisionRequest, {"model": "m", "state": it.state, "questions": {"q": it.question}})
+                for it in chosen]
+    for request in requests:
+        engine.decide(request, settings=settings)  # warms the prior cache
     start = time.perf_counter()
     for request in requests:
-        engine.decide(request)
+        engine.decide(request, settings=settings)
     return (time.perf_counter() - start) / len(requests)
 
 
-def evaluate_model(name: str, dataset: list[Item], readouts: list[str]) -> dict:
-    engine = load_engine(name)
-    results = {}
-    try:
-        for readout in readouts:
-            start = time.monotonic()
-            print(f"[eval] {name} / {readout}: probing {len(dataset)} items in both orders ...", flush=True)
-            probes = []
-            for i, item in enumerate(dataset, 1):
-                probes.append(probe_scores(engine, item, readout))
-                if i % 20 == 0:
-                    print(f"[eval]   {i}/{len(dataset)} ({time.monotonic() - start:.0f} s)", flush=True)
-            for setting, (order_average, prior) in SETTINGS.items():
-                distributions = [combine(s, order_average, prior) for s in probes]
-                flips = [int(np.argmax(combine(s, False, prior))) != int(np.argmax(combine(
-                    {"forward": s["reversed"], "forward_prior": s["reversed_prior"]}, False, prior))) for s in probes]
-                results[f"{readout}/{setting}"] = report(dataset, distributions, flips)
-            print(f"[eval]   {readout} done in {time.monotonic() - start:.0f} s", flush=True)
-        chosen = max(results, key=lambda k: (round(results[k]["accuracy"], 6), -results[k]["nll"]))
-        readout, setting = chosen.split("/")
-        cost = seconds_per_decision(engine, dataset, readout, setting)
-    finally:
-        engine.runtime.close()
-    return {"results": results, "chosen": chosen, "seconds_per_decision": cost}
+# -- output ------------------------------------------------------------------------------
 
-
-def print_table(name: str, model: dict, base: dict, unif: dict) -> None:
-    print(f"\n{name} (chosen: {model['chosen']}, {model['seconds_per_decision']:.2f} s per decision on this machine)")
-    print(f"  {'readout/debias':<18} {'acc':>6} {'noul':>6} {'choice':>6} {'score':>6} {'ECE':>6} {'NLL':>6}"
-          f" {'Brier':>6} {'flips':>6}")
-    for key, r in model["results"].items():
+def print_model(name: str, model: dict) -> None:
+    results = model["results"]
+    print(f"\n{name}: chosen {model['chosen']} ({model['seconds_per_decision']:.2f} s per decision here)")
+    print(f"  stage 1, dev (n={next(iter(results.values()))['dev']['n']}): {'':<14} {'T':>5} {'acc':>5} {'NLL±u':>6}"
+          f" {'Bri±u':>6} {'ECE':>5} {'tokens':>6}")
+    for key, r in results.items():
+        if key == PER_TYPE:
+            continue
+        d = r["dev"]
         mark = " *" if key == model["chosen"] else ""
-        print(f"  {key:<18} {r['accuracy']:>6.1%} {r['by_type']['noul']:>6.1%} {r['by_type']['choice']:>6.1%}"
-              f" {r['by_type']['score']:>6.1%} {r['ece']:>6.3f} {r['nll']:>6.3f} {r['brier']:>6.3f}"
-              f" {r['order_flips']:>6.0%}{mark}")
-    print(f"  uniform: NLL {unif['nll']:.3f}, Brier {unif['brier']:.3f}; baselines: always-first"
-          f" {base['always_first']:.1%}, majority {base['majority']:.1%}")
+        print(f"  {key:<41} {r['temperature']:>5.2f} {d['accuracy']:>5.0%} {d['nll_vs_uniform']:>+6.1%}"
+              f" {d['brier_vs_uniform']:>+6.1%} {d['ece']:>5.3f} {model['costs'][key]:>6.0f}{mark}")
+    per_type = results[PER_TYPE]
+    print("  per-type: " + ", ".join(f"{k} {v} (T {per_type['temperatures'][k]:.2f})"
+                                     for k, v in per_type["by_type"].items()))
+    held = model["heldout_configs"]
+    print(f"  stage 2, held-out (n={results[PER_TYPE]['heldout']['n']}; invariance on"
+          f" {results[PER_TYPE]['invariance_items']} choice items; {model['before']} is what the engine did before):")
+    print(f"  {'configuration':<36} {'acc':>5} {'noul':>5} {'choi':>5} {'scor':>5} {'NLL±u':>6} {'Bri±u':>6}"
+          f" {'ECE':>5} {'perm':>5} {'pΔ':>5} {'ren':>5} {'rΔ':>5} {'dup':>5} {'dupΔ':>5}")
+    for key in held:
+        h, inv = results[key].get("heldout"), results[key]["invariance"]
+        mark = " *" if key == model["chosen"] else ""
+        quality = (f"{h['accuracy']:>5.0%} {h['by_type'].get('noul', 0):>5.0%} {h['by_type'].get('choice', 0):>5.0%}"
+                   f" {h['by_type'].get('score', 0):>5.0%} {h['nll_vs_uniform']:>+6.1%} {h['brier_vs_uniform']:>+6.1%}"
+                   f" {h['ece']:>5.3f}") if h else f"{'(choice variants only)':>48}"
+        print(f"  {key:<36} {quality}"
+              + (f" {inv['perm_flip']:>5.0%} {inv['perm_shift']:>5.2f} {inv['rename_flip']:>5.0%}"
+                 f" {inv['rename_shift']:>5.2f} {inv['dup_flip']:>5.0%} {inv['dup_others_shift']:>5.2f}" if inv else "")
+              + mark)
 
 
 def write_defaults(models: dict) -> None:
     chosen = json.loads(DEFAULTS_FILE.read_text()) if DEFAULTS_FILE.exists() else {}
     for name, model in models.items():
-        readout, setting = model["chosen"].split("/")
-        order_average, prior = SETTINGS[setting]
-        chosen[name] = {"readout": readout, "order_average": order_average, "prior": prior,
-                        "accuracy": round(model["results"][model["chosen"]]["accuracy"], 4)}
+        results, by_type = model["results"], model["by_type"]
+
+        def entry(kind: str) -> dict:
+            config = Config.parse(by_type[kind])
+            temperatures = {}
+            for readout in READOUTS:  # the same debiasing with either readout (a request may switch readout)
+                key = Config(readout, config.ordering, config.averaging, config.prior).key
+                if key in results:
+                    temperatures[readout] = round(results[key]["dev_by_type"][kind]["temperature"], 3)
+            return {"readout": config.readout, "order_average": config.averaging is not None, "prior": config.prior,
+                    "averaging": config.averaging or "reversal", "temperatures": temperatures}
+
+        base = entry("choice")
+        held = results[PER_TYPE]["heldout"]
+        chosen[name] = {**base, "ordering": "canonical",
+                        "by_type": {k: {f: v for f, v in entry(k).items() if base.get(f) != v}
+                                    for k in by_type if k != "choice"},
+                        "heldout_accuracy": round(held["accuracy"], 4),
+                        "heldout_nll_vs_uniform": round(held["nll_vs_uniform"], 4),
+                        "heldout_brier_vs_uniform": round(held["brier_vs_uniform"], 4)}
+        chosen[name]["by_type"] = {k: v for k, v in chosen[name]["by_type"].items() if v}
     DEFAULTS_FILE.write_text(json.dumps(chosen, indent=2) + "\n")
 
 
-def plot(models: dict, base: dict, unif: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
-    palette = ["#4C72B0", "#DD8452", "#55A868"]
-    labels, colors, accuracy, nll = [], [], [], []
-    for m, model in enumerate(models.values()):
-        for key, r in model["results"].items():
-            readout, setting = key.split("/")
-            labels.append(f"{readout[:3]}.\n{setting}" + ("\n(chosen)" if key == model["chosen"] else ""))
-            colors.append(palette[m % len(palette)])
-            accuracy.append(r["accuracy"])
-            nll.append(r["nll"] / unif["nll"])
-    x = range(len(labels))
-    top.bar(x, accuracy, color=colors)
-    first = top.axhline(base["always_first"], color="#C44E52", linestyle="--")
-    majority = top.axhline(base["majority"], color="#8172B2", linestyle=":")
-    models_legend = [Patch(color=palette[m % len(palette)], label=name) for m, name in enumerate(models)]
-    top.legend(handles=[*models_legend, first, majority], labels=[*models, f"always first ({base['always_first']:.0%})",
-               f"majority ({base['majority']:.0%})"], loc="upper left", fontsize=8)
-    top.set_ylabel("accuracy on the dev set")
-    top.set_ylim(0, 1)
-    top.set_title("Decisions per model, readout (let. = letters, lik. = likelihood) and debiasing")
-    bottom.bar(x, nll, color=colors)
-    bottom.axhline(1.0, color="black", linewidth=0.8, label="uniform answer")
-    bottom.set_ylabel("NLL / uniform NLL (lower is better)")
-    bottom.legend(loc="upper left", fontsize=8)
-    bottom.set_xticks(list(x), labels, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--models", nargs="*", default=MODELS)
-    parser.add_argument("--readouts", nargs="*", default=READOUTS)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--no-write", action="store_true", help="do not rewrite evals/model_defaults.json")
+    parser.add_argument("--sample", nargs=3, type=int, metavar=("DEV", "HELDOUT", "INVARIANCE"),
+                        help="measure every model on this many items (a quick look; 0 for a whole split)")
     args = parser.parse_args()
-    dataset = items()
-    base, unif = baselines(dataset), uniform(dataset)
-    print(f"dev set: {len(dataset)} items; baselines: always-first {base['always_first']:.1%},"
-          f" majority {base['majority']:.1%}; uniform NLL {unif['nll']:.3f}, Brier {unif['brier']:.3f}", flush=True)
+    dataset = load()
+    for split in ("dev", "heldout"):
+        part = [it for it in dataset if it.split == split]
+        base = metrics.baselines([it.gold for it in part], [it.kind for it in part])
+        unif = metrics.uniform([it.n_options for it in part])
+        print(f"{split}: {len(part)} items; always-first {base['always_first']:.1%}, majority {base['majority']:.1%};"
+              f" uniform NLL {unif['nll']:.3f}, Brier {unif['brier']:.3f}", flush=True)
     models = {}
     for name in args.models:
         if not (ROOT / "models" / name).is_dir():
             print(f"[eval] {name} is not fetched: run `make setup MODEL=models/{name}` (skipped)", flush=True)
             continue
-        models[name] = evaluate_model(name, dataset, args.readouts)
-    for name, model in models.items():
-        print_table(name, model, base, unif)
+        plan = MODELS.get(name, Plan(None, None, 40))
+        if args.sample:
+            dev, heldout, variants_n = args.sample
+            plan = replace(plan, dev=dev or None, heldout=heldout or None, invariance=variants_n)
+        models[name] = evaluate_model(name, plan, dataset, configs(plan.readouts, plan.rotations))
+        print_model(name, models[name])
     out = ROOT / "reports"
     out.mkdir(exist_ok=True)
-    (out / "eval.json").write_text(json.dumps({"baselines": base, "uniform": unif, "models": models}, indent=2))
-    plot(models, base, unif, out / "eval.png")
+    previous = json.loads((out / "eval.json").read_text()).get("models", {}) if (out / "eval.json").exists() else {}
+    merged = {**{k: v for k, v in previous.items() if "plan" in v}, **models}
+    (out / "eval.json").write_text(json.dumps({"models": merged}, indent=1))
+    from evals.plots import plot
+
+    plot(merged, out / "eval.png")
     if not args.no_write:
         write_defaults(models)
         print(f"\nwrote the chosen settings to {DEFAULTS_FILE.relative_to(ROOT)} (make setup puts them in the manifests)")

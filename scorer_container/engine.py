@@ -46,7 +46,7 @@ import itertools
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -114,6 +114,23 @@ class DecisionSettings:
     ordering: str = "canonical"  # how a choice question's options are listed (see ORDERINGS)
     averaging: str = "reversal"  # which listings order averaging uses (see AVERAGINGS)
     reduced: bool = False  # debiasing was cut to fit the work budget
+    # The settings of a question type that differs from these (the manifest's `by_type`).
+    kinds: Mapping[str, DecisionSettings] = field(default_factory=dict)
+
+    def for_kind(self, kind: str) -> DecisionSettings:
+        return self.kinds.get(kind, self)
+
+    def everywhere(self, **changes: Any) -> DecisionSettings:
+        """These settings changed for every question type alike (how the budget reduces them)."""
+        return replace(self, **changes, kinds={k: replace(v, **changes) for k, v in self.kinds.items()})
+
+    def applies(self, predicate: Callable[[DecisionSettings], bool]) -> bool:
+        return predicate(self) or any(predicate(v) for v in self.kinds.values())
+
+    def describe(self) -> dict[str, Any]:
+        return {"order_average": self.order_average, "prior": self.prior, "ordering": self.ordering,
+                **({"averaging": self.averaging} if self.order_average else {}),
+                **({"temperature": self.temperature} if self.temperature != 1.0 else {})}
 
 
 @dataclass(frozen=True)
@@ -222,6 +239,7 @@ class DecisionEngine:
         prior_cache_size: int = 4096,
         max_labels: int = 26,
         temperature: float | Mapping[str, float] = 1.0,
+        by_type: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if default_ordering not in ORDERINGS or default_averaging not in AVERAGINGS:
             raise ValueError(f"ordering must be one of {ORDERINGS} and averaging one of {AVERAGINGS}")
@@ -233,9 +251,16 @@ class DecisionEngine:
         self.default_prior = default_prior
         self.default_ordering = default_ordering
         self.default_averaging = default_averaging
-        # Per readout (a model's scores are on a different scale in each); a number applies to both.
-        self.temperatures = dict(temperature) if isinstance(temperature, Mapping) else {
-            readout: float(temperature) for readout in REPLY_HINTS}
+        # Per readout (a model's scores are on a different scale in each); a number applies
+        # to both and to every question type (a deployment's override).
+        fixed = not isinstance(temperature, Mapping)
+        self.temperatures = {r: float(temperature) for r in REPLY_HINTS} if fixed else dict(temperature)
+        # Per question type, what differs from the defaults above: a model can read a
+        # yes/no question best one way and a choice another (measured by `make eval`).
+        self.by_type = {kind: dict(over) for kind, over in (by_type or {}).items()}
+        if fixed:
+            for over in self.by_type.values():
+                over.pop("temperatures", None)
         self.priors = PriorCache(prior_cache_size)
         self.labels = self._single_token_labels(max_labels)
         if len(self.labels) < 2:
@@ -256,15 +281,25 @@ class DecisionEngine:
     # -- public ----------------------------------------------------------------------
 
     def settings_for(self, request: DecisionRequest) -> DecisionSettings:
-        readout = request.x_readout or self.default_readout
-        return DecisionSettings(
-            readout=readout,
-            order_average=self.default_order_average if request.x_order_average is None else request.x_order_average,
-            prior=self.default_prior if request.x_prior is None else request.x_prior,
-            temperature=self.temperatures.get(readout, 1.0),
-            ordering=self.default_ordering,
-            averaging=self.default_averaging,
-        )
+        """The model's defaults (per question type where the manifest says so), what the request asks winning."""
+        defaults = {"readout": self.default_readout, "order_average": self.default_order_average,
+                    "prior": self.default_prior, "averaging": self.default_averaging,
+                    "temperatures": self.temperatures}
+
+        def settings(d: Mapping[str, Any]) -> DecisionSettings:
+            readout = request.x_readout or d["readout"]
+            return DecisionSettings(
+                readout=readout,
+                order_average=d["order_average"] if request.x_order_average is None else request.x_order_average,
+                prior=d["prior"] if request.x_prior is None else request.x_prior,
+                temperature=float(d["temperatures"].get(readout, 1.0)),
+                ordering=self.default_ordering,
+                averaging=d["averaging"],
+            )
+
+        base = settings(defaults)
+        kinds = {kind: settings({**defaults, **over}) for kind, over in self.by_type.items()}
+        return replace(base, kinds={k: v for k, v in kinds.items() if v != base})
 
     def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
              row_cost: float = 0.0, counts: dict[str, int] | None = None) -> Cost:
@@ -301,8 +336,9 @@ class DecisionEngine:
         tokens, rows, longest, probes, grouped = state_tokens, 0, 0, 0, False
         for qid, question in request.questions.items():
             prepared = prepare_question(qid, question)
-            for order in self._orders(prepared, settings):
-                groups = self._plan(prepared, order, settings.readout).groups
+            own = settings.for_kind(prepared.kind)
+            for order in self._orders(prepared, own):
+                groups = self._plan(prepared, order, own.readout).groups
                 shapes = [self._probe_shape(g, frame, count) for g in groups]
                 if len(groups) > 1:
                     grouped = True
@@ -316,7 +352,7 @@ class DecisionEngine:
                                               " the option descriptions")
                     longest = max(longest, state_tokens + size)
                     tokens, rows = tokens + size, rows + reads
-                    if settings.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
+                    if own.prior and (probe is None or self.priors.peek(_prior_key(probe)) is None):
                         tokens, rows = tokens + content_free + size, rows + reads
                 probes += len(shapes)
                 if tokens + rows * row_cost + (state_tokens if grouped else 0) > limit:
@@ -344,18 +380,18 @@ class DecisionEngine:
         """
         settings = self.settings_for(request)
         counts: dict[str, int] = {}
-        drop_prior = settings.prior and request.x_prior is None
-        drop_order = settings.order_average and request.x_order_average is None
+        drop_prior = request.x_prior is None and settings.applies(lambda s: s.prior)
+        drop_order = request.x_order_average is None and settings.applies(lambda s: s.order_average)
         candidates = [settings]
-        if drop_order and settings.averaging == "rotations":
-            settings = replace(settings, averaging="reversal", reduced=True)
+        if drop_order and settings.applies(lambda s: s.averaging == "rotations"):
+            settings = settings.everywhere(averaging="reversal", reduced=True)
             candidates.append(settings)
         if drop_prior:
-            candidates.append(replace(settings, prior=False, reduced=True))
+            candidates.append(settings.everywhere(prior=False, reduced=True))
         if drop_order:
-            candidates.append(replace(settings, order_average=False, reduced=True))
+            candidates.append(settings.everywhere(order_average=False, reduced=True))
         if drop_prior and drop_order:
-            candidates.append(replace(settings, order_average=False, prior=False, reduced=True))
+            candidates.append(settings.everywhere(order_average=False, prior=False, reduced=True))
         for candidate in candidates:
             cost = self.cost(request, candidate, max_tokens, row_cost, counts)
             if cost.units(row_cost) <= max_tokens:
@@ -388,11 +424,7 @@ class DecisionEngine:
             "answers": answers,
             "usage": {"input_tokens": int(evaluated), "output_tokens": 0},
             "x_readout": settings.readout,
-            "x_debias": {"order_average": settings.order_average, "prior": settings.prior,
-                         "ordering": settings.ordering,
-                         **({"averaging": settings.averaging} if settings.order_average else {}),
-                         **({"temperature": settings.temperature} if settings.temperature != 1.0 else {}),
-                         **({"reduced_for_budget": True} if settings.reduced else {})},
+            "x_debias": _debias(settings, {q.kind for q in questions}),
         }
 
     # -- rounds ------------------------------------------------------------------------
@@ -412,32 +444,35 @@ class DecisionEngine:
         self, state_text: str, questions: Sequence[PreparedQuestion], settings: DecisionSettings,
         deadline: Deadline | None = None,
     ) -> tuple[list[np.ndarray], int]:
-        plans: list[list[_Plan]] = []
-        for question in questions:
-            plans.append([self._plan(question, order, settings.readout) for order in self._orders(question, settings)])
-
+        own = [settings.for_kind(q.kind) for q in questions]
+        plans = [[self._plan(q, order, s.readout) for order in self._orders(q, s)]
+                 for q, s in zip(questions, own, strict=True)]
+        with_prior = {p for per_q, s in zip(plans, own, strict=True) if s.prior for plan in per_q for p in plan.groups}
         first_round = [probe for per_q in plans for plan in per_q for probe in plan.groups]
-        scores, evaluated = self._score(state_text, first_round, settings, deadline)
+        raw, priors, evaluated = self._score(state_text, first_round, with_prior, deadline)
         finals: list[Probe] = []
-        for per_q in plans:
+        for per_q, s in zip(plans, own, strict=True):
             for plan in per_q:
-                plan.group_scores = [scores[probe] for probe in plan.groups]
+                plan.group_scores = [_corrected(raw, priors, probe, s.prior) for probe in plan.groups]
                 if len(plan.groups) > 1:
                     winners = tuple(
-                        g.shown[int(np.argmax(s))] for g, s in zip(plan.groups, plan.group_scores, strict=True)
+                        g.shown[int(np.argmax(x))] for g, x in zip(plan.groups, plan.group_scores, strict=True)
                     )
-                    plan.final = self._probe(plan.question, winners, settings.readout)
+                    plan.final = self._probe(plan.question, winners, s.readout)
                     finals.append(plan.final)
+                    if s.prior:
+                        with_prior.add(plan.final)
         if finals:
-            final_scores, more = self._score(state_text, finals, settings, deadline)
-            scores.update(final_scores)
+            final_raw, final_priors, more = self._score(state_text, finals, with_prior, deadline)
+            raw.update(final_raw)
+            priors.update(final_priors)
             evaluated += more
 
         results = []
-        for per_q in plans:
-            per_order = [self._combine(plan, scores) for plan in per_q]
-            combined = scoring.average(per_order)
-            results.append(scoring.with_temperature(combined, settings.temperature))
+        for per_q, s in zip(plans, own, strict=True):
+            per_order = [self._combine(plan, _corrected(raw, priors, plan.final, s.prior) if plan.final else None)
+                         for plan in per_q]
+            results.append(scoring.with_temperature(scoring.average(per_order), s.temperature))
         return results, evaluated
 
     def _plan(self, question: PreparedQuestion, order: tuple[int, ...], readout: str) -> _Plan:
@@ -451,10 +486,10 @@ class DecisionEngine:
         plan.groups = [self._probe(question, order[a:b], readout) for a, b in itertools.pairwise(bounds)]
         return plan
 
-    def _combine(self, plan: _Plan, scores: dict[Probe, np.ndarray]) -> np.ndarray:
+    def _combine(self, plan: _Plan, final_scores: np.ndarray | None) -> np.ndarray:
         n = len(plan.question.options)
         probabilities = np.zeros(n)
-        group_weights = scoring.softmax(scores[plan.final]) if plan.final else np.ones(1)
+        group_weights = scoring.softmax(final_scores) if final_scores is not None else np.ones(1)
         for weight, probe, group_scores in zip(group_weights, plan.groups, plan.group_scores, strict=True):
             probabilities[list(probe.shown)] = weight * scoring.softmax(group_scores)
         return probabilities / probabilities.sum()
@@ -474,19 +509,17 @@ class DecisionEngine:
         return Probe(readout, block, tuple(shown), tuple(" " + o.name for o in options))
 
     def _score(
-        self, state_text: str, probes: Sequence[Probe], settings: DecisionSettings, deadline: Deadline | None = None
-    ) -> tuple[dict[Probe, np.ndarray], int]:
-        """Scores over each probe's shown options, prior-corrected when asked."""
+        self, state_text: str, probes: Sequence[Probe], with_prior: set[Probe], deadline: Deadline | None = None
+    ) -> tuple[dict[Probe, np.ndarray], dict[Probe, np.ndarray], int]:
+        """Raw scores over each probe's shown options, and the priors of those in `with_prior`."""
         unique = list(dict.fromkeys(probes))
         raw, evaluated = self._evaluate(state_text, unique, deadline)
-        if not settings.prior:
-            return dict(zip(unique, raw, strict=True)), evaluated
-        corrected = {}
-        for probe, scores in zip(unique, raw, strict=True):
-            prior, cost = self._prior(probe, deadline)
-            corrected[probe] = scores - prior
-            evaluated += cost
-        return corrected, evaluated
+        priors = {}
+        for probe in unique:
+            if probe in with_prior:
+                priors[probe], cost = self._prior(probe, deadline)
+                evaluated += cost
+        return dict(zip(unique, raw, strict=True)), priors, evaluated
 
     def _prior(self, probe: Probe, deadline: Deadline | None = None) -> tuple[np.ndarray, int]:
         """The probe's content-free scores and the tokens computing them cost (0 when cached)."""
@@ -537,6 +570,22 @@ class DecisionEngine:
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
             branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+def _corrected(raw: Mapping[Probe, np.ndarray], priors: Mapping[Probe, np.ndarray], probe: Probe,
+               prior: bool) -> np.ndarray:
+    return raw[probe] - priors[probe] if prior else raw[probe]
+
+
+def _debias(settings: DecisionSettings, kinds: set[str]) -> dict[str, Any]:
+    """What was applied, for the answer's `x_debias`: the types that differ are listed under `by_type`."""
+    out = settings.describe()
+    differ = {k: {"readout": v.readout, **v.describe()} for k, v in sorted(settings.kinds.items()) if k in kinds}
+    if differ:
+        out["by_type"] = differ
+    if settings.reduced:
+        out["reduced_for_budget"] = True
+    return out
 
 
 def canonical_order(question: PreparedQuestion) -> tuple[int, ...]:

@@ -45,6 +45,9 @@ class ModelManifest:
     averaging: str = "reversal"
     # Per readout, the temperature `make eval` fitted on its dev split (1.0: none fitted).
     temperatures: dict[str, float] = field(default_factory=dict)
+    # What differs for a question type ("noul", "choice", "score"): readout, order_average,
+    # prior, averaging, temperatures; chosen per type by `make eval`.
+    by_type: dict[str, dict] = field(default_factory=dict)
     description: str = ""
     release_date: str = ""
 
@@ -63,18 +66,37 @@ class ModelManifest:
         if manifest.ordering not in ("declared", "canonical") or manifest.averaging not in ("reversal", "rotations"):
             raise ModelFileError(f"{where}: ordering must be 'declared' or 'canonical', averaging 'reversal' or"
                                  " 'rotations'")
-        temperatures = manifest.temperatures
-        if not isinstance(temperatures, dict) or any(
-            k not in ("letters", "likelihood") or isinstance(v, bool) or not isinstance(v, int | float)
-            or not 0.05 <= v <= 20 for k, v in temperatures.items()
-        ):
-            raise ModelFileError(f"{where}: temperatures maps 'letters'/'likelihood' to a number in 0.05..20")
+        _check_temperatures(manifest.temperatures, where)
+        if not isinstance(manifest.by_type, dict) or not set(manifest.by_type) <= {"noul", "choice", "score"}:
+            raise ModelFileError(f"{where}: by_type maps 'noul', 'choice' or 'score' to settings")
+        for kind, over in manifest.by_type.items():
+            if not isinstance(over, dict) or not set(over) <= _TYPE_SETTINGS:
+                raise ModelFileError(f"{where}: by_type.{kind} may set only {', '.join(sorted(_TYPE_SETTINGS))}")
+            merged = {"readout": manifest.readout, "order_average": manifest.order_average, "prior": manifest.prior,
+                      "averaging": manifest.averaging, **over}
+            if merged["readout"] not in ("letters", "likelihood") or merged["averaging"] not in ("reversal",
+                                                                                               "rotations"):
+                raise ModelFileError(f"{where}: by_type.{kind}: unknown readout or averaging")
+            if not isinstance(merged["order_average"], bool) or not isinstance(merged["prior"], bool):
+                raise ModelFileError(f"{where}: by_type.{kind}: order_average and prior must be true or false")
+            _check_temperatures(over.get("temperatures", {}), where)
         if not isinstance(manifest.size, int) or manifest.size <= 0:
             raise ModelFileError(f"{where}: size must be a positive integer")
         return manifest
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
+
+
+_TYPE_SETTINGS = {"readout", "order_average", "prior", "averaging", "temperatures"}
+
+
+def _check_temperatures(temperatures: object, where: Path) -> None:
+    if not isinstance(temperatures, dict) or any(
+        k not in ("letters", "likelihood") or isinstance(v, bool) or not isinstance(v, int | float)
+        or not 0.05 <= v <= 20 for k, v in temperatures.items()
+    ):
+        raise ModelFileError(f"{where}: temperatures maps 'letters'/'likelihood' to a number in 0.05..20")
 
 
 def sha256_of(path: Path) -> str:

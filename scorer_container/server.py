@@ -107,6 +107,7 @@ class ScorerService:
                 max_labels=self.settings.max_labels,
                 # The manifest's fitted temperatures unless the deployment sets one.
                 temperature=manifest.temperatures if self.settings.temperature is None else self.settings.temperature,
+                by_type=manifest.by_type,
             )
             budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)

@@ -225,7 +225,9 @@ def concatenate_chunks(model: EmbeddedModel, target: Path) -> None:
 
 def model_defaults(model: EmbeddedModel) -> dict:
     chosen = json.loads(MODEL_DEFAULTS.read_text()).get(model.name, {})
-    return {key: chosen[key] for key in ("readout", "order_average", "prior") if key in chosen}
+    return {key: chosen[key] for key in ("readout", "order_average", "prior", "ordering", "averaging", "temperatures",
+                                        "by_type")
+            if key in chosen}
 
 
 def ensure_model(model: EmbeddedModel) -> None:

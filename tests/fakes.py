@@ -100,5 +100,7 @@ class FixedBackend(UniformBackend):
                 answer["answers"][qid]["probabilities"] = {str(i): p for i, p in enumerate(self.score)}
         answer["x_model_sha256"] = "ab" * 32
         answer["x_prompt_version"] = "decision-prompt/1"
+        answer["x_debias"] = {"order_average": True, "prior": False, "ordering": "canonical", "averaging": "reversal",
+                              "temperature": 0.8}
         answer["x_image_digest"] = "sha256:" + "cd" * 32
         return json.dumps(answer).encode()

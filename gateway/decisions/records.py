@@ -108,6 +108,9 @@ class DecisionRecorder:
             "image_digest": extensions.get("x_image_digest"),
             "prompt_version": extensions.get("x_prompt_version"),
             "readout": extensions.get("x_readout"),
+            # How the options were listed and averaged, and the model's temperature: an
+            # answer depends on them as much as on the prompt template.
+            "debias": extensions.get("x_debias"),
             "calibrated": decision.calibrate,
             "state_hash": digest,
             "state_hash_key": key_id,

@@ -337,3 +337,43 @@ def test_a_chat_that_runs_out_of_time_returns_what_it_has_cut_short(smollm2_runt
     assert reply["choices"][0]["finish_reason"] == "length"
     assert 1 <= reply["usage"]["completion_tokens"] <= 3
     assert not smollm2_runtime.lock.locked()
+
+
+def test_a_fitted_temperature_applies_to_its_readout_and_keeps_the_ranking(smollm2_runtime):
+    plain = make_engine(smollm2_runtime, "letters")
+    fitted = make_engine(smollm2_runtime, "letters", temperature={"letters": 3.0})
+    p = plain.decide(request({"q": SIX}))
+    q = fitted.decide(request({"q": SIX}))
+    before, after = np.array(list(p["answers"]["q"]["probabilities"].values())), np.array(
+        list(q["answers"]["q"]["probabilities"].values()))
+    assert np.argsort(before).tolist() == np.argsort(after).tolist()
+    assert after.max() < before.max() and after.min() > before.min()  # flatter, same order
+    assert q["x_debias"]["temperature"] == 3.0 and "temperature" not in p["x_debias"]
+    # Another readout has its own temperature (none fitted here: 1.0).
+    other = fitted.decide(request({"q": SIX}, x_readout="likelihood"))
+    assert "temperature" not in other["x_debias"]
+
+
+def test_a_question_type_can_be_read_its_own_way(smollm2_runtime):
+    # Given a manifest that reads noul questions with letters and no prior while the rest
+    # use likelihood with the prior, each question is answered as its type says, the
+    # answer says so, and a request's explicit choice still wins for every type.
+    engine = make_engine(smollm2_runtime, "likelihood", by_type={
+        "noul": {"readout": "letters", "prior": False, "temperatures": {"letters": 2.0}}})
+    both = engine.decide(request())
+    debias = both["x_debias"]
+    assert both["x_readout"] == "likelihood" and debias["prior"] is True
+    assert debias["by_type"] == {"noul": {"readout": "letters", "order_average": True, "prior": False,
+                                          "ordering": "canonical", "averaging": "reversal", "temperature": 2.0}}
+    letters = make_engine(smollm2_runtime, "letters", default_prior=False, temperature={"letters": 2.0})
+    alone = {"is_refund": QUESTIONS["is_refund"]}
+    assert engine.decide(request(alone))["answers"] == letters.decide(request(alone))["answers"]
+    assert "by_type" not in engine.decide(request({"queue": QUESTIONS["queue"]}))["x_debias"]
+    forced = engine.decide(request(x_readout="likelihood", x_prior=True))
+    assert "by_type" not in forced["x_debias"]  # every type read as the request asked
+    # The budget reduces every type alike.
+    decision = request()
+    plain = engine.cost(decision, engine.settings_for(request(x_prior=False, x_order_average=False))).tokens
+    reduced = engine.fit(decision, plain)
+    assert reduced.applies(lambda s: s.reduced) and not reduced.applies(lambda s: s.prior and s.order_average)
+    assert engine.cost(decision, reduced).tokens <= plain

@@ -129,3 +129,45 @@ def test_the_pinned_sha_setting_is_64_hex_digits():
     assert ScorerSettings.from_env({"SCORER_MODEL_SHA256": "AB" * 32}).expected_sha256 == "ab" * 32
     with pytest.raises(ValueError, match="64 hex"):
         ScorerSettings.from_env({"SCORER_MODEL_SHA256": "abc"})
+
+
+def test_the_manifest_carries_ordering_averaging_and_fitted_temperatures(model):
+    # Older manifests get the canonical ordering, the reversal and no temperature.
+    loaded = verify_model(model)
+    assert (loaded.ordering, loaded.averaging, loaded.temperatures) == ("canonical", "reversal", {})
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps(
+        {**manifest, "averaging": "rotations", "temperatures": {"likelihood": 0.7, "letters": 2}}))
+    loaded = verify_model(model)
+    assert loaded.averaging == "rotations" and loaded.temperatures == {"likelihood": 0.7, "letters": 2}
+
+
+@pytest.mark.parametrize("change", [
+    {"ordering": "alphabetical"}, {"averaging": "all"}, {"temperatures": {"likelihood": 0}},
+    {"temperatures": {"likelihood": True}}, {"temperatures": {"words": 1.0}}, {"temperatures": [1.0]},
+    {"temperatures": {"letters": float("inf")}}, {"temperatures": {"letters": "1"}},
+])
+def test_an_unknown_ordering_averaging_or_temperature_is_refused(model, change):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, **change}))
+    with pytest.raises(ModelFileError):
+        verify_model(model)
+
+
+def test_a_question_type_can_have_its_own_readout_debiasing_and_temperatures(model):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    by_type = {"noul": {"readout": "letters", "prior": False, "temperatures": {"letters": 1.3}}}
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "by_type": by_type}))
+    assert verify_model(model).by_type == by_type
+
+
+@pytest.mark.parametrize("by_type", [
+    {"yesno": {}}, {"noul": {"ordering": "declared"}}, {"noul": {"readout": "words"}},
+    {"choice": {"prior": "off"}}, {"score": {"averaging": "all"}}, {"noul": {"temperatures": {"letters": 0}}},
+    {"noul": ["letters"]}, [],
+])
+def test_a_bad_per_type_setting_is_refused(model, by_type):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "by_type": by_type}))
+    with pytest.raises(ModelFileError, match="by_type|temperatures"):
+        verify_model(model)

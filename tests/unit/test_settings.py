@@ -62,3 +62,15 @@ def test_the_callers_deadline_comes_from_the_custom_attributes(header, seconds):
 def test_work_limits_must_be_positive_numbers(name, raw):
     with pytest.raises(ValueError, match=name):
         ScorerSettings.from_env({name: raw})
+
+
+def test_the_temperature_comes_from_the_manifest_unless_the_deployment_sets_one():
+    assert ScorerSettings.from_env({}).temperature is None
+    assert ScorerSettings.from_env({"SCORER_TEMPERATURE": " "}).temperature is None
+    assert ScorerSettings.from_env({"SCORER_TEMPERATURE": "0.8"}).temperature == 0.8
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "nan", "inf", "25", "warm"])
+def test_a_temperature_outside_0_05_to_20_is_refused(raw):
+    with pytest.raises(ValueError, match="SCORER_TEMPERATURE"):
+        ScorerSettings.from_env({"SCORER_TEMPERATURE": raw})

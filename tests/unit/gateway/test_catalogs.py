@@ -161,6 +161,7 @@ def test_records_hold_versions_and_hashes_but_no_state_or_credential(store):
     assert question["action"] == "auto" and question["answer"] == "billing" and question["policy"]["mode"] == "enforcing"
     assert record["model_sha256"] == "ab" * 32 and record["image_digest"].startswith("sha256:")
     assert record["prompt_version"] == "decision-prompt/1" and record["tenant_id"] == "acme"
+    assert record["debias"]["ordering"] == "canonical" and record["debias"]["temperature"] == 0.8
     assert len(record["state_hash"]) == 64 and record["state_hash_key"]
     dumped = json.dumps(record) + open(store.path, "rb").read().decode("latin-1")
     assert STATE not in dumped and "alice@example.com" not in dumped

@@ -1,0 +1,83 @@
+"""Scores of a set of answers against their golds, and the temperature that fits them.
+
+Proper scoring rules first: NLL and Brier, each beside the uniform answer's, because a
+low calibration error (ECE) alone means little when every answer is near chance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from scorer_container import scoring
+
+KINDS = ("noul", "choice", "score")
+# Log-spaced, so that sharpening (T < 1) and flattening (T > 1) are searched alike.
+TEMPERATURES = np.exp(np.linspace(np.log(0.05), np.log(20.0), 241))  # the manifest's range
+
+
+def nll(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:
+    return float(np.mean([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)]))
+
+
+def brier(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:
+    return float(np.mean([np.sum((p - np.eye(len(p))[g]) ** 2) for p, g in zip(distributions, golds, strict=True)]))
+
+
+def ece(distributions: Sequence[np.ndarray], golds: Sequence[int], bins: int = 10) -> float:
+    confidences = np.array([p.max() for p in distributions])
+    correct = np.array([int(np.argmax(p)) == g for p, g in zip(distributions, golds, strict=True)], dtype=float)
+    total = 0.0
+    edges = np.linspace(0, 1, bins + 1)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        mask = (confidences > lo) & (confidences <= hi)
+        if mask.any():
+            total += mask.mean() * abs(confidences[mask].mean() - correct[mask].mean())
+    return float(total)
+
+
+def uniform(sizes: Sequence[int]) -> dict[str, float]:
+    return {"nll": float(np.mean(np.log(sizes))), "brier": float(np.mean([1 - 1 / n for n in sizes]))}
+
+
+def at_temperature(distributions: Sequence[np.ndarray], temperature: float) -> list[np.ndarray]:
+    return [scoring.with_temperature(p, temperature) for p in distributions]
+
+
+def fit_temperature(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:
+    """The temperature that minimises NLL (a grid: robust, and the grid is fine enough for 3 decimals)."""
+    losses = [nll(at_temperature(distributions, t), golds) for t in TEMPERATURES]
+    return float(TEMPERATURES[int(np.argmin(losses))])
+
+
+def report(distributions: Sequence[np.ndarray], golds: Sequence[int], kinds: Sequence[str]) -> dict:
+    correct = np.array([int(np.argmax(p)) == g for p, g in zip(distributions, golds, strict=True)], dtype=float)
+    kinds_array = np.array(kinds)
+    sizes = [len(p) for p in distributions]
+    base = uniform(sizes)
+    out = {
+        "n": len(golds),
+        "accuracy": float(correct.mean()),
+        "by_type": {k: float(correct[kinds_array == k].mean()) for k in KINDS if (kinds_array == k).any()},
+        "nll": nll(distributions, golds),
+        "brier": brier(distributions, golds),
+        "ece": ece(distributions, golds),
+        "uniform_nll": base["nll"],
+        "uniform_brier": base["brier"],
+    }
+    # Below 0: better than answering uniformly (the requirement is at most -2%).
+    out["nll_vs_uniform"] = out["nll"] / base["nll"] - 1
+    out["brier_vs_uniform"] = out["brier"] / base["brier"] - 1
+    return out
+
+
+def baselines(golds: Sequence[int], kinds: Sequence[str]) -> dict[str, float]:
+    """Always the first declared option; the most frequent gold index per question type."""
+    first = float(np.mean([g == 0 for g in golds]))
+    majority = 0
+    for kind in KINDS:
+        of_kind = [g for g, k in zip(golds, kinds, strict=True) if k == kind]
+        if of_kind:
+            majority += max(of_kind.count(v) for v in set(of_kind))
+    return {"always_first": first, "majority": majority / len(golds)}

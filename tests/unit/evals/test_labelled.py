@@ -1,0 +1,128 @@
+"""The labelled set's loader and the eval's own arithmetic (no model)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from evals import metrics
+from evals.labelled import Item, load
+from evals.probing import Config
+from evals.run import configs, invariance, variants
+
+CHOICE = {"type": "choice", "instructions": "Which team?",
+          "criteria": {"billing": "charges", "shipping": "parcels", "account": None, "sales": "quotes"}}
+SYNONYMS = {"billing": "payments", "shipping": "delivery", "account": "login", "sales": "presales"}
+
+
+def write(tmp_path, *rows):
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def row(**change):
+    return {"id": "t-001", "domain": "test", "state": "I paid twice.", "question": CHOICE, "gold": "billing",
+            "synonyms": SYNONYMS, **change}
+
+
+def test_the_shipped_set_loads_and_holds_300_dev_items_and_a_held_out_split():
+    items = load()
+    splits = {s: [it for it in items if it.split == s] for s in ("dev", "heldout")}
+    assert len(splits["dev"]) >= 300 and len(splits["heldout"]) >= 150
+    for kind in ("noul", "choice", "score"):
+        assert all(any(it.kind == kind for it in part) for part in splits.values())
+    noul = [it for it in items if it.kind == "noul"]
+    assert abs(sum(it.gold == 0 for it in noul) - len(noul) / 2) <= 0.05 * len(noul)  # yes as often as no
+
+
+def test_the_split_depends_on_the_id_alone(tmp_path):
+    first = load([write(tmp_path, row())])[0]
+    moved = load([write(tmp_path, row(state="Something else entirely.", gold="sales"))])[0]
+    assert first.split == moved.split
+    assert {Item(f"x-{i}", "d", "noul", "s", {}, 0).split for i in range(200)} == {"dev", "heldout"}
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"gold": "refunds"}, "not an option"),
+    ({"synonyms": {**SYNONYMS, "sales": "billing"}}, "distinct new names"),
+    ({"synonyms": {"billing": "payments"}}, "every option"),
+    ({"question": {"type": "score", "criteria": ["low", "high"]}, "gold": 0}, "3 to 10 levels"),
+    ({"question": {"type": "score", "criteria": ["a", "b", "c"]}, "gold": 3}, "level index"),
+    ({"question": {"type": "noul", "instructions": "Paid twice?"}, "gold": "yes"}, "true or false"),
+    ({"question": {"type": "choice", "criteria": {"only": None}}}, "criteria"),
+])
+def test_a_bad_item_is_refused_with_its_line(tmp_path, change, error):
+    with pytest.raises(ValueError, match=error):
+        load([write(tmp_path, row(**change))])
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="duplicate ids"):
+        load([write(tmp_path, row(), row())])
+
+
+def item():
+    return Item("t-001", "test", "choice", "I paid twice.", CHOICE, 0, SYNONYMS)
+
+
+def test_variants_permute_rename_and_duplicate_one_option():
+    shapes = variants(item())
+    names = list(CHOICE["criteria"])
+    for k in range(3):
+        perm = shapes[f"perm{k}"]["criteria"]
+        assert sorted(perm) == sorted(names) and list(perm) != names
+        assert all(perm[n] == CHOICE["criteria"][n] for n in names)
+    target, alias = shapes["target"]["name"], shapes["target"]["alias"]
+    assert alias == SYNONYMS[target]
+    assert list(shapes["renamed"]["criteria"]) == [alias if n == target else n for n in names]
+    duplicated = shapes["duplicated"]["criteria"]
+    assert len(duplicated) == 5 and duplicated[alias] == duplicated[target] == CHOICE["criteria"][target]
+    assert variants(item()) == shapes  # seeded by the id
+
+
+def test_invariance_is_zero_for_an_invariant_answer_and_measures_a_moved_one():
+    it = item()
+    shapes = variants(it)
+    shape = {**shapes["target"], **{k: v for k, v in shapes.items() if k != "target"}}
+    p0 = np.array([0.4, 0.3, 0.2, 0.1])
+    by_name = dict(zip(CHOICE["criteria"], p0, strict=True))
+    target, alias = shape["name"], shape["alias"]
+
+    def listed(criteria, values):
+        return np.array([values[n] for n in criteria])
+
+    dup = {**by_name, target: by_name[target] / 2, alias: by_name[target] / 2}
+    same = {f"perm{k}": listed(shape[f"perm{k}"]["criteria"], by_name) for k in range(3)}
+    same["renamed"] = listed(shape["renamed"]["criteria"], {**by_name, alias: by_name[target]})
+    same["duplicated"] = listed(shape["duplicated"]["criteria"], dup)
+    assert all(v == 0 for v in invariance(p0, it, same, shape).values())
+    moved = dict(same)
+    moved["perm1"] = listed(shape["perm1"]["criteria"], dict(zip(CHOICE["criteria"], [0.1, 0.2, 0.3, 0.4],
+                                                                  strict=True)))
+    found = invariance(p0, it, moved, shape)
+    assert found["perm_flip"] == 1.0 and found["perm_shift"] == pytest.approx(0.3)
+
+
+def test_the_fitted_temperature_lowers_nll_and_one_is_in_reach():
+    rng = np.random.default_rng(0)
+    golds = list(rng.integers(0, 4, 200))
+    overconfident = [np.eye(4)[g] * 0.9 + 0.025 if rng.random() < 0.5 else np.roll(np.eye(4)[g] * 0.9 + 0.025, 1)
+                     for g in golds]
+    t = metrics.fit_temperature(overconfident, golds)
+    assert t > 1.5
+    assert metrics.nll(metrics.at_temperature(overconfident, t), golds) < metrics.nll(overconfident, golds)
+    assert 1.0 in np.round(metrics.TEMPERATURES, 6)
+
+
+def test_a_report_compares_with_the_uniform_answer():
+    uniform = [np.full(2, 0.5), np.full(4, 0.25)]
+    r = metrics.report(uniform, [0, 3], ["noul", "choice"])
+    assert r["nll_vs_uniform"] == pytest.approx(0) and r["brier_vs_uniform"] == pytest.approx(0)
+
+
+def test_configuration_keys_round_trip_and_only_canonical_ones_count_as_invariant():
+    for config in configs():
+        assert Config.parse(config.key) == config
+    assert {c.invariant for c in configs() if c.ordering == "declared"} == {False}
+    assert len(configs(("likelihood",), rotations=False)) == 8
