@@ -51,6 +51,22 @@ def fit_temperature(distributions: Sequence[np.ndarray], golds: Sequence[int]) -
     return float(TEMPERATURES[int(np.argmin(losses))])
 
 
+FLAT = float(TEMPERATURES[-1])  # the answer for a type whose gain is not real: as flat as the grid goes
+
+
+def gain_is_real(distributions: Sequence[np.ndarray], golds: Sequence[int], temperature: float, draws: int = 2000,
+                 seed: int = 0) -> bool:
+    """True when these answers, at this temperature, beat the uniform answer's NLL with 95%
+    confidence: a paired bootstrap over the items of their per-item NLL minus log(n)."""
+    ps = at_temperature(distributions, temperature)
+    gains = np.array([-np.log(max(p[g], 1e-12)) - np.log(len(p)) for p, g in zip(ps, golds, strict=True)])
+    if len(gains) < 10:
+        return False
+    rng = np.random.default_rng(seed)
+    means = gains[rng.integers(0, len(gains), (draws, len(gains)))].mean(axis=1)
+    return bool(np.quantile(means, 0.95) < 0)
+
+
 def report(distributions: Sequence[np.ndarray], golds: Sequence[int], kinds: Sequence[str]) -> dict:
     correct = np.array([int(np.argmax(p)) == g for p, g in zip(distributions, golds, strict=True)], dtype=float)
     kinds_array = np.array(kinds)

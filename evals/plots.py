@@ -27,6 +27,10 @@ def _bars(axis, models: dict, keys: list[str], value, title: str, line: float | 
             except KeyError:
                 ys.append(math.nan)
         axis.bar(xs, ys, width, color=PALETTE[m % len(PALETTE)], label=name)
+        for x, y in zip(xs, ys, strict=True):  # the value on each bar: a 0 bar is a result, not a gap
+            if not math.isnan(y):
+                axis.annotate(f"{y:+.1%}" if line is not None and line <= 0 else f"{y:.0%}", (x, y),
+                              textcoords="offset points", xytext=(0, 2), ha="center", fontsize=6)
         if model["chosen"] in keys:
             i = keys.index(model["chosen"])
             axis.plot([xs[i]], [ys[i]], marker="*", color="black", markersize=9, linestyle="none")
@@ -43,7 +47,7 @@ def plot(models: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stage1 = list(dict.fromkeys(k for m in models.values() for k in m["results"]))
+    stage1 = list(dict.fromkeys(k for m in models.values() for k, r in m["results"].items() if "dev" in r))
     stage2 = list(dict.fromkeys(k for m in models.values() for k in m.get("heldout_configs", [])))
     fig, axes = plt.subplots(4, 1, figsize=(14, 16))
     _bars(axes[0], models, stage1, lambda r: r["dev"]["nll_vs_uniform"],

@@ -63,22 +63,30 @@ class Plan:
     heldout: int | None
     invariance: int  # choice items (from the held-out split) the variants are measured on
     readouts: tuple[str, ...] = ("letters", "likelihood")
-    rotations: bool = True
+    full_grid: bool = False  # every configuration (`--full-grid`), or the core ones below
+    rotations: bool = True  # False: no rotations (they cost one probe per option)
 
+
+# The configurations worth a decode on every run: the invariant ones that measured best
+# on a full-grid run (reports/eval-full-grid.json), and what the engine did before. The
+# full grid adds the single listings and the declared ones, both readouts with rotations.
+CORE = ("letters/canonical+reversal/raw", "letters/canonical+reversal/prior", "likelihood/canonical+reversal/raw",
+        "likelihood/canonical+reversal/prior", "likelihood/canonical+rotations/prior")
 
 # Sized to what 2 cores decode in about an hour for all three (gemma ~225 tokens/s,
 # SmolLM2 ~150, qwen ~34); the `make up` default (gemma) gets the whole held-out split.
 MODELS = {
-    "gemma-3-270m-q4_k_m": Plan(dev=90, heldout=None, invariance=20),
-    "smollm2-135m-instruct-q4_1": Plan(dev=60, heldout=80, invariance=12),
-    "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=12, heldout=20, invariance=4, readouts=("likelihood",),
+    "gemma-3-270m-q4_k_m": Plan(dev=240, heldout=None, invariance=20),
+    "smollm2-135m-instruct-q4_1": Plan(dev=48, heldout=48, invariance=6),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=10, heldout=12, invariance=2, readouts=("likelihood",),
                                                rotations=False),
 }
 
 
-def configs(readouts: tuple[str, ...] = READOUTS, rotations: bool = True) -> list[Config]:
-    return [Config(readout, ordering, averaging, prior) for readout in readouts
-            for ordering, averaging in LISTINGS if rotations or averaging != "rotations" for prior in (False, True)]
+def configs(readouts: tuple[str, ...] = READOUTS, full: bool = True) -> list[Config]:
+    every = [Config(readout, ordering, averaging, prior) for readout in readouts
+             for ordering, averaging in LISTINGS for prior in (False, True)]
+    return every if full else [c for c in every if c.key in CORE]
 
 
 def sample(items: list[Item], n: int | None) -> list[Item]:
@@ -192,6 +200,7 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
     # caller's order and its reversal.
     before = Config(manifest.readout if manifest.readout in plan.readouts else plan.readouts[0], "declared",
                     "reversal", manifest.prior)
+    grid = list(dict.fromkeys([*grid, before]))
     found: dict[str, dict] = {}
     try:
         probe_all(prober, f"{name} stage 1 (dev, {len(grid)} configurations)", dev, lambda it: grid, [], set(),
@@ -200,6 +209,11 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         invariant = [c.key for c in grid if c.invariant]
         kinds = sorted({it.kind for it in dev})
         by_type = {k: min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["nll"]) for k in kinds}
+        # A type whose best gain over the uniform answer is not real on dev (bootstrap, 95%)
+        # is answered flat: the model claims no knowledge it did not show.
+        flat = sorted(k for k, key in by_type.items() if not results[key]["dev_by_type"][k]["real_gain"])
+        temperatures = {k: metrics.FLAT if k in flat else results[key]["dev_by_type"][k]["temperature"]
+                        for k, key in by_type.items()}
         # Invariance, per readout: the best invariant configuration for choice items, and
         # the declared-order configuration it replaces.
         variant_grid = []
@@ -213,14 +227,15 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
                   with_variants, found)
         for config in dict.fromkeys([before, *variant_grid]):
             results[config.key] = score_config(config, dev, heldout, found, with_variants)
-        results[PER_TYPE] = score_per_type(by_type, results, dev, heldout, found, with_variants)
-        settings = per_type_settings(by_type, results)
+        results[PER_TYPE] = score_per_type(by_type, temperatures, dev, heldout, found, with_variants)
+        settings = per_type_settings(by_type, temperatures)
         costs = cost_per_decision(engine, heldout, {**{c.key: c.settings() for c in grid}, PER_TYPE: settings})
         seconds = seconds_per_decision(engine, heldout, settings)
     finally:
         cache.close()
         engine.runtime.close()
-    return {"plan": plan.__dict__, "results": results, "chosen": PER_TYPE, "by_type": by_type, "before": before.key,
+    return {"plan": plan.__dict__, "results": results, "chosen": PER_TYPE, "by_type": by_type, "flat": flat,
+            "temperatures": temperatures, "before": before.key,
             "heldout_configs": list(dict.fromkeys([PER_TYPE, before.key, *(c.key for c in variant_grid)])),
             "costs": costs, "seconds_per_decision": seconds, "decoded_tokens": prober.decoded_tokens}
 
@@ -265,6 +280,9 @@ def invariance_summary(config_key: str, items: list[Item], found: dict, with_var
 
 def score_config(config: Config, dev: list[Item], heldout: list[Item], found: dict, with_variants: set) -> dict:
     key = config.key
+    if any(key not in found[it.id]["by_config"] for it in dev):  # measured for its variants only, at T = 1
+        summary, n = invariance_summary(key, heldout, found, with_variants)
+        return {"temperature": 1.0, "invariance": summary, "invariance_items": n}
     temperature = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in dev],
                                           [it.gold for it in dev])
     by_type = {}
@@ -272,7 +290,9 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
         of_kind = [it for it in dev if it.kind == kind]
         t = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in of_kind],
                                     [it.gold for it in of_kind])
-        by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t))}
+        by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t)),
+                         "real_gain": metrics.gain_is_real([found[it.id]["by_config"][key]["sent"] for it in of_kind],
+                                                           [it.gold for it in of_kind], t)}
     summary, n = invariance_summary(key, heldout, found, with_variants)
     out = {"temperature": temperature, "dev": split_report(dev, found, lambda it: (key, temperature)),
            "dev_by_type": by_type, "invariance": summary, "invariance_items": n}
@@ -282,25 +302,23 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
     return out
 
 
-def score_per_type(by_type: dict[str, str], results: dict, dev: list[Item], heldout: list[Item], found: dict,
-                   with_variants: set) -> dict:
+def score_per_type(by_type: dict[str, str], temperatures: dict[str, float], dev: list[Item], heldout: list[Item],
+                   found: dict, with_variants: set) -> dict:
     """Each question type answered by its own configuration, at that type's dev temperature."""
     def pick(it: Item) -> tuple[str, float]:
-        key = by_type[it.kind]
-        return key, results[key]["dev_by_type"][it.kind]["temperature"]
+        return by_type[it.kind], temperatures[it.kind]
 
     summary, n = invariance_summary(by_type["choice"], heldout, found, with_variants) if "choice" in by_type else ({
         }, 0)
-    return {"by_type": by_type, "temperatures": {k: results[key]["dev_by_type"][k]["temperature"]
-                                                 for k, key in by_type.items()},
+    return {"by_type": by_type, "temperatures": temperatures,
             "dev": split_report(dev, found, pick), "heldout": split_report(heldout, found, pick),
             "invariance": summary, "invariance_items": n}
 
 
-def per_type_settings(by_type: dict[str, str], results: dict) -> DecisionSettings:
+def per_type_settings(by_type: dict[str, str], temperatures: dict[str, float]) -> DecisionSettings:
     """The engine settings `per-type` stands for: the choice configuration, other types where they differ."""
     def settings(kind: str) -> DecisionSettings:
-        return Config.parse(by_type[kind]).settings(results[by_type[kind]]["dev_by_type"][kind]["temperature"])
+        return Config.parse(by_type[kind]).settings(temperatures[kind])
 
     base = settings("choice") if "choice" in by_type else Config.parse(next(iter(by_type.values()))).settings()
     return replace(base, kinds={k: settings(k) for k in by_type if settings(k) != base})
@@ -334,14 +352,15 @@ def print_model(name: str, model: dict) -> None:
     print(f"  stage 1, dev (n={next(iter(results.values()))['dev']['n']}): {'':<14} {'T':>5} {'acc':>5} {'NLL±u':>6}"
           f" {'Bri±u':>6} {'ECE':>5} {'tokens':>6}")
     for key, r in results.items():
-        if key == PER_TYPE:
+        if key == PER_TYPE or "dev" not in r:
             continue
         d = r["dev"]
         mark = " *" if key == model["chosen"] else ""
         print(f"  {key:<41} {r['temperature']:>5.2f} {d['accuracy']:>5.0%} {d['nll_vs_uniform']:>+6.1%}"
               f" {d['brier_vs_uniform']:>+6.1%} {d['ece']:>5.3f} {model['costs'][key]:>6.0f}{mark}")
     per_type = results[PER_TYPE]
-    print("  per-type: " + ", ".join(f"{k} {v} (T {per_type['temperatures'][k]:.2f})"
+    print("  per-type: " + ", ".join(f"{k} {v} (T {per_type['temperatures'][k]:.2f}"
+                                     f"{', flat: no real gain on dev' if k in model['flat'] else ''})"
                                      for k, v in per_type["by_type"].items()))
     held = model["heldout_configs"]
     print(f"  stage 2, held-out (n={results[PER_TYPE]['heldout']['n']}; invariance on"
@@ -370,7 +389,9 @@ def write_defaults(models: dict) -> None:
             temperatures = {}
             for readout in READOUTS:  # the same debiasing with either readout (a request may switch readout)
                 key = Config(readout, config.ordering, config.averaging, config.prior).key
-                if key in results:
+                if kind in model["flat"]:
+                    temperatures[readout] = round(metrics.FLAT, 3)
+                elif "dev_by_type" in results.get(key, {}):
                     temperatures[readout] = round(results[key]["dev_by_type"][kind]["temperature"], 3)
             return {"readout": config.readout, "order_average": config.averaging is not None, "prior": config.prior,
                     "averaging": config.averaging or "reversal", "temperatures": temperatures}
@@ -391,6 +412,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--no-write", action="store_true", help="do not rewrite evals/model_defaults.json")
+    parser.add_argument("--full-grid", action="store_true", help="every configuration, not only the core ones")
     parser.add_argument("--sample", nargs=3, type=int, metavar=("DEV", "HELDOUT", "INVARIANCE"),
                         help="measure every model on this many items (a quick look; 0 for a whole split)")
     args = parser.parse_args()
@@ -410,7 +432,10 @@ def main() -> int:
         if args.sample:
             dev, heldout, variants_n = args.sample
             plan = replace(plan, dev=dev or None, heldout=heldout or None, invariance=variants_n)
-        models[name] = evaluate_model(name, plan, dataset, configs(plan.readouts, plan.rotations))
+        if args.full_grid:
+            plan = replace(plan, full_grid=True)
+        grid = [c for c in configs(plan.readouts, plan.full_grid) if plan.rotations or c.averaging != "rotations"]
+        models[name] = evaluate_model(name, plan, dataset, grid)
         print_model(name, models[name])
     out = ROOT / "reports"
     out.mkdir(exist_ok=True)

@@ -169,5 +169,5 @@ def test_a_question_type_can_have_its_own_readout_debiasing_and_temperatures(mod
 def test_a_bad_per_type_setting_is_refused(model, by_type):
     manifest = json.loads((model.parent / "model-manifest.json").read_text())
     (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "by_type": by_type}))
-    with pytest.raises(ModelFileError, match="by_type|temperatures"):
+    with pytest.raises(ModelFileError, match=r"by_type|temperatures"):
         verify_model(model)

@@ -8,7 +8,7 @@ import pytest
 from evals import metrics
 from evals.labelled import Item, load
 from evals.probing import Config
-from evals.run import configs, invariance, variants
+from evals.run import CORE, configs, invariance, variants
 
 CHOICE = {"type": "choice", "instructions": "Which team?",
           "criteria": {"billing": "charges", "shipping": "parcels", "account": None, "sales": "quotes"}}
@@ -125,4 +125,4 @@ def test_configuration_keys_round_trip_and_only_canonical_ones_count_as_invarian
     for config in configs():
         assert Config.parse(config.key) == config
     assert {c.invariant for c in configs() if c.ordering == "declared"} == {False}
-    assert len(configs(("likelihood",), rotations=False)) == 8
+    assert len(configs(("likelihood",))) == 10 and {c.key for c in configs(full=False)} == set(CORE)
