@@ -50,6 +50,7 @@ DEFAULTS_FILE = ROOT / "evals" / "model_defaults.json"
 CACHE = ROOT / "build" / "eval-cache"
 READOUTS = ("letters", "likelihood")
 PER_TYPE = "per-type"
+MIN_DEV_TO_CHOOSE = 40  # fewer dev items and no type's gain can show as real: measured, not chosen
 LISTINGS = (("declared", "reversal"), ("declared", None), ("canonical", None), ("canonical", "reversal"),
             ("canonical", "rotations"))
 
@@ -65,6 +66,7 @@ class Plan:
     readouts: tuple[str, ...] = ("letters", "likelihood")
     full_grid: bool = False  # every configuration (`--full-grid`), or the core ones below
     rotations: bool = True  # False: no rotations (they cost one probe per option)
+    timed: int = 8  # decisions timed for the cost per decision
 
 
 # The configurations worth a decode on every run: the invariant ones that measured best
@@ -79,7 +81,7 @@ MODELS = {
     "gemma-3-270m-q4_k_m": Plan(dev=240, heldout=None, invariance=20),
     "smollm2-135m-instruct-q4_1": Plan(dev=48, heldout=48, invariance=6),
     "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=10, heldout=12, invariance=2, readouts=("likelihood",),
-                                               rotations=False),
+                                               rotations=False, timed=2),
 }
 
 
@@ -230,7 +232,7 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         results[PER_TYPE] = score_per_type(by_type, temperatures, dev, heldout, found, with_variants)
         settings = per_type_settings(by_type, temperatures)
         costs = cost_per_decision(engine, heldout, {**{c.key: c.settings() for c in grid}, PER_TYPE: settings})
-        seconds = seconds_per_decision(engine, heldout, settings)
+        seconds = seconds_per_decision(engine, heldout, settings, plan.timed)
     finally:
         cache.close()
         engine.runtime.close()
@@ -382,6 +384,10 @@ def print_model(name: str, model: dict) -> None:
 def write_defaults(models: dict) -> None:
     chosen = json.loads(DEFAULTS_FILE.read_text()) if DEFAULTS_FILE.exists() else {}
     for name, model in models.items():
+        if model["plan"]["dev"] is not None and model["plan"]["dev"] < MIN_DEV_TO_CHOOSE:
+            print(f"[eval] {name}: {model['plan']['dev']} dev items are too few to choose on; its defaults stay as"
+                  f" they are", flush=True)
+            continue
         results, by_type = model["results"], model["by_type"]
 
         def entry(kind: str) -> dict:
