@@ -214,6 +214,9 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         # A type whose best gain over the uniform answer is not real on dev (bootstrap, 95%)
         # is answered flat: the model claims no knowledge it did not show.
         flat = sorted(k for k, key in by_type.items() if not results[key]["dev_by_type"][k]["real_gain"])
+        # A flat answer carries no information whatever the configuration: pay for the cheapest.
+        counted = cost_per_decision(engine, dev, {key: Config.parse(key).settings() for key in invariant})
+        by_type.update({k: min(invariant, key=counted.get) for k in flat})
         temperatures = {k: metrics.FLAT if k in flat else results[key]["dev_by_type"][k]["temperature"]
                         for k, key in by_type.items()}
         # Invariance, per readout: the best invariant configuration for choice items, and
