@@ -11,10 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from scorer_container import scoring
+from scorer_container.model_files import TEMPERATURE_RANGE
 
 KINDS = ("noul", "choice", "score")
 # Log-spaced, so that sharpening (T < 1) and flattening (T > 1) are searched alike.
-TEMPERATURES = np.exp(np.linspace(np.log(0.05), np.log(20.0), 241))  # the manifest's range
+TEMPERATURES = np.exp(np.linspace(*np.log(TEMPERATURE_RANGE), 241))
 
 
 def nll(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:

@@ -88,15 +88,19 @@ class ModelManifest:
         return json.dumps(asdict(self), indent=2) + "\n"
 
 
+# Where a model temperature may lie: the manifest's fitted ones, SCORER_TEMPERATURE and
+# the grid `make eval` fits on all share it.
+TEMPERATURE_RANGE = (0.05, 20.0)
 _TYPE_SETTINGS = {"readout", "order_average", "prior", "averaging", "temperatures"}
 
 
 def _check_temperatures(temperatures: object, where: Path) -> None:
     if not isinstance(temperatures, dict) or any(
         k not in ("letters", "likelihood") or isinstance(v, bool) or not isinstance(v, int | float)
-        or not 0.05 <= v <= 20 for k, v in temperatures.items()
+        or not TEMPERATURE_RANGE[0] <= v <= TEMPERATURE_RANGE[1] for k, v in temperatures.items()
     ):
-        raise ModelFileError(f"{where}: temperatures maps 'letters'/'likelihood' to a number in 0.05..20")
+        raise ModelFileError(f"{where}: temperatures maps 'letters'/'likelihood' to a number in"
+                             f" {TEMPERATURE_RANGE[0]}..{TEMPERATURE_RANGE[1]:g}")
 
 
 def sha256_of(path: Path) -> str:

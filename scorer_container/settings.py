@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scorer_container.llama_runtime import RuntimeSettings
+from scorer_container.model_files import TEMPERATURE_RANGE
 
 PREFIX = "SM_LLAMA_CPP_"
 # llama-server option (long and short names) -> RuntimeSettings field.
@@ -133,8 +134,9 @@ def _temperature(raw: str | None) -> float | None:
         value = float(raw)
     except ValueError:
         raise ValueError("SCORER_TEMPERATURE must be a number") from None
-    if not 0.05 <= value <= 20:  # also refuses nan and inf
-        raise ValueError("SCORER_TEMPERATURE must be between 0.05 and 20")
+    low, high = TEMPERATURE_RANGE
+    if not low <= value <= high:  # also refuses nan and inf
+        raise ValueError(f"SCORER_TEMPERATURE must be between {low} and {high:g}")
     return value
 
 
