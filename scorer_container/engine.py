@@ -238,7 +238,7 @@ class DecisionEngine:
         default_averaging: str = "reversal",
         prior_cache_size: int = 4096,
         max_labels: int = 26,
-        temperature: float | Mapping[str, float] = 1.0,
+        temperature: float | Mapping[str, float] | None = None,
         by_type: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if default_ordering not in ORDERINGS or default_averaging not in AVERAGINGS:
@@ -252,9 +252,11 @@ class DecisionEngine:
         self.default_ordering = default_ordering
         self.default_averaging = default_averaging
         # Per readout (a model's scores are on a different scale in each); a number applies
-        # to both and to every question type (a deployment's override).
-        fixed = not isinstance(temperature, Mapping)
-        self.temperatures = {r: float(temperature) for r in REPLY_HINTS} if fixed else dict(temperature)
+        # to both and to every question type (a deployment's override); None: 1.0 wherever
+        # the manifest's per-type settings fit none.
+        fixed = isinstance(temperature, (int, float))
+        self.temperatures = ({r: float(temperature) for r in REPLY_HINTS} if fixed
+                             else dict(temperature or {}))
         # Per question type, what differs from the defaults above: a model can read a
         # yes/no question best one way and a choice another (measured by `make eval`).
         self.by_type = {kind: dict(over) for kind, over in (by_type or {}).items()}

@@ -63,6 +63,21 @@ def test_openai_decisions_create(client):
     assert decision.usage.input_tokens > 0 and decision.usage.output_tokens == 0
 
 
+def test_an_openai_caller_reports_the_outcome_with_the_id_it_was_given(client):
+    # The id an OpenAI Decisions answer carries (decision_<hex>) is the one the records
+    # routes take, through the SDK's own request machinery (no hand-made URL).
+    decision = client.decisions.create(
+        model="decision-default", input="I was charged twice for order 4411. Refund one please.",
+        questions=[{"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."}])
+    assert decision.id.startswith("decision_")
+    reported = client.post(f"/decisions/{decision.id}/outcome", body={"answers": {"refund": True}}, cast_to=object)
+    assert reported["id"] == decision.id and reported["outcome"]["answers"] == {"refund": True}
+    record = client.get(f"/records/{decision.id}", cast_to=object)
+    assert record["outcome"]["answers"] == {"refund": True}
+    with pytest.raises(openai.UnprocessableEntityError):  # an answer the question does not allow
+        client.post(f"/decisions/{decision.id}/outcome", body={"answers": {"refund": "maybe"}}, cast_to=object)
+
+
 def test_typesafe_noul_choice_and_score(typesafe):
     result = typesafe.system_one(
         state="I was charged twice for order 4411. Refund one please.",

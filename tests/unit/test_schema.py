@@ -82,9 +82,14 @@ def test_valid_forms_are_accepted():
     assert request.x_readout == "letters" and request.x_prior is False
 
 
-def test_255_choices_and_10_levels_are_accepted():
-    parse(DecisionRequest, body(q={"type": "choice", "criteria": {f"o{i}": None for i in range(255)}}))
-    parse(DecisionRequest, body(q={"type": "score", "criteria": [str(i) for i in range(10)]}))
+def test_255_choices_and_10_levels_are_accepted_and_one_more_is_not():
+    choice = parse(DecisionRequest, body(q={"type": "choice", "criteria": {f"o{i}": None for i in range(255)}}))
+    score = parse(DecisionRequest, body(q={"type": "score", "criteria": [str(i) for i in range(10)]}))
+    assert len(choice.questions["q"].criteria) == 255 and len(score.questions["q"].criteria) == 10
+    assert locs(errors_of(body(q={"type": "choice", "criteria": {f"o{i}": None for i in range(256)}}))) == [
+        ("body", "questions", "q", "criteria")]
+    assert locs(errors_of(body(q={"type": "score", "criteria": [str(i) for i in range(11)]}))) == [
+        ("body", "questions", "q", "criteria")]
 
 
 @pytest.mark.parametrize(
