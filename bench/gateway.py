@@ -180,11 +180,12 @@ def cold_start(runs: int, burst: int, backend_url: str) -> dict:
 def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     import httpx
 
-    from gateway import authorizer, handler
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
-    from gateway.local import make_server
-    from gateway.runtime import GatewayRuntime
+    from gateway.authorizer import Authorizer
+    from gateway.composition import build_runtime
+    from gateway.handler import GatewayFunction
+    from gateway.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.stores.sqlite import SQLiteStore
     from tests.gateway_helpers import settings_for
 
@@ -193,9 +194,8 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     store = SQLiteStore(tmp / "gateway.db")
     create_tenant(store, "bench")
     key = issue_api_key(store, "bench", ["chat", "decide"]).secret
-    handler.set_runtime(GatewayRuntime.build(settings_for(backend_url)))
-    authorizer.set_authenticator(Authenticator(store))
-    server = make_server("127.0.0.1", 0)
+    function = InProcessFunction(GatewayFunction(build_runtime(settings_for(backend_url))))
+    server = make_server("127.0.0.1", 0, LocalApiGateway(function, authorizer=Authorizer(Authenticator(store))))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     gateway_url = f"http://127.0.0.1:{server.server_address[1]}"
 

@@ -111,9 +111,9 @@ def main() -> int:
     parser.add_argument("--quiet-requests", type=int, default=40, help="the quiet tenant's requests per two-tenant run")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from gateway import authorizer
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.authorizer import Authorizer
     from gateway.local import LocalApiGateway, ProcessFunctions, make_server
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
@@ -128,7 +128,7 @@ def main() -> int:
     store = SQLiteStore(tmp / "gateway.db")
     create_tenant(store, "bench")
     key = issue_api_key(store, "bench", ["decide"]).secret
-    authorizer.set_authenticator(Authenticator(store))
+    authorize = Authorizer(Authenticator(store))
     model = {"SM_LLAMA_CPP_MODEL_DIR": str(SMOLLM2_DIR)}
     rows = []
     for phase in ("steady", "first killed halfway"):
@@ -141,7 +141,7 @@ def main() -> int:
                 # every run starts from the same circuits; instances are warmed first.
                 settings = settings_for(endpoints=("first", "second"), urls={"first": first.url, "second": second.url})
                 functions = ProcessFunctions(max_instances=32, env={"GATEWAY_MODELS": settings.model_dump_json()})
-                server = make_server("127.0.0.1", 0, LocalApiGateway(functions))
+                server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=authorize))
                 threading.Thread(target=server.serve_forever, daemon=True).start()
                 url = f"http://127.0.0.1:{server.server_address[1]}"
                 functions.prewarm(level)
@@ -154,7 +154,7 @@ def main() -> int:
             rows.append({"phase": phase, **row})
             progress(f"  {row['throughput_rps']:.2f} req/s, p50 {row['p50_s']:.2f} s, fallback {row['fallback_share']:.0%}, "
                      f"errors {row['errors'] or 'none'}")
-    tenants = two_tenants(store, model, args.quiet_requests)
+    tenants = two_tenants(store, authorize, model, args.quiet_requests)
     REPORTS.mkdir(exist_ok=True)
     (REPORTS / "bench_load.json").write_text(json.dumps({"pool": rows, "two_tenants": tenants}, indent=2) + "\n")
     plot(rows, tenants, REPORTS / "bench_load.png")
@@ -186,9 +186,8 @@ def main() -> int:
 FLOOD_RATE_PER_S, FLOOD_BURST, FLOOD_CONCURRENCY = 0.05, 1, 16
 
 
-def two_tenants(store, model: dict, quiet_requests: int) -> list[dict]:
+def two_tenants(store, authorize, model: dict, quiet_requests: int) -> list[dict]:
     """The quiet tenant's latency alone, beside a throttled flood, beside an unthrottled one."""
-    from gateway import authorizer
     from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
     from gateway.local import LocalApiGateway, LocalUsagePlans, ProcessFunctions, make_server
     from tests.conftest import ScorerProcess
@@ -210,8 +209,8 @@ def two_tenants(store, model: dict, quiet_requests: int) -> list[dict]:
         for phase, flooding, throttled in phases:
             progress(f"two tenants: {phase}")
             functions = ProcessFunctions(max_instances=24, env={"GATEWAY_MODELS": settings.model_dump_json()})
-            plans = LocalUsagePlans(authorizer.tenant_limits) if throttled else None
-            server = make_server("127.0.0.1", 0, LocalApiGateway(functions, usage_plans=plans))
+            plans = LocalUsagePlans(authorize.limits) if throttled else None
+            server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=authorize, usage_plans=plans))
             threading.Thread(target=server.serve_forever, daemon=True).start()
             url = f"http://127.0.0.1:{server.server_address[1]}"
             functions.prewarm(FLOOD_CONCURRENCY + 1)

@@ -30,9 +30,9 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     from bench.workloads import many_options
-    from gateway import authorizer
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.authorizer import Authorizer
     from gateway.local import LocalApiGateway, ProcessFunctions, make_server
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
@@ -46,7 +46,7 @@ def main() -> int:
     store = SQLiteStore(tmp / "gateway.db")
     create_tenant(store, "bench")
     key = issue_api_key(store, "bench", ["decide"]).secret
-    authorizer.set_authenticator(Authenticator(store))
+    authorize = Authorizer(Authenticator(store))
     rows = []
     with ScorerProcess({"SM_LLAMA_CPP_MODEL_DIR": str(GEMMA_DIR), "SM_LLAMA_CPP_THREADS": "2"}) as scorer:
         scorer.wait("ready")
@@ -55,7 +55,7 @@ def main() -> int:
               f" ({ping['tokens_per_s']:.0f} tokens/s measured)", flush=True)
         settings = settings_for(scorer.url)
         functions = ProcessFunctions(max_instances=2, env={"GATEWAY_MODELS": settings.model_dump_json()})
-        server = make_server("127.0.0.1", 0, LocalApiGateway(functions))
+        server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=authorize))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         gateway = f"http://127.0.0.1:{server.server_address[1]}"
         functions.prewarm(1)

@@ -201,8 +201,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _verify_record(args: argparse.Namespace, store: Any) -> dict[str, Any]:
-    from gateway.auth.factory import build_record_keys
     from gateway.auth.tokens import file_key_ring
+    from gateway.composition import build_record_keys
     from gateway.decisions.records import state_matches
     from gateway.settings import AuthSettings
 
@@ -288,7 +288,7 @@ def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str,
 
 
 def _authenticator(args: argparse.Namespace) -> Any:
-    from gateway.auth.factory import build_authenticator
+    from gateway.composition import build_authenticator
     from gateway.settings import AuthSettings
 
     settings = AuthSettings.from_env()

@@ -36,36 +36,91 @@ import threading
 import time
 from typing import Any
 
+from gateway.auth.authenticate import Authenticator
+from gateway.auth.credentials import Principal
+from gateway.auth.store import TenantLimits
 from gateway.errors import Unauthenticated
 
 log = logging.getLogger("gateway.authorizer")
 CACHE_S = 60.0
 CACHE_ENTRIES = 1024
-_authenticator = None
-_cache: dict[str, tuple[float, Any]] = {}
-_cache_lock = threading.Lock()
+
+
+class Authorizer:
+    """The authorizer with one authenticator and its own result cache: tests and the local
+    runner build their own; Lambda gets the one `lambda_handler` builds from the environment."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self.authenticator = authenticator
+        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._cache_lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        from gateway.observability import configure_logging
+
+        configure_logging()
+        headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(k, str)}
+        authorization = headers.get("authorization")
+        try:
+            principal = self._authenticate(authorization if isinstance(authorization, str) else None)
+            usage_key = self.limits(principal.tenant_id).usage_key or os.environ.get(DEFAULT_USAGE_KEY)
+        except Unauthenticated as exc:
+            log.info("credential refused", extra={"reason": exc.message})
+            return _policy(event, "anonymous", {"tenant_id": "", "reason": exc.message},
+                           os.environ.get(REFUSED_USAGE_KEY))
+        except Exception:  # never an error: API Gateway would answer 500 to a caller who did nothing wrong
+            log.exception("the credential could not be checked; the function checks it again")
+            # Not the refused callers' bucket: an attacker keeping that one empty must not
+            # throttle good callers through a store hiccup.
+            return _policy(event, "anonymous", {"tenant_id": "", "reason": "credentials could not be checked",
+                                                "unverified": "1"}, os.environ.get(DEFAULT_USAGE_KEY))
+        return _policy(event, principal.tenant_id, principal_context(principal), usage_key)
+
+    def limits(self, tenant_id: str) -> TenantLimits:
+        """A tenant's limits, as the authorizer reads them (the local runner throttles by them)."""
+        return self.authenticator.limits(tenant_id)
+
+    def _authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            return self.authenticator.authenticate(authorization)
+        key = hashlib.sha256(authorization.encode("utf-8", "surrogatepass")).hexdigest()
+        now = time.time()
+        with self._cache_lock:
+            hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            return self.authenticator.still_valid(hit[1])  # revoked since it was cached: refused
+        principal = self.authenticator.authenticate(authorization)
+        until = now + CACHE_S if principal.expires_at is None else min(now + CACHE_S, principal.expires_at)
+        with self._cache_lock:
+            if len(self._cache) >= CACHE_ENTRIES:
+                self._cache.clear()  # bounded: a flood of distinct credentials cannot grow memory
+            self._cache[key] = (until, principal)
+        return principal
+
+
+_authorizer: Authorizer | None = None  # built on the first invocation, kept while the container is warm
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from gateway.observability import configure_logging
+    global _authorizer
+    if _authorizer is None:
+        try:
+            _authorizer = Authorizer(authenticator_from_env())
+        except Exception:  # a store that cannot be configured: refuse as unverified, never a 500
+            log.exception("the authorizer cannot be built")
+            return _policy(event, "anonymous", {"tenant_id": "", "reason": "credentials could not be checked",
+                                                "unverified": "1"}, os.environ.get(DEFAULT_USAGE_KEY))
+    return _authorizer(event, context)
 
-    configure_logging()
-    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(k, str)}
-    authorization = headers.get("authorization")
-    try:
-        authenticator = _warm_authenticator()
-        principal = _cached_authenticate(authenticator, authorization if isinstance(authorization, str) else None)
-        usage_key = _usage_key(authenticator, principal.tenant_id)
-    except Unauthenticated as exc:
-        log.info("credential refused", extra={"reason": exc.message})
-        return _policy(event, "anonymous", {"tenant_id": "", "reason": exc.message}, os.environ.get(REFUSED_USAGE_KEY))
-    except Exception:  # never an error: API Gateway would answer 500 to a caller who did nothing wrong
-        log.exception("the credential could not be checked; the function checks it again")
-        # Not the refused callers' bucket: an attacker keeping that one empty must not
-        # throttle good callers through a store hiccup.
-        return _policy(event, "anonymous", {"tenant_id": "", "reason": "credentials could not be checked",
-                                            "unverified": "1"}, os.environ.get(DEFAULT_USAGE_KEY))
-    return _policy(event, principal.tenant_id, principal_context(principal), usage_key)
+
+def authenticator_from_env() -> Authenticator:
+    from gateway.composition import build_authenticator
+    from gateway.settings import AuthSettings
+
+    authenticator = build_authenticator(AuthSettings.from_env())
+    if authenticator is None:
+        raise RuntimeError("no tenant store configured (GATEWAY_SQLITE_PATH or the DynamoDB tables)")
+    return authenticator
 
 
 REFUSED_USAGE_KEY = "GATEWAY_REFUSED_USAGE_KEY"
@@ -90,54 +145,6 @@ def principal_context(principal: Any) -> dict[str, str]:
     if principal.key_id:
         values["key_id"] = principal.key_id
     return values
-
-
-def _cached_authenticate(authenticator: Any, authorization: str | None) -> Any:
-    if not authorization:
-        return authenticator.authenticate(authorization)
-    key = hashlib.sha256(authorization.encode("utf-8", "surrogatepass")).hexdigest()
-    now = time.time()
-    with _cache_lock:
-        hit = _cache.get(key)
-    if hit is not None and hit[0] > now:
-        return authenticator.still_valid(hit[1])  # revoked since it was cached: refused
-    principal = authenticator.authenticate(authorization)
-    until = now + CACHE_S if principal.expires_at is None else min(now + CACHE_S, principal.expires_at)
-    with _cache_lock:
-        if len(_cache) >= CACHE_ENTRIES:
-            _cache.clear()  # bounded: a flood of distinct credentials cannot grow memory
-        _cache[key] = (until, principal)
-    return principal
-
-
-def _usage_key(authenticator: Any, tenant_id: str) -> str | None:
-    """The tenant's own usage plan key, else the shared default (read with the tenant's limits)."""
-    limits = authenticator.limits(tenant_id) if hasattr(authenticator, "limits") else None
-    return (limits.usage_key if limits is not None else None) or os.environ.get(DEFAULT_USAGE_KEY)
-
-
-def tenant_limits(tenant_id: str) -> Any:
-    """A tenant's limits, as the authorizer reads them (the local runner throttles by them)."""
-    return _warm_authenticator().limits(tenant_id)
-
-
-def set_authenticator(authenticator: Any) -> None:
-    global _authenticator
-    _authenticator = authenticator
-    with _cache_lock:
-        _cache.clear()
-
-
-def _warm_authenticator() -> Any:
-    if _authenticator is None:
-        from gateway.auth.factory import build_authenticator
-        from gateway.settings import AuthSettings
-
-        authenticator = build_authenticator(AuthSettings.from_env())
-        if authenticator is None:
-            raise RuntimeError("no tenant store configured (GATEWAY_SQLITE_PATH or the DynamoDB tables)")
-        set_authenticator(authenticator)
-    return _authenticator
 
 
 def _policy(event: dict[str, Any], principal_id: str, context: dict[str, str], usage_key: str | None) -> dict[str, Any]:

@@ -14,84 +14,94 @@ import binascii
 import logging
 import time
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
+from gateway.api.responses import proxy_error
 from gateway.caller import principal_of
 from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
 
+if TYPE_CHECKING:
+    from gateway.composition import GatewayRuntime
+
 log = logging.getLogger("gateway.handler")
 
-PUBLIC_PATHS = ("/health",)
-IAM_PREFIX = "/iam"  # the same routes for SigV4 callers (API Gateway's AWS_IAM authorization)
+
+class GatewayFunction:
+    """The function with one runtime: tests, the local runner and benchmarks build their
+    own; Lambda gets the one `lambda_handler` builds from the environment."""
+
+    def __init__(self, runtime: GatewayRuntime) -> None:
+        from gateway.app import build_app
+
+        self.runtime = runtime
+        self.app = build_app(runtime)
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        from gateway.observability import configure_logging
+
+        configure_logging()
+        started = time.perf_counter()
+        request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
+        path = event.get("path") or "/"
+        try:
+            refuse_credentials_in_query(event)
+            # Who calls, first: an anonymous request is refused before its body is even decoded.
+            principal = None if self.is_public(path) else self._principal(event)
+            prepared = prepare_event(event, self.runtime.settings.max_body_bytes)
+        except GatewayError as exc:
+            result = proxy_error(exc, path)
+        else:
+            self.app.append_context(request_id=request_id, principal=principal)
+            result = self.app.resolve(prepared, context)
+        _stamp_request_id(result, request_id, path)
+        status = int(result.get("statusCode", 500))
+        log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status,
+                                   "request_id": request_id,
+                                   "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
+        _count_request(status)
+        return result
+
+    def is_public(self, path: str) -> bool:
+        path = route_path(path)
+        return path in PUBLIC_PATHS or (self.runtime.settings.openapi and path == OPENAPI_PATH)
+
+    def _principal(self, event: dict[str, Any]) -> Any:
+        """The caller, or a GatewayError: a store that cannot be read is a 503, never an escaped exception."""
+        try:
+            return principal_of(event, self.runtime.authenticator, time.time())
+        except GatewayError:
+            raise
+        except Exception:
+            log.exception("the caller's credential could not be checked")
+            raise BackendUnavailable("credentials cannot be checked right now; retry shortly", retry_after=2) from None
 
 
-def route_path(path: str) -> str:
-    return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
-
-
-_app = None  # built on the first invocation, kept while the container is warm
-_runtime = None
+_function: GatewayFunction | None = None  # built on the first invocation, kept while the container is warm
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from gateway.observability import configure_logging, metrics, metrics_enabled
-
-    configure_logging()
-    app, runtime = _warm_app()
-    started = time.perf_counter()
-    request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
-    path = event.get("path") or "/"
-    try:
-        refuse_credentials_in_query(event)
-        # Who calls, first: an anonymous request is refused before its body is even decoded.
-        principal = None if route_path(path) in PUBLIC_PATHS else _principal(event, runtime)
-        prepared = prepare_event(event, runtime.settings.max_body_bytes)
-    except GatewayError as exc:
-        result = _plain_response(exc, path)
-    else:
-        app.append_context(request_id=request_id, principal=principal)
-        result = app.resolve(prepared, context)
-    _stamp_request_id(result, request_id, path)
-    status = int(result.get("statusCode", 500))
-    log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status, "request_id": request_id,
-                               "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
-    if metrics_enabled():
-        recorder = metrics()
-        recorder.add_metric(name="Requests", unit="Count", value=1)
-        if status >= 500:
-            recorder.add_metric(name="ServerErrors", unit="Count", value=1)
-        elif status >= 400:
-            recorder.add_metric(name="ClientErrors", unit="Count", value=1)
-        recorder.flush_metrics()
-    return result
-
-
-def _principal(event: dict[str, Any], runtime: Any) -> Any:
-    """The caller, or a GatewayError: a store that cannot be read is a 503, never an escaped exception."""
-    try:
-        return principal_of(event, runtime.authenticator, time.time())
-    except GatewayError:
-        raise
-    except Exception:
-        log.exception("the caller's credential could not be checked")
-        raise BackendUnavailable("credentials cannot be checked right now; retry shortly", retry_after=2) from None
-
-
-def set_runtime(runtime: Any) -> None:
-    """Install a runtime (tests, the local runner, benchmarks); otherwise it is read from the environment."""
-    global _app, _runtime
-    from gateway.app import build_app
-
-    _runtime, _app = runtime, build_app(runtime)
-
-
-def _warm_app() -> tuple[Any, Any]:
-    if _app is None:
-        from gateway.runtime import GatewayRuntime
+    global _function
+    if _function is None:
+        from gateway.composition import build_runtime
         from gateway.settings import GatewaySettings
 
-        set_runtime(GatewayRuntime.build(GatewaySettings.from_env()))
-    return _app, _runtime
+        _function = GatewayFunction(build_runtime(GatewaySettings.from_env()))
+    return _function(event, context)
+
+
+def _count_request(status: int) -> None:
+    from gateway.observability import metrics, metrics_enabled
+
+    if not metrics_enabled():
+        return
+    recorder = metrics()
+    recorder.add_metric(name="Requests", unit="Count", value=1)
+    if status >= 500:
+        recorder.add_metric(name="ServerErrors", unit="Count", value=1)
+    elif status >= 400:
+        recorder.add_metric(name="ClientErrors", unit="Count", value=1)
+    recorder.flush_metrics()
 
 
 _CREDENTIAL_PARAMS = {"api_key", "apikey", "api-key", "key", "token", "access_token", "auth", "authorization", "bearer"}
@@ -160,14 +170,6 @@ def inflate(data: bytes, encoding: str, limit: int) -> bytes:
             raise too_large
         return out
     raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
-
-
-def _plain_response(exc: GatewayError, path: str) -> dict[str, Any]:
-    from gateway.app import error_response
-
-    response = error_response(exc, path)
-    headers = {"Content-Type": response.content_type, **{k: str(v) for k, v in response.headers.items()}}
-    return {"statusCode": response.status_code, "headers": headers, "body": response.body, "isBase64Encoded": False}
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:

@@ -35,7 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gateway import authorizer, handler
+from gateway import authorizer as authorizers
+from gateway import handler
+from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS
 from gateway.auth.store import DEFAULT_LIMITS
 
 log = logging.getLogger("gateway.local")
@@ -75,16 +77,17 @@ class InProcessFunction:
     """The function as one warm instance in this process: like a Lambda instance, it serves
     one request at a time (Powertools keeps the current event on the resolver class, so
     two requests must never run through one process at once). For tests and tools that
-    install their own runtime with `handler.set_runtime`."""
+    build their own runtime; without one, the function Lambda would build from the environment."""
 
-    def __init__(self) -> None:
+    def __init__(self, function: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> None:
+        self.function = function or handler.lambda_handler
         self._lock = threading.Lock()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="function")
 
     def invoke(self, event: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             with self._lock:
-                return handler.lambda_handler(event, _LambdaContext())
+                return self.function(event, _LambdaContext())
 
         return self._threads.submit(run).result(timeout=timeout_s)
 
@@ -236,12 +239,14 @@ class LocalApiGateway:
     """The event translation, the authorizer step and the limits, independent of the HTTP server."""
 
     def __init__(self, function: InProcessFunction | ProcessFunctions | None = None, *,
+                 authorizer: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
                  usage_plans: LocalUsagePlans | None = None, iam_emulation: bool = True) -> None:
         self.function = function or InProcessFunction()
+        self.authorizer = authorizer or authorizers.lambda_handler
         self.usage_plans = usage_plans  # None: no per-tenant throttling (tests of what lies behind it)
         self.iam_emulation = iam_emulation
         # The authorizer is stateless and thread-safe: it runs in this process, in threads.
-        self.authorizers = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="authorizer")
+        self._authorizer_threads = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="authorizer")
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpReply:
         if len(body) > MAX_REQUEST_BYTES:
@@ -254,11 +259,11 @@ class LocalApiGateway:
                 return _shaped(403, "permission_error", "permission_denied", "insufficient_permissions",
                                "X-Local-Iam-Principal is honoured only from this machine (a loopback client and Host)")
             _as_sigv4_caller(event, iam_principal)
-        elif event["path"] not in handler.PUBLIC_PATHS:
+        elif event["path"] not in PUBLIC_PATHS and event["path"] != OPENAPI_PATH:
             if not _header(event, "authorization"):
                 return 401, [("Content-Type", "application/json")], json.dumps(UNAUTHORIZED_BODY).encode()
             try:
-                policy = self.authorizers.submit(authorizer.lambda_handler, _authorizer_event(event), None).result(
+                policy = self._authorizer_threads.submit(self.authorizer, _authorizer_event(event), None).result(
                     INTEGRATION_TIMEOUT_S
                 )
             except Exception:
@@ -471,9 +476,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DecisionGateway")
+    os.environ.setdefault("GATEWAY_OPENAPI", "1")  # the API reference at /v1/openapi, on this machine
     functions = ProcessFunctions(max_instances=args.instances)
-    usage_plans = None if args.no_throttling else LocalUsagePlans(lambda tenant: authorizer.tenant_limits(tenant))
-    server = make_server(args.host, args.port, LocalApiGateway(functions, usage_plans=usage_plans,
+    authorizer = authorizers.Authorizer(authorizers.authenticator_from_env())
+    usage_plans = None if args.no_throttling else LocalUsagePlans(authorizer.limits)
+    server = make_server(args.host, args.port, LocalApiGateway(functions, authorizer=authorizer, usage_plans=usage_plans,
                                                                iam_emulation=not args.no_iam_emulation))
     print(f"gateway listening on http://{args.host}:{args.port}", flush=True)
     try:

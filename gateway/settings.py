@@ -27,9 +27,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.backends.base import Endpoint
-from gateway.decisions.pools import PoolPolicy
-
 Service = Literal["decisions", "chat"]
 API_GATEWAY_TIMEOUT_S = 29.0
 # Lambda refuses a synchronous invocation whose request is larger than 6,291,456 bytes,
@@ -60,15 +57,6 @@ class EndpointSettings(_Settings):
     tier: int | None = Field(default=None, ge=0)
     weight: float = Field(default=1.0, gt=0, le=1000)
 
-    def endpoint(self, default_region: str | None) -> Endpoint:
-        return Endpoint(
-            name=self.name,
-            region=self.region or default_region,
-            endpoint_url=self.endpoint_url,
-            connect_timeout_s=self.connect_timeout_s,
-            read_timeout_s=self.read_timeout_s,
-        )
-
 
 class RoutingSettings(_Settings):
     deadline_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
@@ -77,9 +65,6 @@ class RoutingSettings(_Settings):
     backoff_max_s: float = Field(default=2.0, ge=0, le=10)
     failure_threshold: int = Field(default=3, ge=1, le=100)
     cooldown_s: float = Field(default=15.0, gt=0, le=600)
-
-    def policy(self) -> PoolPolicy:
-        return PoolPolicy(**self.model_dump())
 
 
 class ModelSettings(_Settings):
@@ -153,6 +138,9 @@ class GatewaySettings(_Settings):
     region: str | None = None
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0, le=MAX_BODY_BYTES)
     service_name: str = "decision-gateway"
+    # The OpenAPI document and Swagger UI at /openapi (GATEWAY_OPENAPI=1): on in the local
+    # runner, opt-in in AWS (it describes the API, and holds no data).
+    openapi: bool = False
 
     @model_validator(mode="after")
     def _names_unique(self) -> GatewaySettings:
@@ -189,6 +177,8 @@ class GatewaySettings(_Settings):
         values = dict(document)
         values.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
         values["auth"] = AuthSettings.from_env(env)
+        if env.get("GATEWAY_OPENAPI"):
+            values["openapi"] = env["GATEWAY_OPENAPI"]
         if env.get("GATEWAY_MAX_BODY_BYTES"):
             values["max_body_bytes"] = env["GATEWAY_MAX_BODY_BYTES"]
         try:

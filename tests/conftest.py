@@ -111,8 +111,8 @@ class LocalStack:
 
     ROLE = "arn:aws:iam::123456789012:role/DecisionClients"
 
-    def __init__(self, url: str, api_key: str, runtime, authenticator, store) -> None:
-        self.url, self.api_key, self.runtime, self.authenticator, self.store = url, api_key, runtime, authenticator, store
+    def __init__(self, url: str, api_key: str, function, authenticator, store) -> None:
+        self.url, self.api_key, self.function, self.authenticator, self.store = url, api_key, function, authenticator, store
 
     def mint(self, **body) -> str:
         """A token minted over HTTP by an (emulated) SigV4 caller of the stack's IAM role."""
@@ -123,15 +123,6 @@ class LocalStack:
         assert reply.status_code == 201, reply.text
         return reply.json()["token"]
 
-    def activate(self) -> LocalStack:
-        # The function's warm state is process-global (as in Lambda); other tests install
-        # their own, so each test of the stack puts its own back.
-        from gateway import authorizer, handler
-
-        handler.set_runtime(self.runtime)
-        authorizer.set_authenticator(self.authenticator)
-        return self
-
 
 @pytest.fixture(scope="session")
 def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
@@ -141,8 +132,10 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import file_key_ring, new_key_document
-    from gateway.local import make_server
-    from gateway.runtime import GatewayRuntime
+    from gateway.authorizer import Authorizer
+    from gateway.composition import build_runtime
+    from gateway.handler import GatewayFunction
+    from gateway.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.stores.sqlite import SQLiteStore
     from tests.gateway_helpers import settings_for
 
@@ -157,10 +150,12 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     (folder / "signing-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
     (folder / "record-keys.json").write_text(new_key_document())
-    runtime = GatewayRuntime.build(settings_for(scorer_url), authenticator=authenticator,
-                                   record_keys=file_key_ring(folder / "record-keys.json"))
-    stack = LocalStack("", key.secret, runtime, authenticator, store)
-    server = make_server("127.0.0.1", 0)
+    runtime = build_runtime(settings_for(scorer_url), authenticator=authenticator,
+                            record_keys=file_key_ring(folder / "record-keys.json"))
+    # The stack's own function and authorizer (in Lambda's terms: one warm instance of each).
+    stack = LocalStack("", key.secret, GatewayFunction(runtime), authenticator, store)
+    gateway = LocalApiGateway(InProcessFunction(stack.function), authorizer=Authorizer(authenticator))
+    server = make_server("127.0.0.1", 0, gateway)
     stack.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -171,7 +166,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
 
 @pytest.fixture
 def local_stack(_local_stack) -> LocalStack:
-    return _local_stack.activate()
+    return _local_stack
 
 
 class ScorerProcess:

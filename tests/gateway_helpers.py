@@ -6,10 +6,11 @@ import base64
 import json
 from typing import Any
 
-from gateway import handler
 from gateway.auth.tokens import CachedKeyRing, new_key_document
+from gateway.composition import build_runtime
+from gateway.handler import GatewayFunction
 from gateway.local import proxy_event
-from gateway.runtime import GatewayRuntime
+from gateway.services.runtime import GatewayRuntime
 from gateway.settings import GatewaySettings
 
 PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "k1"}
@@ -34,11 +35,31 @@ def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] 
 RECORD_KEYS = new_key_document()  # the records' state-hash keys of every test runtime
 
 
-def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None, **kwargs: Any) -> GatewayRuntime:
-    runtime = GatewayRuntime.build(settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator,
-                                   record_keys=CachedKeyRing(lambda: RECORD_KEYS))
-    handler.set_runtime(runtime)
+_function: GatewayFunction | None = None  # the function the test last built, which `call` invokes
+
+
+def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None,
+            settings: GatewaySettings | None = None, **kwargs: Any) -> GatewayRuntime:
+    """Build the test's own function (a fresh app and runtime) for `call`; returns its runtime."""
+    global _function
+    runtime = build_runtime(settings or settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator,
+                            record_keys=CachedKeyRing(lambda: RECORD_KEYS))
+    _function = GatewayFunction(runtime)
     return runtime
+
+
+def installed() -> GatewayRuntime:
+    """The runtime of the function `call` invokes."""
+    if _function is None:
+        raise RuntimeError("install() the test's gateway first")
+    return _function.runtime
+
+
+def call_installed(ev: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The function `install` built last, as a Lambda handler (for a local runner in a test)."""
+    if _function is None:
+        raise RuntimeError("install() the test's gateway first")
+    return _function(ev, context)
 
 
 def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
@@ -52,9 +73,10 @@ def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] |
     return ev
 
 
-def call(ev: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
-    """Invoke the handler; returns (status, lower-cased headers, parsed JSON body or text)."""
-    result = handler.lambda_handler(ev, None)
+def call(ev: dict[str, Any], function: GatewayFunction | None = None) -> tuple[int, dict[str, str], Any]:
+    """Invoke `function` (by default the one `install` built); returns (status, lower-cased
+    headers, parsed JSON body or text)."""
+    result = function(ev, None) if function is not None else call_installed(ev, None)
     headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     for name, values in (result.get("multiValueHeaders") or {}).items():
         headers[name.lower()] = values[-1]

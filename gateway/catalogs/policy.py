@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import replace
 
 from gateway.catalogs.model import Policy, Rule
 from gateway.decisions import scoring
+from gateway.decisions.model import Action, Outcome, Verdict
 
-Action = Literal["auto", "review", "abstain"]
 _EPSILON = 1e-12
 
 
@@ -33,14 +32,6 @@ def with_temperature(kind: str, probabilities: Sequence[float], temperature: flo
     weights = [math.exp(v - top) for v in logs]
     total = sum(weights)
     return tuple(w / total for w in weights)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    action: Action
-    top: float
-    margin: float
-    confidence: float
 
 
 def measures(kind: str, probabilities: Sequence[float]) -> tuple[float, float, float]:
@@ -62,3 +53,17 @@ def judge(kind: str, probabilities: Sequence[float], policy: Policy) -> Verdict:
 
     action: Action = "auto" if holds(policy.auto) else "review" if holds(policy.review) else "abstain"
     return Verdict(action, top, margin, confidence)
+
+
+def apply_catalogs(outcome: Outcome) -> Outcome:
+    """Each catalog question's temperature, then its policy's verdict, on the calibrated probabilities."""
+    answers = []
+    for answer in outcome.answers:
+        binding = answer.question.binding
+        if binding is None or answer.refused:
+            answers.append(answer)
+            continue
+        calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
+        verdict = judge(answer.question.kind, calibrated, binding.policy) if binding.policy is not None else None
+        answers.append(replace(answer, probabilities=calibrated, verdict=verdict))
+    return replace(outcome, answers=tuple(answers))

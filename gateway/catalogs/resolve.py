@@ -17,8 +17,9 @@ _READOUT_FIELDS = {"readout": "x_readout", "order_average": "x_order_average", "
 POLICY_OVERRIDE_SCOPE = "catalogs:write"
 
 
-def resolve(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool,
-            may_override_policy: bool = True) -> Decision:
+def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool,
+                      may_override_policy: bool = True) -> Decision:
+    """The decision with every catalog reference replaced by the question its entry holds."""
     questions: list[Question] = []
     declared: dict[str, set[Any]] = {}
     enforcing_entries: list[Any] = []

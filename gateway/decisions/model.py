@@ -18,6 +18,7 @@ from gateway.decisions import scoring
 # Text shown to the model: a string, or a JSON object or array rendered as canonical JSON.
 Text = str | dict[str, Any] | list[Any]
 Kind = Literal["noul", "choice", "score"]
+Action = Literal["auto", "review", "abstain"]
 
 MAX_QUESTIONS = 400
 MAX_CHOICES = 255
@@ -88,12 +89,22 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """What a catalog policy says to do with an answer, and the measures it judged."""
+
+    action: Action
+    top: float
+    margin: float
+    confidence: float
+
+
+@dataclass(frozen=True)
 class Answer:
     question: Question
     # noul: (P(true),); choice and score: one probability per option, in option order.
     probabilities: tuple[float, ...] = ()
     refused: bool = False  # the backend gave no usable answer to this question
-    verdict: Any = None  # gateway.catalogs.policy.Verdict when the question's entry has a policy
+    verdict: Verdict | None = None  # when the question's catalog entry has a policy (gateway.catalogs.policy)
 
 
 @dataclass(frozen=True)

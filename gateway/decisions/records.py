@@ -30,11 +30,10 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
-from gateway.catalogs.store import RecordStore
 from gateway.decisions import scoring
 from gateway.decisions.model import Answer, Decision, Outcome, Text, render_json, shown_choice
 from gateway.errors import RecordNotStored
@@ -43,6 +42,24 @@ log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90
 WRITE_ATTEMPTS = 3
 WRITE_BACKOFF_S = 0.05
+
+
+class RecordStore(Protocol):
+    def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
+                   expires_at: float) -> None: ...
+
+    def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
+        """The record body with its `outcome` (or None), only if it belongs to the tenant."""
+        ...
+
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+        """Attach (or replace) the outcome; False when the tenant has no such record."""
+        ...
+
+    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     limit: int = 100) -> list[dict[str, Any]]:
+        """Newest first."""
+        ...
 
 
 def tenant_key(master: bytes, tenant_id: str) -> bytes:

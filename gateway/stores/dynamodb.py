@@ -24,6 +24,7 @@ from typing import Any
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.stores import Stores
 
 _REVOKED = "REVOKED"
 
@@ -44,6 +45,11 @@ class DynamoDBStore:
 
             self._client = aws.client("dynamodb", hot_path=True)
         return self._client
+
+    def stores(self) -> Stores:
+        """Catalogs and records only where their table is configured."""
+        return Stores(tenants=self, catalogs=self if self.catalogs_table else None,
+                      records=self if self.records_table else None)
 
     def create_tables(self) -> None:
         """For tests and local tools; in AWS the template creates the tables."""

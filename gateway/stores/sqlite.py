@@ -16,6 +16,7 @@ from typing import Any
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.stores import Stores
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -92,6 +93,9 @@ class SQLiteStore:
         with self._connect() as db:
             db.executescript(_SCHEMA)
             _migrate(db)
+
+    def stores(self) -> Stores:
+        return Stores(tenants=self, catalogs=self, records=self)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.decisions.routing import ModelRoute
+from gateway.backends.routing import ModelRoute
 
 OWNER = "decision-gateway"
 

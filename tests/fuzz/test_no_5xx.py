@@ -21,9 +21,11 @@ from schemathesis import GenerationMode
 
 from gateway.app import build_app
 from gateway.auth.credentials import Principal
-from gateway.local import make_server
+from gateway.auth.store import DEFAULT_LIMITS
+from gateway.authorizer import Authorizer
+from gateway.local import InProcessFunction, LocalApiGateway, make_server
 from tests.fakes import UniformBackend
-from tests.gateway_helpers import call, event, install
+from tests.gateway_helpers import call, call_installed, event, install
 
 FUZZ_ROLE = "arn:aws:iam::123456789012:role/Fuzz"
 
@@ -41,10 +43,15 @@ class _AllowEveryone:
     def still_valid(self, principal):
         return principal
 
+    def limits(self, tenant_id):
+        return DEFAULT_LIMITS
+
+
+_authorize: list[Authorizer] = []  # the authorizer of the runtime last installed, which the fuzz server runs
+
 
 def _install_fuzz_runtime(tmp: Path) -> None:
     """The uniform fake behind a real authenticator, so token routes run for a SigV4 caller."""
-    from gateway import authorizer
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
@@ -57,19 +64,17 @@ def _install_fuzz_runtime(tmp: Path) -> None:
     key = issue_api_key(store, "fuzz", ["chat", "decide", "catalogs:read", "catalogs:write"])
     document = new_key_document()
     install(UniformBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
-    authorizer.set_authenticator(_AllowEveryone(key.key_id))
+    _authorize[:] = [Authorizer(_AllowEveryone(key.key_id))]
 
 
 @pytest.fixture(scope="module")
 def fuzz_url():
-    from gateway import authorizer
-
-    server = make_server("127.0.0.1", 0)
+    gateway = LocalApiGateway(InProcessFunction(call_installed), authorizer=lambda ev, ctx: _authorize[0](ev, ctx))
+    server = make_server("127.0.0.1", 0, gateway)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-    authorizer.set_authenticator(None)
 
 
 def _operations():
@@ -207,7 +212,6 @@ tokens = st.one_of(
 @given(token=tokens, scheme=st.sampled_from(["Bearer ", "bearer ", "Basic ", "", "Bearer  "]))
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_the_authorizer_refuses_malformed_credentials_and_never_raises(tmp_path_factory, token, scheme):
-    from gateway import authorizer
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant
     from gateway.auth.tokens import CachedKeyRing, new_key_document
@@ -216,10 +220,6 @@ def test_the_authorizer_refuses_malformed_credentials_and_never_raises(tmp_path_
     store = SQLiteStore(tmp_path_factory.mktemp("authz") / "g.db")
     create_tenant(store, "fuzz")
     document = new_key_document()
-    authorizer.set_authenticator(Authenticator(store, CachedKeyRing(lambda: document)))
-    try:
-        policy = authorizer.lambda_handler({"methodArn": "arn:aws:execute-api:r:1:a/s/POST/v1/systemone",
-                                            "headers": {"Authorization": scheme + token}}, None)
-    finally:
-        authorizer.set_authenticator(None)
+    policy = Authorizer(Authenticator(store, CachedKeyRing(lambda: document)))(
+        {"methodArn": "arn:aws:execute-api:r:1:a/s/POST/v1/systemone", "headers": {"Authorization": scheme + token}}, None)
     assert policy["context"]["tenant_id"] == "" and "unverified" not in policy["context"]

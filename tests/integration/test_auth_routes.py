@@ -11,13 +11,14 @@ import time
 import httpx
 import pytest
 
-from gateway import authorizer
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, mint, new_key_document
-from gateway.local import make_server
-from gateway.runtime import GatewayRuntime
+from gateway.authorizer import Authorizer
+from gateway.composition import build_runtime
+from gateway.handler import GatewayFunction
+from gateway.local import InProcessFunction, LocalApiGateway, make_server
 from gateway.stores.sqlite import SQLiteStore
 from tests.conftest import CANARY_KEY
 from tests.fakes import UniformBackend
@@ -59,12 +60,11 @@ class Stack:
         self.expired_token, _ = mint(ring, "acme", ("chat", "decide"), None, 3600, time.time() - 7200)
         self.revoked_token, claims = mint(ring, "acme", ("chat", "decide"), None, 600, time.time())
         store.revoke_token(claims.token_id, "acme", claims.expires_at)
-        self.runtime = GatewayRuntime.build(settings_for(), UniformBackend(), authenticator=self.auth)
-        from gateway import handler
-
-        handler.set_runtime(self.runtime)
-        authorizer.set_authenticator(self.auth)
-        self.server = make_server("127.0.0.1", 0)
+        self.runtime = build_runtime(settings_for(), UniformBackend(), authenticator=self.auth)
+        self.authorizer = Authorizer(self.auth)
+        gateway = LocalApiGateway(InProcessFunction(GatewayFunction(self.runtime)),
+                                  authorizer=lambda event, context: self.authorizer(event, context))
+        self.server = make_server("127.0.0.1", 0, gateway)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         time.sleep(1.05)  # let the 1-second key expire
@@ -85,15 +85,11 @@ def stack(tmp_path_factory):
     yield stack
     stack.server.shutdown()
     stack.server.server_close()
-    authorizer.set_authenticator(None)
 
 
 @pytest.fixture(autouse=True)
-def active(stack):
-    from gateway import handler
-
-    handler.set_runtime(stack.runtime)
-    authorizer.set_authenticator(stack.auth)
+def fresh_authorizer(stack):
+    stack.authorizer = Authorizer(stack.auth)  # each test starts with an empty authorizer cache
 
 
 def error_kind(reply: httpx.Response) -> str:
@@ -152,7 +148,7 @@ def test_a_token_can_be_revoked_by_its_tenant_only(stack):
     assert foreign.status_code == 403
     assert stack.call("POST", "/v1/tokens/revoke", token, body={"token": token}).status_code == 403  # a bearer without admin
     assert stack.call("POST", "/v1/tokens/revoke", iam=ROLE, body={"token": token}).status_code == 200
-    authorizer.set_authenticator(stack.auth)  # a new authorizer instance (its cache is per instance)
+    stack.authorizer = Authorizer(stack.auth)  # a new authorizer instance (its cache is per instance)
     assert stack.call("GET", "/v1/models", token).status_code == 401
 
 

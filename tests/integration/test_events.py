@@ -45,7 +45,7 @@ def test_event(local_stack, name):
     context = event["requestContext"].get("authorizer") or {}
     if context.get("tenant_id"):  # the function checks the key is live: the events' key id must exist
         register_credentials(local_stack.store, context)
-    status, headers, body = call(event)
+    status, headers, body = call(event, local_stack.function)
     expected = EXPECTED[name]
     assert status in (expected if isinstance(expected, tuple) else (expected,)), body
     assert headers["x-request-id"] == event["requestContext"]["requestId"]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gateway import authorizer
 from gateway.auth.credentials import Principal
+from gateway.auth.store import DEFAULT_LIMITS
 from gateway.errors import Unauthenticated
 
 METHOD_ARN = "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/POST/v1/systemone"
@@ -24,11 +23,8 @@ class Counting:
     def still_valid(self, principal):
         return principal
 
-
-@pytest.fixture(autouse=True)
-def reset():
-    yield
-    authorizer.set_authenticator(None)
+    def limits(self, tenant_id):
+        return DEFAULT_LIMITS
 
 
 def event(credential: str) -> dict:
@@ -36,8 +32,8 @@ def event(credential: str) -> dict:
 
 
 def test_a_good_credential_gets_a_stage_wide_allow_and_its_principal():
-    authorizer.set_authenticator(Counting(Principal("acme", frozenset({"decide"}), frozenset({"m"}), "k1", 2e9)))
-    policy = authorizer.lambda_handler(event("dgk_x"), None)
+    authorize = authorizer.Authorizer(Counting(Principal("acme", frozenset({"decide"}), frozenset({"m"}), "k1", 2e9)))
+    policy = authorize(event("dgk_x"), None)
     statement = policy["policyDocument"]["Statement"][0]
     assert statement["Effect"] == "Allow" and statement["Resource"] == "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*"
     assert policy["context"] == {"tenant_id": "acme", "scopes": "decide", "models": '["m"]', "credential_id": "k1",
@@ -46,8 +42,7 @@ def test_a_good_credential_gets_a_stage_wide_allow_and_its_principal():
 
 
 def test_a_bad_credential_is_passed_on_as_a_reason_for_a_shaped_401():
-    authorizer.set_authenticator(Counting(None))
-    policy = authorizer.lambda_handler(event("dgk_bad"), None)
+    policy = authorizer.Authorizer(Counting(None))(event("dgk_bad"), None)
     assert policy["principalId"] == "anonymous" and policy["context"] == {"tenant_id": "", "reason": "invalid credentials"}
 
 
@@ -55,18 +50,18 @@ def test_the_cache_is_keyed_by_a_hash_and_never_outlives_the_credential(monkeypa
     clock = [1000.0]
     monkeypatch.setattr(authorizer.time, "time", lambda: clock[0])
     soon = Counting(Principal("acme", frozenset(), None, "t1", expires_at=1010.0))
-    authorizer.set_authenticator(soon)
+    authorize = authorizer.Authorizer(soon)
     for _ in range(3):
-        authorizer.lambda_handler(event("dgt_abc"), None)
+        authorize(event("dgt_abc"), None)
     assert soon.calls == 1
-    assert all("dgt_abc" not in key for key in authorizer._cache)
+    assert all("dgt_abc" not in key for key in authorize._cache)
     clock[0] = 1010.0  # the token's own expiry, before the 60 s cache would end
-    authorizer.lambda_handler(event("dgt_abc"), None)
+    authorize(event("dgt_abc"), None)
     assert soon.calls == 2
     clock[0] = 1000.0 + authorizer.CACHE_S + 1
     lasting = Counting(Principal("acme", frozenset(), None, "k1"))
-    authorizer.set_authenticator(lasting)
-    authorizer.lambda_handler(event("dgk_long"), None)
+    authorize = authorizer.Authorizer(lasting)
+    authorize(event("dgk_long"), None)
     clock[0] += authorizer.CACHE_S
-    authorizer.lambda_handler(event("dgk_long"), None)
+    authorize(event("dgk_long"), None)
     assert lasting.calls == 2

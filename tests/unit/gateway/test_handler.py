@@ -8,7 +8,6 @@ import json
 import pytest
 import zstandard
 
-from gateway import handler
 from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected
 from tests.fakes import FailingBackend, UniformBackend
 from tests.gateway_helpers import PRINCIPAL, call, event, install
@@ -284,13 +283,12 @@ def test_a_request_inside_the_budget_is_sent(backend):
 
 def test_the_budget_is_a_setting_of_each_model():
     # Given a model configured with a small budget, a request the default accepts is refused.
-    from gateway.runtime import GatewayRuntime
     from tests.gateway_helpers import settings_for
 
     backend = UniformBackend()
     settings = settings_for()
     small = settings.models[0].model_copy(update={"max_request_tokens": 256})
-    handler.set_runtime(GatewayRuntime.build(settings.model_copy(update={"models": (small, *settings.models[1:])}), backend))
+    install(backend, settings=settings.model_copy(update={"models": (small, *settings.models[1:])}))
     body = _largest_valid_system_one()
     body["questions"] = {"q0": body["questions"]["q0"]}
     status, _, reply = call(event("POST", "/v1/systemone", body))

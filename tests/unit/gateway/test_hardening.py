@@ -17,7 +17,7 @@ from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.store import VersionTaken
 from gateway.stores.sqlite import SQLiteStore
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, register_credentials
+from tests.gateway_helpers import call, event, install, installed, register_credentials
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide chat catalogs:read catalogs:write admin",
         "models": "*", "credential_id": "k-acme"}
@@ -99,7 +99,7 @@ def test_a_decision_is_answered_only_once_its_record_is_stored(tmp_path, failure
     create_tenant(store, "acme")
     document = new_key_document()
     runtime = install(FixedBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
-    runtime.recorder.sleep = lambda s: None
+    runtime.decide.recorder.sleep = lambda s: None
     register_credentials(store, ACME)
     got, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
     assert got == status and store.attempts == min(failures + 1, 3)
@@ -217,12 +217,10 @@ def test_a_store_that_fails_while_checking_the_caller_is_a_shaped_503(backend, s
 
 
 def test_a_record_key_that_cannot_be_read_is_a_503_not_an_answer(backend, store):
-    from gateway import handler
-
     class Broken:
         def current(self):
             raise OSError("secrets manager is unavailable")
 
-    handler._runtime.recorder.hash_keys = Broken()
+    installed().decide.recorder.hash_keys = Broken()
     status, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
     assert status == 503 and headers["retry-after"] and "not answered" in body["detail"]["message"]

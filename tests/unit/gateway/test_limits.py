@@ -105,7 +105,7 @@ class _Authorizing:
 
 
 def test_the_local_runner_answers_429_with_retry_after_in_both_shapes_before_the_function():
-    authorizer.set_authenticator(_Authorizing())
+    authorize = authorizer.Authorizer(_Authorizing())
     invoked = []
 
     class Function:
@@ -113,18 +113,15 @@ def test_the_local_runner_answers_429_with_retry_after_in_both_shapes_before_the
             invoked.append(event["requestContext"]["authorizer"]["tenant_id"])
             return {"statusCode": 200, "headers": {}, "body": "{}"}
 
-    try:
-        gateway = LocalApiGateway(Function(), usage_plans=LocalUsagePlans(authorizer.tenant_limits))
-        replies = [gateway.handle("GET", "/v1/models", [("Authorization", "Bearer flood")], b"", "127.0.0.1") for _ in range(3)]
-        _, headers, body = replies[-1]
-        assert [r[0] for r in replies] == [200, 200, 429]
-        assert dict(headers)["Retry-After"] == "1"
-        parsed = json.loads(body)
-        assert parsed["error"]["code"] == "rate_limit_exceeded" and parsed["detail"]["error_type"] == "rate_limit_error"
-        assert gateway.handle("GET", "/v1/models", [("Authorization", "Bearer quiet")], b"", "127.0.0.1")[0] == 200
-        assert invoked == ["flood", "flood", "quiet"]
-    finally:
-        authorizer.set_authenticator(None)
+    gateway = LocalApiGateway(Function(), authorizer=authorize, usage_plans=LocalUsagePlans(authorize.limits))
+    replies = [gateway.handle("GET", "/v1/models", [("Authorization", "Bearer flood")], b"", "127.0.0.1") for _ in range(3)]
+    _, headers, body = replies[-1]
+    assert [r[0] for r in replies] == [200, 200, 429]
+    assert dict(headers)["Retry-After"] == "1"
+    parsed = json.loads(body)
+    assert parsed["error"]["code"] == "rate_limit_exceeded" and parsed["detail"]["error_type"] == "rate_limit_error"
+    assert gateway.handle("GET", "/v1/models", [("Authorization", "Bearer quiet")], b"", "127.0.0.1")[0] == 200
+    assert invoked == ["flood", "flood", "quiet"]
 
 
 def test_the_authorizer_names_the_tenants_usage_key_and_refused_callers_get_theirs(monkeypatch):
@@ -134,19 +131,17 @@ def test_the_authorizer_names_the_tenants_usage_key_and_refused_callers_get_thei
 
     monkeypatch.setenv("GATEWAY_DEFAULT_USAGE_KEY", "shared-default-key-0000000000")
     monkeypatch.setenv("GATEWAY_REFUSED_USAGE_KEY", "shared-refused-key-0000000000")
-    authorizer.set_authenticator(WithKey())
-    try:
-        def policy(header):
-            return authorizer.lambda_handler({"methodArn": "arn:aws:execute-api:r:1:a/s/GET/v1/models",
-                                              "headers": {"Authorization": header} if header else {}}, None)
+    authorize = authorizer.Authorizer(WithKey())
 
-        assert policy("Bearer acme")["usageIdentifierKey"] == "acme-usage-key-000000000000"
-        assert policy("Bearer globex")["usageIdentifierKey"] == "shared-default-key-0000000000"
-        assert policy(None)["usageIdentifierKey"] == "shared-refused-key-0000000000"
-        # A store hiccup is not the caller's fault: not the bucket anyone can empty with garbage.
-        assert policy("Bearer store-down")["usageIdentifierKey"] == "shared-default-key-0000000000"
-    finally:
-        authorizer.set_authenticator(None)
+    def policy(header):
+        return authorize({"methodArn": "arn:aws:execute-api:r:1:a/s/GET/v1/models",
+                          "headers": {"Authorization": header} if header else {}}, None)
+
+    assert policy("Bearer acme")["usageIdentifierKey"] == "acme-usage-key-000000000000"
+    assert policy("Bearer globex")["usageIdentifierKey"] == "shared-default-key-0000000000"
+    assert policy(None)["usageIdentifierKey"] == "shared-refused-key-0000000000"
+    # A store hiccup is not the caller's fault: not the bucket anyone can empty with garbage.
+    assert policy("Bearer store-down")["usageIdentifierKey"] == "shared-default-key-0000000000"
 
 
 @pytest.mark.parametrize(("source", "host", "status"), [

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
-from gateway.decisions.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
+from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited
 
 OK = b'{"ok": true}'

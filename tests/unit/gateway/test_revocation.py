@@ -60,10 +60,9 @@ def stack(tmp_path, monkeypatch):
     ring = CachedKeyRing(lambda: document)
     auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store, check_s=CHECK_S, clock=clock))
     install(UniformBackend(), authenticator=auth)
-    authorizer.set_authenticator(auth)
+    monkeypatch.setattr(authorizer, "_authorizer", authorizer.Authorizer(auth))  # what lambda_handler runs
     monkeypatch.setattr(authorizer.time, "time", clock)  # the authorizer's own cache runs on the same clock
-    yield auth, store, clock
-    authorizer.set_authenticator(None)
+    return auth, store, clock
 
 
 def authorize(credential: str) -> dict:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gateway.composition import pool_policy
 from gateway.settings import GatewaySettings, SettingsError
 
 MODELS = {"models": [{"name": "decision-default", "aliases": ["jev-latest"], "endpoints": [{"name": "dg-gpu"}, {"name": "dg-cpu"}]}]}
@@ -61,6 +62,6 @@ def test_routing_policy_defaults_overrides_and_limits():
         "models": [{**MODELS["models"][0], "routing": {"extra_attempts": 0}}],
         "routing": {"deadline_s": 12, "cooldown_s": 30},
     })})
-    assert settings.routing.policy().deadline_s == 12 and settings.models[0].routing.policy().extra_attempts == 0
+    assert pool_policy(settings.routing).deadline_s == 12 and pool_policy(settings.models[0].routing).extra_attempts == 0
     with pytest.raises(SettingsError, match="deadline_s"):
         GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps({**MODELS, "routing": {"deadline_s": 29}})})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.decisions.pools import EndpointPool
+from gateway.backends.pools import EndpointPool
 from gateway.errors import NotFound
 
 
@@ -28,7 +28,7 @@ class ModelRegistry:
             for name in (route.name, *route.aliases):
                 self._by_name[name] = route
 
-    def resolve(self, name: str, service: str) -> ModelRoute:
+    def route_for(self, name: str, service: str) -> ModelRoute:
         route = self._by_name.get(name)
         if route is None or service not in route.serves:
             what = "decision" if service == "decisions" else "chat"

@@ -1,0 +1,55 @@
+"""A tenant's catalog entries: named, versioned questions with their policy and calibration."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+
+from gateway.api.context import caller
+from gateway.api.responses import json_response
+from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
+from gateway.catalogs.service import CatalogService
+from gateway.errors import NotFound
+
+Name = Annotated[str, Path(pattern=NAME_PATTERN)]
+
+
+def router(service: CatalogService | None) -> Router:
+    routes = Router()
+
+    def catalogs() -> CatalogService:
+        if service is None:
+            raise NotFound("catalogs are not configured on this gateway")
+        return service
+
+    @routes.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions)", tags=["Catalogs"])
+    def list_catalogs():
+        principal = caller(routes, "catalogs:read")
+        return json_response(200, {"catalogs": [v.as_dict() for v in catalogs().list(principal.tenant_id)]})
+
+    @routes.get("/v1/catalogs/<name>", summary="A catalog entry, latest version", tags=["Catalogs"])
+    def get_catalog(name: Name):
+        tenant_id = caller(routes, "catalogs:read").tenant_id
+        return json_response(200, catalogs().get(tenant_id, name).as_dict())
+
+    @routes.put("/v1/catalogs/<name>", summary="Write a catalog entry: a new version when its content changed",
+                tags=["Catalogs"])
+    def put_catalog(name: Name, content: Annotated[CatalogContent, Body(embed=False)]):
+        tenant_id = caller(routes, "catalogs:write").tenant_id
+        version, created = catalogs().put(tenant_id, name, content)
+        return json_response(201 if created else 200, {**version.as_dict(), "created": created})
+
+    @routes.get("/v1/catalogs/<name>/versions", summary="Every version of a catalog entry", tags=["Catalogs"])
+    def list_versions(name: Name):
+        tenant_id = caller(routes, "catalogs:read").tenant_id
+        found = catalogs().versions(tenant_id, name)
+        return json_response(200, {"versions": [v.as_dict() for v in found]})
+
+    @routes.get("/v1/catalogs/<name>/versions/<version>", summary="One version of a catalog entry", tags=["Catalogs"])
+    def get_version(name: Name, version: Annotated[int, Path(ge=1, le=MAX_VERSION)]):
+        tenant_id = caller(routes, "catalogs:read").tenant_id
+        return json_response(200, catalogs().get(tenant_id, name, version).as_dict())
+
+    return routes

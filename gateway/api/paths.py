@@ -1,0 +1,26 @@
+"""Which API a path belongs to, as the handler (before routing) and the routes both read it."""
+
+from __future__ import annotations
+
+from gateway.wire.errors import Flavor
+
+PUBLIC_PATHS = ("/health",)
+OPENAPI_PATH = "/v1/openapi"  # the OpenAPI document (?format=json) and Swagger UI, where enabled: it holds no data
+IAM_PREFIX = "/iam"  # the same routes for SigV4 callers (API Gateway's AWS_IAM authorization)
+SYSTEM_ONE_PATHS = ("/v1/systemone",)
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
+
+
+
+def route_path(path: str) -> str:
+    return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
+
+
+def flavor_of(path: str) -> Flavor | None:
+    """The error shape of a path: System One, OpenAI, or None for both (models, unknown paths)."""
+    path = route_path(path)
+    if path in SYSTEM_ONE_PATHS or path in PUBLIC_PATHS:
+        return "systemone"
+    if path in OPENAI_PATHS:
+        return "openai"
+    return None

@@ -1,0 +1,114 @@
+"""The scorer's protocol, System One, as the gateway speaks it: a `Decision` rendered as
+the scorer's request body, and the scorer's answer read back into the domain.
+
+Question ids are the internal ids and option keys the internal keys, so answers are read
+back by key whatever wire format the caller used. An answer that does not fit its
+question (a missing or malformed probability) becomes a refused answer, never an error
+for the caller; a body that is not the expected shape at all is `BackendFailed` (502).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+from gateway.backends.pools import Invocation
+from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
+from gateway.decisions.scoring import normalise
+from gateway.errors import BackendFailed
+
+log = logging.getLogger("gateway.backends.scorer")
+
+
+def backend_request(decision: Decision, model: str) -> dict[str, Any]:
+    """The System One body the scorer receives (`model`: the route's own name, never an alias)."""
+    return {
+        "model": model,
+        "state": decision.state,
+        "questions": {q.id: _backend_question(q) for q in decision.questions},  # type: ignore[arg-type]
+        **decision.engine_options,
+    }
+
+
+def _backend_question(question: Question) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": question.kind}
+    if question.instructions is not None:
+        body["instructions"] = question.instructions
+    if question.kind == "noul":
+        if question.options:
+            body["criteria"] = {o.key: o.description for o in question.options}
+    elif question.kind == "choice":
+        body["criteria"] = {o.key: o.description for o in question.options}
+    else:
+        body["criteria"] = [o.description for o in question.options]
+    return body
+
+
+def read_outcome(decision: Decision, invocation: Invocation) -> Outcome:
+    endpoint = invocation.endpoint
+    body = json_object(invocation.body)
+    answers = body.get("answers")
+    if not isinstance(answers, dict) or not isinstance(body.get("model"), str):
+        raise BackendFailed("the model endpoint answered in an unexpected shape")
+    read = []
+    for question in decision.questions:
+        probabilities = _probabilities(question, answers.get(question.id))
+        if probabilities is None:
+            log.warning("unusable answer from the endpoint", extra={"endpoint": endpoint, "question_kind": question.kind})
+            read.append(Answer(question, refused=True))
+        else:
+            read.append(Answer(question, probabilities))
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return Outcome(
+        model=body["model"],
+        answers=tuple(read),
+        usage=Usage(
+            input_tokens=_count(usage.get("input_tokens")),
+            output_tokens=_count(usage.get("output_tokens")),
+            cached_tokens=_count(usage.get("x_cached_tokens")),
+        ),
+        endpoint=endpoint,
+        attempts=invocation.attempts,
+        extensions={k: v for k, v in body.items() if k.startswith("x_")},
+    )
+
+
+def _probabilities(question: Question, answer: Any) -> tuple[float, ...] | None:
+    if not isinstance(answer, dict) or answer.get("type") != question.kind:
+        return None
+    if question.kind == "noul":
+        p = answer.get("noul")
+        return (float(p),) if _is_probability(p) else None
+    table = answer.get("probabilities")
+    if not isinstance(table, dict):
+        return None
+    keys = [o.key for o in question.options] if question.kind == "choice" else [str(i) for i in range(len(question.options))]
+    values = [table.get(key) for key in keys]
+    if not all(_is_probability(v) for v in values) or sum(values) <= 0:
+        return None
+    return normalise([float(v) for v in values])
+
+
+def _is_probability(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+
+
+def _count(value: Any) -> int:
+    is_count = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return int(value) if is_count else 0
+
+
+def json_bytes(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise BackendFailed("the model endpoint answered something that is not JSON") from None
+    if not isinstance(body, dict):
+        raise BackendFailed("the model endpoint answered in an unexpected shape")
+    return body

@@ -1,0 +1,108 @@
+"""The composition root: every adapter and service of a deployment is chosen and wired
+here, once, from settings, for the gateway function (`build_runtime`), the authorizer
+and the admin CLI (`build_stores`, `build_authenticator`, `build_record_keys`).
+
+Nothing is built at import: a warm container builds its runtime on the first request.
+"""
+
+from __future__ import annotations
+
+from gateway.auth.authenticate import Authenticator
+from gateway.auth.revocation import RevocationCheck
+from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
+from gateway.backends.base import Endpoint, InferenceBackend
+from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
+from gateway.backends.routing import ModelRegistry, ModelRoute
+from gateway.catalogs.service import CatalogService
+from gateway.decisions.records import DecisionRecorder
+from gateway.observability import counters
+from gateway.services.decide import DecideService
+from gateway.services.records import RecordsService
+from gateway.services.runtime import GatewayRuntime
+from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
+from gateway.stores import Stores
+
+
+def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
+                  authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> GatewayRuntime:
+    """The function's services; the stores are the authenticator's when one is given, else the configured ones."""
+    if backend is None:
+        from gateway.backends.sagemaker import SageMakerInvoker
+
+        backend = SageMakerInvoker()
+    stores = authenticator.store.stores() if authenticator is not None else build_stores(settings.auth)
+    if authenticator is None and stores is not None:
+        authenticator = build_authenticator(settings.auth, stores)
+    catalogs = CatalogService(stores.catalogs) if stores is not None and stores.catalogs is not None else None
+    records = stores.records if stores is not None else None
+    recorder = DecisionRecorder(records, record_keys or build_record_keys(settings.auth),
+                                settings.auth.record_retention_days, on_failure=_count_record_failure)
+    registry = build_registry(settings)
+    # One tenant cache for the authorizer's checks and the routes' policy.
+    tenants = authenticator.tenants if authenticator is not None else None
+    return GatewayRuntime(
+        settings=settings, registry=registry,
+        decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants),
+        records=RecordsService(records, stores.catalogs if stores is not None else None),
+        catalogs=catalogs, authenticator=authenticator)
+
+
+def pool_policy(routing: RoutingSettings) -> PoolPolicy:
+    return PoolPolicy(**routing.model_dump())
+
+
+def endpoint(settings: EndpointSettings, default_region: str | None) -> Endpoint:
+    return Endpoint(name=settings.name, region=settings.region or default_region, endpoint_url=settings.endpoint_url,
+                    connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s)
+
+
+def build_registry(settings: GatewaySettings) -> ModelRegistry:
+    # One set of circuits for every pool: an endpoint serving two models is one endpoint.
+    circuits = Circuits(pool_policy(settings.routing))
+    routes = []
+    for m in settings.models:
+        members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=i if e.tier is None else e.tier, weight=e.weight)
+                        for i, e in enumerate(m.endpoints))
+        pool = EndpointPool(members, pool_policy(m.routing or settings.routing), circuits)
+        routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date, pool,
+                                 m.max_request_tokens))
+    return ModelRegistry(routes)
+
+
+def build_stores(settings: AuthSettings) -> Stores | None:
+    if settings.sqlite_path:
+        from gateway.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(settings.sqlite_path).stores()
+    if settings.tenants_table and settings.keys_table:
+        from gateway.stores.dynamodb import DynamoDBStore
+
+        return DynamoDBStore(settings.tenants_table, settings.keys_table, catalogs_table=settings.catalogs_table,
+                             records_table=settings.records_table).stores()
+    return None
+
+
+def build_authenticator(settings: AuthSettings, stores: Stores | None = None) -> Authenticator | None:
+    stores = stores or build_stores(settings)
+    if stores is None:
+        return None
+    keys = None
+    if settings.signing_secret_id:
+        keys = secrets_manager_key_ring(settings.signing_secret_id)
+    elif settings.signing_keys_file:
+        keys = file_key_ring(settings.signing_keys_file)
+    return Authenticator(stores.tenants, keys, revocations=RevocationCheck(stores.tenants,
+                                                                           check_s=settings.revocation_check_s))
+
+
+def build_record_keys(settings: AuthSettings) -> KeyRing | None:
+    """The records' state-hash keys (never the signing keys: those rotate out in a day)."""
+    if settings.record_key_secret_id:
+        return secrets_manager_key_ring(settings.record_key_secret_id)
+    if settings.record_keys_file:
+        return file_key_ring(settings.record_keys_file)
+    return None
+
+
+def _count_record_failure() -> None:
+    counters().count("RecordWriteFailed")

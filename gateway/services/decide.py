@@ -1,0 +1,90 @@
+"""The decide use case: one decision, from a caller's request to its stored record.
+
+In order: the model must be one the credential may use; the tenant's policy
+(catalog-only, limits) is read; catalog references are resolved into questions; the
+request must fit the model's budget; the model's endpoint pool is asked, in System One
+(`gateway.backends.scorer`); catalog questions are calibrated and judged by their
+policy; the record is written, and the decision is answered only once it is stored.
+Chat completions take the same first steps, without catalogs or a record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.auth.credentials import Principal
+from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
+from gateway.auth.tenant_cache import TenantCache
+from gateway.backends.base import InferenceBackend
+from gateway.backends.pools import Invocation, MetricsSink
+from gateway.backends.routing import ModelRegistry
+from gateway.backends.scorer import backend_request, json_bytes, json_object, read_outcome
+from gateway.catalogs.policy import apply_catalogs
+from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
+from gateway.catalogs.service import CatalogService
+from gateway.decisions.budget import check_budget, check_chat_budget
+from gateway.decisions.model import Decision, Outcome
+from gateway.decisions.records import DecisionRecorder
+from gateway.errors import BackendFailed, NotFound
+
+
+def require_model(principal: Principal, model: str) -> None:
+    """A model outside the credential's list does not exist for it (404, never 403: no oracle)."""
+    if not principal.may_use(model):
+        raise NotFound(f"the model {model!r} does not exist; GET /v1/models lists the available models")
+
+
+class DecideService:
+    def __init__(self, registry: ModelRegistry, backend: InferenceBackend, recorder: DecisionRecorder, *,
+                 catalogs: CatalogService | None = None, tenants: TenantCache | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.registry = registry
+        self.backend = backend
+        self.recorder = recorder
+        self.catalogs = catalogs
+        self.tenants = tenants
+        self.clock = clock
+
+    def tenant(self, tenant_id: str) -> Tenant | None:
+        return self.tenants.get(tenant_id) if self.tenants is not None else None
+
+    def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
+               metrics: MetricsSink | None = None) -> tuple[Outcome, str]:
+        """The outcome and the id of its record (stored before this returns)."""
+        require_model(principal, decision.model)
+        started = self.clock()
+        asked, outcome = self.ask(principal, decision, request_id=request_id, metrics=metrics)
+        decision_id = self.recorder.new_id()
+        self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
+                             outcome=outcome, latency_ms=(self.clock() - started) * 1000)
+        return outcome, decision_id
+
+    def ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
+            metrics: MetricsSink | None = None) -> tuple[Decision, Outcome]:
+        """(The decision as asked, catalog references resolved; its outcome, calibrated and judged.)"""
+        model = self.registry.route_for(decision.model, "decisions")
+        tenant = self.tenant(principal.tenant_id)
+        asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
+                        POLICY_OVERRIDE_SCOPE in principal.scopes)
+        check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
+        body = json_bytes(backend_request(asked, model.name))
+        invocation = model.pool.invoke(self.backend, body, "systemone", metrics, request_id)
+        outcome = read_outcome(asked, invocation)
+        return asked, (apply_catalogs(outcome) if asked.calibrate else outcome)
+
+    def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
+             metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
+        """One chat completion (never streamed from the backend: the gateway frames any stream)."""
+        require_model(principal, str(request.get("model")))
+        model = self.registry.route_for(request["model"], "chat")
+        tenant = self.tenant(principal.tenant_id)
+        limits: TenantLimits = tenant.limits if tenant is not None else DEFAULT_LIMITS
+        payload = {**request, "stream": False, **check_chat_budget(request, limits)}
+        payload.pop("stream_options", None)
+        invocation = model.pool.invoke(self.backend, json_bytes(payload), "chat", metrics, request_id)
+        completion = json_object(invocation.body)
+        if not isinstance(completion.get("choices"), list) or not completion["choices"]:
+            raise BackendFailed("the model endpoint answered without a completion")
+        return completion, invocation

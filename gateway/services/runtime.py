@@ -1,0 +1,23 @@
+"""What a warm function keeps: its settings, the model registry and the services its
+routes call (built by `gateway.composition.build_runtime`, once per container)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.auth.authenticate import Authenticator
+from gateway.backends.routing import ModelRegistry
+from gateway.catalogs.service import CatalogService
+from gateway.services.decide import DecideService
+from gateway.services.records import RecordsService
+from gateway.settings import GatewaySettings
+
+
+@dataclass(frozen=True)
+class GatewayRuntime:
+    settings: GatewaySettings
+    registry: ModelRegistry
+    decide: DecideService
+    records: RecordsService
+    catalogs: CatalogService | None = None
+    authenticator: Authenticator | None = None  # IAM callers and tokens
