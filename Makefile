@@ -105,6 +105,8 @@ build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" -name __pycache__ -prune -exec rm -rf {} +
+	# The tools run beside the functions, never inside them (tests/unit/gateway/test_layers.py).
+	rm -f "$(ARTIFACTS_DIR)/gateway/local.py" "$(ARTIFACTS_DIR)/gateway/admin.py" "$(ARTIFACTS_DIR)/gateway/calibrate.py"
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
 		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version 3.11 --only-binary=:all: \
 		-r requirements/lambda.txt

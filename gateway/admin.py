@@ -40,13 +40,36 @@ from gateway.auth.store import PrincipalRule
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+
+    from gateway.auth.tenants import ProvisioningError
+    from gateway.errors import GatewayError
+    from gateway.settings import SettingsError
+
+    try:
+        return _run(args)
+    except (ProvisioningError, SettingsError, ValueError) as exc:
+        print(f"admin: {exc}", file=sys.stderr)
+        return 2
+    except GatewayError as exc:
+        print(f"admin: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway.admin", description="Tenants and credentials.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--sqlite", metavar="PATH", help="the embedded store file")
     where.add_argument("--dynamodb", nargs=2, metavar=("TENANTS_TABLE", "KEYS_TABLE"))
     parser.add_argument("--signing-keys-file", help="local signing key document (else GATEWAY_SIGNING_* settings)")
     commands = parser.add_subparsers(dest="command", required=True)
+    _tenant_commands(commands)
+    _credential_commands(commands)
+    _key_commands(commands)
+    return parser
 
+
+def _tenant_commands(commands: Any) -> None:
     c = commands.add_parser("create-tenant")
     c.add_argument("tenant_id")
     c.add_argument("--name", default="")
@@ -64,6 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--models")
     c.add_argument("--ttl-days", type=float)
     c.add_argument("--name", default="")
+    c = commands.add_parser("set-limits")
+    c.add_argument("tenant_id")
+    for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
+                       ("max-request-tokens", int), ("max-chat-tokens", int)):
+        c.add_argument(f"--{name}", type=kind)
+    c.add_argument("--usage-plan", metavar="API_ID:STAGE",
+                   help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
+                        " 'local' for the local runner); without one a tenant shares the default bucket")
+
+
+def _credential_commands(commands: Any) -> None:
     c = commands.add_parser("list-keys")
     c.add_argument("--tenant", required=True)
     c = commands.add_parser("revoke-key")
@@ -82,14 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     who = c.add_mutually_exclusive_group(required=True)
     who.add_argument("--tenant")
     who.add_argument("--principal")
-    c = commands.add_parser("set-limits")
-    c.add_argument("tenant_id")
-    for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
-                       ("max-request-tokens", int), ("max-chat-tokens", int)):
-        c.add_argument(f"--{name}", type=kind)
-    c.add_argument("--usage-plan", metavar="API_ID:STAGE",
-                   help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
-                        " 'local' for the local runner); without one a tenant shares the default bucket")
+
+
+def _key_commands(commands: Any) -> None:
     c = commands.add_parser("new-signing-key")
     c.add_argument("--file", required=True)
     c = commands.add_parser("new-record-key")
@@ -106,47 +135,46 @@ def main(argv: list[str] | None = None) -> int:
     where_keys.add_argument("--secret-id")
     c.add_argument("--drop-key", action="append", default=[], metavar="KID",
                    help="a key id to refuse from now on (read from the document when it can be read)")
-    args = parser.parse_args(argv)
-
-    from gateway.auth.tenants import ProvisioningError
-    from gateway.errors import GatewayError
-    from gateway.settings import SettingsError
-
-    try:
-        return _run(args)
-    except (ProvisioningError, SettingsError, ValueError) as exc:
-        print(f"admin: {exc}", file=sys.stderr)
-        return 2
-    except GatewayError as exc:
-        print(f"admin: {exc.message}", file=sys.stderr)
-        return 2
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command in ("new-signing-key", "new-record-key"):
+        _out(_new_key(args))
+        return 0
+    authenticator = _authenticator(args)
+    if args.command == "emergency-rotate":
+        _out(_emergency_rotate(args, authenticator))
+    elif args.command in TENANT_COMMANDS:
+        _tenant_command(args, authenticator)
+    else:
+        _credential_command(args, authenticator)
+    return 0
+
+
+def _new_key(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.auth.tokens import new_key_document
+
+    path = Path(args.file)
+    previous = path.read_text() if path.exists() else None
+    if args.command == "new-record-key":  # a record's key must outlive the record
+        document = new_key_document(previous, keep_s=(args.retention_days + 1) * 86400)
+    else:
+        document = new_key_document(previous)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(document)
+    parsed = json.loads(document)
+    return {"file": str(path), "current": parsed["current"], "keys": sum(1 for k in parsed if k.startswith("key:"))}
+
+
+TENANT_COMMANDS = ("create-tenant", "map-principal", "unmap-principal", "issue-key", "set-limits", "verify-record")
+
+
+def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
     from gateway.auth import tenants
     from gateway.auth.authenticate import normalise_principal
 
-    if args.command in ("new-signing-key", "new-record-key"):
-        from gateway.auth.tokens import new_key_document
-
-        path = Path(args.file)
-        previous = path.read_text() if path.exists() else None
-        if args.command == "new-record-key":  # a record's key must outlive the record
-            document = new_key_document(previous, keep_s=(args.retention_days + 1) * 86400)
-        else:
-            document = new_key_document(previous)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600, exist_ok=True)
-        path.write_text(document)
-        parsed = json.loads(document)
-        _out({"file": str(path), "current": parsed["current"], "keys": sum(1 for k in parsed if k.startswith("key:"))})
-        return 0
-
-    authenticator = _authenticator(args)
     store = authenticator.store
-    if args.command == "emergency-rotate":
-        _out(_emergency_rotate(args, authenticator))
-        return 0
     if args.command == "create-tenant":
         catalog_only = None if args.catalog_only is None else args.catalog_only == "yes"
         tenant = tenants.create_tenant(store, args.tenant_id, args.name, catalog_only=catalog_only)
@@ -171,7 +199,17 @@ def _run(args: argparse.Namespace) -> int:
         key = tenants.issue_api_key(store, args.tenant, _list(args.scopes) or [], models=_list(args.models), ttl_s=ttl,
                                     name=args.name)
         _out({"key_id": key.key_id, "api_key": key.secret, "note": "shown once; only its hash is stored"})
-    elif args.command == "list-keys":
+    elif args.command == "set-limits":
+        _out(_set_limits(args, store))
+    elif args.command == "verify-record":
+        _out(_verify_record(args, store))
+
+
+def _credential_command(args: argparse.Namespace, authenticator: Any) -> None:
+    from gateway.auth.authenticate import normalise_principal
+
+    store = authenticator.store
+    if args.command == "list-keys":
         for record in store.list_api_keys(args.tenant):
             _out({"key_id": record.key_id, "name": record.name, "scopes": list(record.scopes),
                   "models": None if record.models is None else list(record.models), "created_at": record.created_at,
@@ -193,11 +231,6 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "revoke-tokens":
         subject = f"tenant:{args.tenant}" if args.tenant else f"principal:{normalise_principal(args.principal) or args.principal}"
         _out({"subject": subject, "tokens_not_before": authenticator.revoke_all_tokens(subject)})
-    elif args.command == "set-limits":
-        _out(_set_limits(args, store))
-    elif args.command == "verify-record":
-        _out(_verify_record(args, store))
-    return 0
 
 
 def _verify_record(args: argparse.Namespace, store: Any) -> dict[str, Any]:

@@ -193,9 +193,25 @@ def main(argv: list[str] | None = None) -> int:
     if not api_key:
         print("calibrate: pass --api-key or set DG_API_KEY", file=sys.stderr)
         return 2
-    items = [json.loads(line) for line in args.file.read_text().splitlines() if line.strip()]
+    if args.apply and not args.catalog:
+        print("calibrate: --apply needs --catalog", file=sys.stderr)
+        return 2
     client = GatewayClient(args.url, api_key)
+    samples, skipped = collect(client, args)
+    if not samples:
+        print("calibrate: no item had an expected answer among the options", file=sys.stderr)
+        return 2
+    report = fit_report(samples, skipped, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(samples, report["temperature"], report["coverage"], args.out / "reliability.png")
+    print_report(report, args)
+    return apply_fit(client, args.catalog, report) if args.apply else 0
 
+
+def collect(client: GatewayClient, args: argparse.Namespace) -> tuple[list[dict[str, Any]], int]:
+    """Each labelled item decided through the gateway: (the samples, how many were skipped)."""
+    items = [json.loads(line) for line in args.file.read_text().splitlines() if line.strip()]
     samples, skipped, started = [], 0, time.monotonic()
     for i, item in enumerate(items, 1):
         names, probabilities, kind = decide_raw(client, args.model, item, args.catalog)
@@ -207,32 +223,31 @@ def main(argv: list[str] | None = None) -> int:
         if i % 10 == 0 or i == len(items):
             rate = i / (time.monotonic() - started)
             print(f"  {i}/{len(items)} decided ({rate:.1f}/s)", file=sys.stderr, flush=True)
-    if not samples:
-        print("calibrate: no item had an expected answer among the options", file=sys.stderr)
-        return 2
+    return samples, skipped
 
+
+def fit_report(samples: list[dict[str, Any]], skipped: int, args: argparse.Namespace) -> dict[str, Any]:
     t = fit_temperature(samples)
-    before, after = metrics(samples, 1.0), metrics(samples, t)
     curve = coverage_curve(samples, t)
-    auto = propose(curve, args.target_precision)
-    review = propose(curve, max(0.5, args.target_precision - 0.2))
-    report = {
+    return {
         "file": str(args.file), "catalog": args.catalog, "samples": len(samples), "skipped": skipped, "temperature": t,
-        "before": before, "after": after, "uniform": uniform(samples), "target_precision": args.target_precision,
-        "proposed": {"auto_min_top": auto, "review_min_top": review}, "coverage": curve,
+        "before": metrics(samples, 1.0), "after": metrics(samples, t), "uniform": uniform(samples),
+        "target_precision": args.target_precision, "coverage": curve,
+        "proposed": {"auto_min_top": propose(curve, args.target_precision),
+                     "review_min_top": propose(curve, max(0.5, args.target_precision - 0.2))},
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(samples, t, curve, args.out / "reliability.png")
 
-    print(f"\n{len(samples)} labelled decisions ({skipped} skipped: expected answer not an option)")
+
+def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    t, auto, review = report["temperature"], report["proposed"]["auto_min_top"], report["proposed"]["review_min_top"]
+    print(f"\n{report['samples']} labelled decisions ({report['skipped']} skipped: expected answer not an option)")
     print(f"{'':<12}{'accuracy':>10}{'NLL':>8}{'Brier':>8}{'ECE':>8}")
-    for name, row in (("raw", before), (f"T={t:.2f}", after)):
+    for name, row in (("raw", report["before"]), (f"T={t:.2f}", report["after"])):
         print(f"{name:<12}{row['accuracy']:>10.3f}{row['nll']:>8.3f}{row['brier']:>8.3f}{row['ece']:>8.3f}")
     base = report["uniform"]
     print(f"{'uniform':<12}{'':>10}{base['nll']:>8.3f}{base['brier']:>8.3f}")
     print("\nthreshold  coverage  accuracy")
-    for row in curve[30::10]:
+    for row in report["coverage"][30::10]:
         print(f"{row['threshold']:>9.2f}{row['coverage']:>10.2f}{row['accuracy']:>10.3f}")
     print(f"\nauto threshold for precision {args.target_precision:.2f}: "
           f"{'not reachable with this model' if auto is None else f'top >= {auto:.2f}'}")
@@ -240,27 +255,28 @@ def main(argv: list[str] | None = None) -> int:
           f"{'not reachable' if review is None else f'top >= {review:.2f}'}")
     print(f"wrote {args.out / 'calibration.json'} and {args.out / 'reliability.png'}")
 
-    if args.apply:
-        if not args.catalog:
-            print("calibrate: --apply needs --catalog", file=sys.stderr)
-            return 2
-        status, entry = client.request("GET", f"/v1/catalogs/{args.catalog}")
-        if status != 200:
-            print(f"calibrate: cannot read {args.catalog} ({status})", file=sys.stderr)
-            return 1
-        content = {k: v for k, v in entry.items() if k not in ("name", "version", "hash", "created_at")}
-        policy = content.get("policy") or {"mode": "advisory"}
-        policy["auto"] = {"min_top": 1.0 if auto is None else auto}  # unreachable: nothing is automated
-        policy["review"] = {"min_top": 1.0 if review is None else review}
-        content["policy"] = policy
-        content["calibration"] = {"temperature": round(t, 4), "fit": {
-            "fitted_at": time.time(), "samples": len(samples), "accuracy": after["accuracy"], "ece": after["ece"],
-            "brier": after["brier"]}}
-        status, written = client.request("PUT", f"/v1/catalogs/{args.catalog}", content)
-        if status not in (200, 201):
-            print(f"calibrate: the gateway refused the new version ({status}): {json.dumps(written)[:300]}", file=sys.stderr)
-            return 1
-        print(f"applied: {args.catalog}@{written['version']} (temperature {t:.3f})")
+
+def apply_fit(client: GatewayClient, catalog: str, report: dict[str, Any]) -> int:
+    """The fit and the proposed thresholds, written as a new version of the entry."""
+    status, entry = client.request("GET", f"/v1/catalogs/{catalog}")
+    if status != 200:
+        print(f"calibrate: cannot read {catalog} ({status})", file=sys.stderr)
+        return 1
+    t, auto, review, after = (report["temperature"], report["proposed"]["auto_min_top"],
+                              report["proposed"]["review_min_top"], report["after"])
+    content = {k: v for k, v in entry.items() if k not in ("name", "version", "hash", "created_at")}
+    policy = content.get("policy") or {"mode": "advisory"}
+    policy["auto"] = {"min_top": 1.0 if auto is None else auto}  # unreachable: nothing is automated
+    policy["review"] = {"min_top": 1.0 if review is None else review}
+    content["policy"] = policy
+    content["calibration"] = {"temperature": round(t, 4), "fit": {
+        "fitted_at": time.time(), "samples": report["samples"], "accuracy": after["accuracy"], "ece": after["ece"],
+        "brier": after["brier"]}}
+    status, written = client.request("PUT", f"/v1/catalogs/{catalog}", content)
+    if status not in (200, 201):
+        print(f"calibrate: the gateway refused the new version ({status}): {json.dumps(written)[:300]}", file=sys.stderr)
+        return 1
+    print(f"applied: {catalog}@{written['version']} (temperature {t:.3f})")
     return 0
 
 

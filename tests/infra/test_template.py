@@ -201,6 +201,8 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     artifact = build / "GatewayFunction"
     assert (artifact / "gateway" / "handler.py").exists() and not (artifact / "scorer_container").exists()
+    # The local runner, the admin CLI and the calibration tool are not part of the function.
+    assert not any((artifact / "gateway" / tool).exists() for tool in ("local.py", "admin.py", "calibrate.py"))
     probe = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(artifact)!r})\n"

@@ -21,6 +21,17 @@ def test_models_from_the_environment_or_a_file(tmp_path):
     assert from_file.models == direct.models and from_file.auth.sqlite_path == "/tmp/x.db"
 
 
+@pytest.mark.parametrize(("value", "served"), [(None, False), ("false", False), ("true", True), ("1", True)])
+def test_the_api_reference_is_served_only_when_asked_for(value, served):
+    env = {"GATEWAY_MODELS": json.dumps(MODELS), **({"GATEWAY_OPENAPI": value} if value is not None else {})}
+    assert GatewaySettings.from_env(env).openapi is served
+
+
+def test_a_reference_setting_that_is_not_a_yes_or_no_is_refused():
+    with pytest.raises(SettingsError, match="openapi"):
+        GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps(MODELS), "GATEWAY_OPENAPI": "sometimes"})
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
