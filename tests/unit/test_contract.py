@@ -1,0 +1,111 @@
+"""The gateway-to-scorer contract, both ways, by property: every request the gateway can
+build from a valid caller request validates on the scorer, and every answer the scorer
+can give parses in the gateway as the answer it is (no question read as refused).
+
+Both sides are the real code: the gateway's wire models and backend adapter, the
+scorer's request model and answer renderer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from gateway.backends.pools import Invocation
+from gateway.backends.scorer import backend_request, json_bytes, read_outcome
+from gateway.wire.openai_decisions import DecisionsRequest
+from gateway.wire.systemone import SystemOneRequest
+from scorer_container.engine import answer, prepare_question
+from scorer_container.schema import DecisionRequest, parse
+
+# Text as JSON carries it (no lone surrogates: they are not UTF-8), short and long.
+plain = st.text(st.characters(exclude_categories=("Cs",)), min_size=0, max_size=40)
+words = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20).filter(str.strip)
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | plain,
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain, inner, max_size=3),
+                           max_leaves=6)
+text = plain | st.dictionaries(plain, json_values, min_size=1, max_size=3) | st.lists(json_values, min_size=1, max_size=3)
+maybe = st.none() | text
+
+noul = st.fixed_dictionaries({"type": st.just("noul"), "instructions": text},
+                             optional={"criteria": st.fixed_dictionaries({}, optional={"true": maybe, "false": maybe})})
+choice = st.fixed_dictionaries({"type": st.just("choice"),
+                                "criteria": st.dictionaries(words, maybe, min_size=2, max_size=8)},
+                               optional={"instructions": maybe})
+score = st.fixed_dictionaries({"type": st.just("score"), "criteria": st.lists(text, min_size=2, max_size=10)},
+                              optional={"instructions": maybe})
+system_one = st.fixed_dictionaries({
+    "model": st.just("jev-latest"), "state": text,
+    "questions": st.dictionaries(words, noul | choice | score, min_size=1, max_size=5),
+}, optional={"x_readout": st.sampled_from(["letters", "likelihood"]), "x_prior": st.booleans(),
+             "x_order_average": st.booleans()})
+
+option = st.fixed_dictionaries({"value": words | st.booleans()}, optional={"description": st.none() | plain})
+openai_question = (
+    st.fixed_dictionaries({"type": st.just("predicate"), "instructions": plain.filter(str.strip)})
+    | st.fixed_dictionaries({"type": st.just("choice"), "instructions": plain.filter(str.strip),
+                             "choices": st.lists(option, min_size=2, max_size=6)})
+    | st.fixed_dictionaries({"type": st.just("score"), "instructions": plain.filter(str.strip),
+                             "levels": st.lists(st.fixed_dictionaries({"label": words}), min_size=2, max_size=10)})
+)
+openai = st.fixed_dictionaries({"model": st.just("jev-latest"), "input": plain.filter(str.strip),
+                                "questions": st.lists(openai_question, min_size=1, max_size=4)})
+
+
+def caller_decision(model: type, body: dict):
+    """The Decision the gateway makes of a caller's body, or nothing when the body is invalid."""
+    try:
+        return model.model_validate(body).to_decision()
+    except ValidationError:
+        assume(False)
+
+
+def on_the_scorer(decision) -> DecisionRequest:
+    """What the scorer makes of the bytes the gateway sends it (raises its 422 if it refuses them)."""
+    return parse(DecisionRequest, json.loads(json_bytes(backend_request(decision, "decision-default"))))
+
+
+CONTRACT = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@CONTRACT
+@given(body=system_one)
+def test_every_system_one_request_the_gateway_accepts_validates_on_the_scorer(body):
+    decision = caller_decision(SystemOneRequest, body)
+    scored = on_the_scorer(decision)
+    assert list(scored.questions) == [q.id for q in decision.questions]
+    assert [q.type for q in scored.questions.values()] == [q.kind for q in decision.questions]
+
+
+@CONTRACT
+@given(body=openai)
+def test_every_openai_decisions_request_the_gateway_accepts_validates_on_the_scorer(body):
+    decision = caller_decision(DecisionsRequest, body)
+    assert len(on_the_scorer(decision).questions) == len(decision.questions)
+
+
+@CONTRACT
+@given(body=system_one | openai, seed=st.integers(0, 2**32 - 1))
+def test_every_answer_the_scorer_gives_parses_in_the_gateway_as_that_answer(body, seed):
+    decision = caller_decision(SystemOneRequest if "state" in body else DecisionsRequest, body)
+    scored = on_the_scorer(decision)
+    rng = np.random.default_rng(seed)
+    given_p = {}
+    answers = {}
+    for qid, question in scored.questions.items():
+        prepared = prepare_question(qid, question)
+        p = rng.dirichlet(np.ones(len(prepared.options)))
+        answers[qid] = answer(prepared, p)
+        given_p[qid] = p / p.sum()
+    reply = {"model": "decision-default", "answers": answers, "usage": {"input_tokens": 12, "output_tokens": 0},
+             "x_readout": "letters"}
+    outcome = read_outcome(decision, Invocation(json.dumps(reply).encode(), "endpoint", 1))
+    for read in outcome.answers:
+        assert not read.refused
+        expected = given_p[read.question.id]
+        np.testing.assert_allclose(read.probabilities, expected[:1] if read.question.kind == "noul" else expected,
+                                   rtol=1e-9, atol=1e-12)
+    assert outcome.usage.input_tokens == 12
