@@ -14,7 +14,7 @@ setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(MODEL))
 
 test: setup containers  ## the whole suite: the real tiny models, the scorer image and `sam local` included
-	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts
+	@$(PY) -m ruff check gateway scorer_container systemone tests bench evals scripts
 	@$(PY) -m pytest
 
 test-fast: setup  ## the tests that need no model and no Docker engine
@@ -44,7 +44,7 @@ sam-local-test: setup base-images  ## sam build, sam local invoke with events/*.
 	@$(PY) -m pytest -m sam_local tests/sam_local
 
 lint: setup
-	@$(PY) -m ruff check gateway scorer_container tests bench evals scripts
+	@$(PY) -m ruff check gateway scorer_container systemone tests bench evals scripts
 
 GATEWAY_PORT ?= 3000
 
@@ -103,8 +103,8 @@ LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
 
 build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
-	cp -R gateway "$(ARTIFACTS_DIR)/"
-	find "$(ARTIFACTS_DIR)/gateway" -name __pycache__ -prune -exec rm -rf {} +
+	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
+	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +
 	# The tools run beside the functions, never inside them (tests/unit/gateway/test_layers.py).
 	rm -f "$(ARTIFACTS_DIR)/gateway/local.py" "$(ARTIFACTS_DIR)/gateway/admin.py" "$(ARTIFACTS_DIR)/gateway/calibrate.py"
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \

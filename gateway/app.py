@@ -18,8 +18,8 @@ from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
 from gateway.errors import GatewayError, InvalidRequest, UnknownRoute
 from gateway.services.runtime import GatewayRuntime
-from gateway.wire import json_text
-from gateway.wire.errors import validation_details
+from systemone import json_text
+from systemone.errors import validation_details
 
 log = logging.getLogger("gateway.app")
 API_TITLE = "Decision gateway"

@@ -13,13 +13,13 @@ import base64
 import binascii
 import logging
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
 from gateway.api.responses import proxy_error
 from gateway.caller import principal_of
 from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
+from systemone import body as body_reader
 
 if TYPE_CHECKING:
     from gateway.composition import GatewayRuntime
@@ -132,9 +132,9 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
         raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes")
     raw = inflate(raw, encoding, max_body_bytes)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest.at([], "the body is not UTF-8 text", "json_invalid") from None
+        text = body_reader.decode(raw)
+    except body_reader.BodyRefused as refused:
+        raise refused_as_gateway_error(refused) from None
     replaced = ("content-encoding", "content-type")
     new_headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() not in replaced}
     new_headers["content-type"] = "application/json"  # every body of this API is JSON, whatever curl -d says
@@ -144,32 +144,19 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
 
 
 def inflate(data: bytes, encoding: str, limit: int) -> bytes:
-    """Undo Content-Encoding, refusing anything that inflates past `limit` bytes."""
-    if encoding in ("", "identity"):
-        return data
-    too_large = PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
-    if encoding == "gzip":
-        try:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = inflater.decompress(data, limit + 1)
-        except zlib.error:
-            raise InvalidRequest.at([], "the body is not valid gzip data", "decompression_error") from None
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise too_large
-        if not inflater.eof:
-            raise InvalidRequest.at([], "the gzip body is truncated", "decompression_error")
-        return out
-    if encoding == "zstd":
-        import zstandard
+    """Undo Content-Encoding with the contract's bounded reader, refusing anything that inflates past `limit`."""
+    try:
+        return body_reader.inflate(data, encoding, limit)
+    except body_reader.BodyRefused as refused:
+        raise refused_as_gateway_error(refused) from None
 
-        try:
-            out = zstandard.ZstdDecompressor().stream_reader(data).read(limit + 1)
-        except zstandard.ZstdError:
-            raise InvalidRequest.at([], "the body is not valid zstd data", "decompression_error") from None
-        if len(out) > limit:
-            raise too_large
-        return out
-    raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
+
+def refused_as_gateway_error(refused: body_reader.BodyRefused) -> GatewayError:
+    if refused.status == 413:
+        return PayloadTooLarge(refused.message)
+    if refused.status == 415:
+        return UnsupportedMedia(refused.message)
+    return InvalidRequest.at([], refused.message, refused.kind)
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:

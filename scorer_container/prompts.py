@@ -13,7 +13,6 @@ Traps this module avoids (measured on the embedded models):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,17 +21,17 @@ from typing import Any
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from systemone.json_text import as_text
+
 # Bumped whenever the text below changes: decision records name it (prompt template version).
 PROMPT_VERSION = "decision-prompt/1"
 CONTENT_FREE_STATE = "N/A"
 ANSWER_CUE = "Answer:"
 
 
-def render_value(value: Any) -> str:
-    """A state, instruction or description as prompt text: strings as they are, the rest as canonical JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+# A state, instruction or description as prompt text: strings as they are, the rest as
+# canonical JSON (the contract's rendering, which the gateway's state hash uses too).
+render_value = as_text
 
 
 @dataclass(frozen=True)

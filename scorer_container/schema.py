@@ -1,4 +1,5 @@
-"""Wire models of the scorer: the System One decision request and the OpenAI chat request.
+"""Wire models of the scorer: the System One decision request (the contract's own,
+`systemone.models`) and the OpenAI chat request.
 
 Validation errors come out in the System One 422 shape
 (`{"detail": [{"loc": ["body", ...], "msg", "type"}]}`); unknown top-level fields are
@@ -7,81 +8,27 @@ ignored, and extensions of ours are `x_`-prefixed.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scorer_container.errors import InvalidRequest
+from systemone.errors import validation_details
+from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
+from systemone.models import (
+    ChoiceQuestion,
+    DecisionRequest,
+    NoulCriteria,
+    NoulQuestion,
+    Question,
+    Readout,
+    ScoreQuestion,
+    Text,
+)
 
-MAX_QUESTIONS = 400
-MAX_CHOICES = 255
-MAX_LEVELS = 10
-
-# A description, instruction or level: any JSON value but a number or a boolean.
-Text = str | dict[str, Any] | list[Any]
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class NoulCriteria(_Wire):
-    true: Text | None = None
-    false: Text | None = None
-
-
-class NoulQuestion(_Wire):
-    type: Literal["noul"]
-    instructions: Text | None = None
-    criteria: NoulCriteria | None = None
-
-    @model_validator(mode="after")
-    def _needs_something_to_ask(self) -> NoulQuestion:
-        criteria = self.criteria
-        if self.instructions is None and (criteria is None or (criteria.true is None and criteria.false is None)):
-            raise ValueError("a noul question needs instructions or criteria")
-        return self
-
-
-class ChoiceQuestion(_Wire):
-    type: Literal["choice"]
-    instructions: Text | None = None
-    criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_CHOICES)
-
-    @field_validator("criteria")
-    @classmethod
-    def _names_not_blank(cls, criteria: dict[str, Text | None]) -> dict[str, Text | None]:
-        if any(not name.strip() for name in criteria):
-            raise ValueError("option names must not be blank")
-        return criteria
-
-
-class ScoreQuestion(_Wire):
-    type: Literal["score"]
-    instructions: Text | None = None
-    # Ordered levels, lowest first. A map such as {"0": ...} is refused: order must be explicit.
-    criteria: list[Text] = Field(min_length=2, max_length=MAX_LEVELS)
-
-
-Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
-Readout = Literal["letters", "likelihood"]
-
-
-class DecisionRequest(_Wire):
-    model: str = Field(min_length=1)
-    state: Text
-    questions: dict[str, Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
-    # Extensions: override the model's readout and the debiasing per request.
-    x_readout: Readout | None = None
-    x_order_average: bool | None = None
-    x_prior: bool | None = None
-
-    @field_validator("questions")
-    @classmethod
-    def _ids_not_empty(cls, questions: dict[str, Any]) -> dict[str, Any]:
-        if any(qid == "" for qid in questions):
-            raise ValueError("question ids must be non-empty strings")
-        return questions
+# The decision request is the System One contract's, unchanged (one copy: `systemone`).
+__all__ = ["MAX_CHOICES", "MAX_LEVELS", "MAX_QUESTIONS", "ChatMessage", "ChatRequest", "ChoiceQuestion",
+           "DecisionRequest", "NoulCriteria", "NoulQuestion", "Question", "Readout", "ScoreQuestion", "Text", "parse"]
 
 
 class ChatMessage(BaseModel):
@@ -142,30 +89,4 @@ def parse(model: type[BaseModel], data: object) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InvalidRequest(validation_details(exc)) from None
-
-
-_UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria"}
-
-
-def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
-    details: list[dict[str, Any]] = []
-    seen: set[tuple] = set()
-    for error in exc.errors(include_url=False, include_input=False):
-        loc = list(error["loc"])
-        # Discriminated unions add the tag to the path ("questions", "q1", "choice", ...);
-        # callers know their question by id, so the tag is dropped.
-        if len(loc) >= 3 and loc[0] == "questions" and loc[2] in ("noul", "choice", "score"):
-            del loc[2]
-        msg, kind = error["msg"], error["type"]
-        # A JSON-value union fails once per member; say it once, in the caller's terms.
-        if loc and isinstance(loc[-1], str) and loc[-1] in _UNION_MEMBERS:
-            while loc and isinstance(loc[-1], str) and loc[-1] in _UNION_MEMBERS:
-                loc.pop()
-            msg, kind = "Input should be a string, an object or an array", "text_type"
-        key = (tuple(loc), kind)
-        if key in seen:
-            continue
-        seen.add(key)
-        details.append({"loc": ["body", *loc], "msg": msg, "type": kind})
-    return details
+        raise InvalidRequest(validation_details(exc.errors(include_url=False, include_input=False))) from None

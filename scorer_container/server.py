@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import json
 import logging
 import threading
 import time
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +56,8 @@ from scorer_container.model_files import ModelManifest, locate_model, verify_mod
 from scorer_container.prompts import PROMPT_VERSION, PromptFormat
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.settings import ScorerSettings
+from systemone.body import BodyRefused, read_json
+from systemone.errors import openai_body, system_one_body
 
 log = logging.getLogger("scorer")
 Flavor = Literal["systemone", "openai"]
@@ -234,6 +234,7 @@ async def _handle(request: Request, flavor: Flavor, handler) -> Response:
 
 
 async def _read_json(request: Request, limit: int) -> Any:
+    """The body's JSON value, read with the contract's bounded reader (`systemone.body`)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"the body is larger than {limit} bytes")
@@ -243,79 +244,14 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes")
         chunks.append(part)
-    raw = _decompress(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
-    if not raw.strip():
-        raise InvalidRequest.at([], "the body is empty; a JSON object is required", "missing")
     try:
-        # NaN and Infinity are not JSON, 1e400 would become inf, and nesting past the
-        # interpreter's recursion limit is a RecursionError: each is the caller's 422.
-        body = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InvalidRequest.at([], "the body is not valid JSON (or holds a non-finite number, or nests too deep)",
-                                "json_invalid") from None
-    if _nesting(body) > MAX_JSON_DEPTH:  # the renderers below recurse: a deep tree would be their 500
-        raise InvalidRequest.at([], f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", "json_invalid")
-    # An escaped unpaired surrogate (\ud800) parses, but is not text a tokenizer can take.
-    if b"\\u" in raw:
-        try:
-            json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRequest.at([], "a string holds an unpaired surrogate (\\ud800-\\udfff)", "json_invalid") from None
-    return body
-
-
-MAX_JSON_DEPTH = 64  # the gateway's limit too (gateway/wire/json_text.py)
-
-
-def _nesting(value: Any) -> int:
-    """Levels of arrays and objects, counted without recursion."""
-    deepest, level, frontier = 0, 0, [value]
-    while frontier:
-        containers = [v for v in frontier if isinstance(v, dict | list)]
-        if not containers:
-            return deepest
-        level += 1
-        deepest = level
-        frontier = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
-    return deepest
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def _finite(literal: str) -> float:
-    value = float(literal)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError("a number too large for a 64-bit float")
-    return value
-
-
-def _decompress(data: bytes, encoding: str, limit: int) -> bytes:
-    """Undo Content-Encoding, refusing bodies that inflate past the payload limit."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return data
-    try:
-        if encoding == "gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = inflater.decompress(data, limit + 1)
-            if len(out) > limit or inflater.unconsumed_tail:
-                raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
-            return out
-        if encoding == "zstd":
-            import zstandard
-
-            reader = zstandard.ZstdDecompressor().stream_reader(data)
-            out = reader.read(limit + 1)
-            if len(out) > limit:
-                raise PayloadTooLarge(f"the decompressed body is larger than {limit} bytes")
-            return out
-    except (zlib.error, gzip.BadGzipFile, OSError, ValueError) as exc:
-        if isinstance(exc, PayloadTooLarge):
-            raise
-        raise InvalidRequest.at([], f"the body is not valid {encoding} data", "decompression_error") from None
-    raise UnsupportedMedia(f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
+        return read_json(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+    except BodyRefused as refused:
+        if refused.status == 413:
+            raise PayloadTooLarge(refused.message) from None
+        if refused.status == 415:
+            raise UnsupportedMedia(refused.message) from None
+        raise InvalidRequest.at([], refused.message, refused.kind) from None
 
 
 def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
@@ -502,20 +438,12 @@ def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
         headers["Retry-After"] = str(retry_after)
     elif exc.status == 503:
         headers["Retry-After"] = "5"
+    details = exc.details if isinstance(exc, InvalidRequest) else None
     if flavor == "systemone":
-        if isinstance(exc, InvalidRequest):
-            body: dict[str, Any] = {"detail": exc.details}
-        else:
-            body = {"detail": {"error_type": exc.error_type, "message": exc.message}}
+        body: dict[str, Any] = system_one_body(exc.error_type, exc.message, details)
     else:
         kind, code = _OPENAI_TYPES.get(exc.status, ("server_error", "internal_error"))
-        message = exc.message
-        param = None
-        if isinstance(exc, InvalidRequest) and exc.details:
-            first = exc.details[0]
-            param = ".".join(str(p) for p in first["loc"][1:]) or None
-            message = f"{param}: {first['msg']}" if param else first["msg"]
-        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+        body = openai_body(exc.message, kind, code, details)
     if "Retry-After" in headers:
         # InvokeEndpoint passes a container's error body on (OriginalMessage) but not its
         # headers: the body says it too, so a gateway in front can honour it.

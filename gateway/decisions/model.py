@@ -9,20 +9,20 @@ model next to the key.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.decisions import scoring
+from systemone.json_text import canonical as render_json
+from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
+from systemone.models import Text
 
-# Text shown to the model: a string, or a JSON object or array rendered as canonical JSON.
-Text = str | dict[str, Any] | list[Any]
+# Text shown to the model (`Text`): a string, or a JSON object or array rendered as
+# canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.
 Kind = Literal["noul", "choice", "score"]
 Action = Literal["auto", "review", "abstain"]
 
-MAX_QUESTIONS = 400
-MAX_CHOICES = 255
-MAX_LEVELS = 10
+__all__ = ["MAX_CHOICES", "MAX_LEVELS", "MAX_QUESTIONS", "Text", "render_json"]  # the contract's, re-exported
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,6 @@ class Outcome:
     endpoint: str = ""  # the endpoint that answered
     attempts: int = 1  # endpoints tried, that one included
     extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)
-
-
-def render_json(value: Any) -> str:
-    """A JSON value as text the model reads: canonical, so equal values give equal prompts."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def shown_choice(answer: Answer) -> Option:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions.model import Answer
+from systemone.models import Text, Wire
 
-# A description, instruction or state: any JSON value but a number or a boolean.
-JsonText = str | dict[str, Any] | list[Any]
+__all__ = ["CatalogQuestion", "JsonText", "Wire", "policy_fields", "question_id", "question_kind"]
 
-
-class Wire(BaseModel):
-    """Strict types (no "1" for 1), unknown fields ignored, as both formats specify."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
+# A description, instruction or state (any JSON value but a number or a boolean), and the
+# strict base model (no "1" for 1, unknown fields ignored): the contract's, for both formats.
+JsonText = Text
 
 
 class CatalogQuestion(Wire):

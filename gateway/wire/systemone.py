@@ -6,14 +6,12 @@ backend sees positional ids), so renaming a question cannot change its answer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag
 
 from gateway.decisions import scoring
 from gateway.decisions.model import (
-    MAX_CHOICES,
-    MAX_LEVELS,
     MAX_QUESTIONS,
     CatalogReference,
     Decision,
@@ -23,58 +21,8 @@ from gateway.decisions.model import (
     shown_choice,
 )
 from gateway.errors import BackendFailed
-from gateway.wire.common import (
-    CatalogQuestion,
-    JsonText,
-    Wire,
-    policy_fields,
-    question_id,
-    question_kind,
-)
-
-
-class NoulCriteria(Wire):
-    true: JsonText | None = Field(default=None, description="What counts as yes / true.")
-    false: JsonText | None = Field(default=None, description="What counts as no / false.")
-
-
-class NoulQuestion(Wire):
-    """A yes/no question; the answer is P(true)."""
-
-    type: Literal["noul"]
-    instructions: JsonText | None = None
-    criteria: NoulCriteria | None = None
-
-    @model_validator(mode="after")
-    def _needs_something_to_ask(self) -> NoulQuestion:
-        criteria = self.criteria
-        if self.instructions is None and (criteria is None or (criteria.true is None and criteria.false is None)):
-            raise ValueError("a noul question needs instructions or criteria")
-        return self
-
-
-class ChoiceQuestion(Wire):
-    """One of 2 to 255 named options; a description may be null (the name explains it)."""
-
-    type: Literal["choice"]
-    instructions: JsonText | None = None
-    criteria: dict[str, JsonText | None] = Field(min_length=2, max_length=MAX_CHOICES)
-
-    @field_validator("criteria")
-    @classmethod
-    def _names_not_blank(cls, criteria: dict[str, Any]) -> dict[str, Any]:
-        if any(not name.strip() for name in criteria):
-            raise ValueError("option names must not be blank")
-        return criteria
-
-
-class ScoreQuestion(Wire):
-    """Ordered levels, lowest first (an array: a map such as {"0": ...} is refused)."""
-
-    type: Literal["score"]
-    instructions: JsonText | None = None
-    criteria: list[JsonText] = Field(min_length=2, max_length=MAX_LEVELS)
-
+from gateway.wire.common import CatalogQuestion, policy_fields, question_id, question_kind
+from systemone.models import ChoiceQuestion, DecisionRequest, NoulQuestion, QuestionId, ScoreQuestion
 
 SystemOneQuestion = Annotated[
     Annotated[NoulQuestion, Tag("noul")] | Annotated[ChoiceQuestion, Tag("choice")] | Annotated[ScoreQuestion, Tag("score")]
@@ -83,13 +31,12 @@ SystemOneQuestion = Annotated[
 ]
 
 
-class SystemOneRequest(Wire):
+class SystemOneRequest(DecisionRequest):
+    """The contract's decision request, extended: a question may name a catalog entry, and
+    `x_calibrate` turns the entries' calibration and thresholds off."""
+
     model: str = Field(min_length=1, description="A model name or alias from GET /v1/models (jev-latest works).")
-    state: JsonText = Field(description="The text, or a JSON object or array, the questions are about.")
-    questions: dict[Annotated[str, Field(min_length=1)], SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
-    x_readout: Literal["letters", "likelihood"] | None = None
-    x_order_average: bool | None = None
-    x_prior: bool | None = None
+    questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
     x_calibrate: bool | None = Field(default=None, description="false: raw probabilities, no calibration or thresholds.")
 
     def to_decision(self) -> Decision:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -109,3 +110,28 @@ def test_every_answer_the_scorer_gives_parses_in_the_gateway_as_that_answer(body
         np.testing.assert_allclose(read.probabilities, expected[:1] if read.question.kind == "noul" else expected,
                                    rtol=1e-9, atol=1e-12)
     assert outcome.usage.input_tokens == 12
+
+
+INVALID = [
+    {"model": "jev-latest", "state": "s", "questions": {"": {"type": "noul", "instructions": "?"}}},
+    {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None}}}},
+    {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": {" ": 1, "b": None}}}},
+    {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "score", "criteria": {"0": "low"}}}},
+    {"model": "jev-latest", "state": 3, "questions": {"q": {"type": "noul"}}},
+    {"model": "", "state": "s", "questions": {}},
+    {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_readout": "magic"},
+]
+
+
+def test_a_body_both_refuse_gets_the_same_problems_from_both():
+    # The gateway's 422 (through its real handler) and the scorer's, item for item.
+    from scorer_container.errors import InvalidRequest
+    from tests.fakes import UniformBackend
+    from tests.gateway_helpers import call, event, install
+
+    install(UniformBackend())
+    for body in INVALID:
+        status, _, gateway = call(event("POST", "/v1/systemone", body))
+        with pytest.raises(InvalidRequest) as refused:
+            parse(DecisionRequest, body)
+        assert status == 422 and gateway["detail"] == refused.value.details, body

@@ -42,7 +42,7 @@ def locs(details):
         (body(q={"type": "score", "criteria": ["low", None]}), ("body", "questions", "q", "criteria", 1)),
         (body(q={"type": "box", "instructions": "find it"}), ("body", "questions", "q")),
         (body(q={"instructions": "no type"}), ("body", "questions", "q")),
-        ({**body(), "questions": {"": {"type": "noul", "instructions": "?"}}}, ("body", "questions")),
+        ({**body(), "questions": {"": {"type": "noul", "instructions": "?"}}}, ("body", "questions", "", "[key]")),
         ({**body(), "questions": {f"q{i}": {"type": "noul", "instructions": "?"} for i in range(401)}}, ("body", "questions")),
         ({**body(), "x_readout": "magic"}, ("body", "x_readout")),
         ([1, 2], ("body",)),

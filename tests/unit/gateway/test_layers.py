@@ -79,3 +79,12 @@ def test_no_function_is_longer_than_a_screen(path):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long
+
+
+def test_the_contract_package_depends_on_neither_side():
+    contract = GATEWAY.parent / "systemone"
+    for path in contract.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not any(n.split(".")[0] in ("gateway", "scorer_container") for n in names), path.name

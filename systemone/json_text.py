@@ -1,15 +1,14 @@
-"""Request bodies as JSON values, with the limits no model of this API can do without.
+"""Request bodies as JSON values, with the limits no model of this contract can do without.
 
 `json.loads` alone accepts what is not JSON (NaN, Infinity), turns what it cannot hold
 into something else (1e400 becomes inf) or fails with an error no caller caused
 (nesting past the interpreter's recursion limit is a RecursionError, a 5000-digit
-integer a ValueError). Here each of those is a JSONDecodeError, which the resolver
-answers with 422 and the reason:
+integer a ValueError). Here each of those is a JSONDecodeError with the reason:
 
 - NaN, Infinity and numbers that overflow a float: not JSON, and not probabilities;
 - integers of more than `MAX_INT_DIGITS` digits;
-- nesting deeper than `MAX_DEPTH` arrays and objects (a structured state is a record,
-  not a tree of a million levels; every renderer and validator below walks it);
+- nesting deeper than `MAX_JSON_DEPTH` arrays and objects (every renderer and validator
+  below walks it);
 - unpaired surrogates (\\ud800-\\udfff): not Unicode, so no model, store or log takes them.
 """
 
@@ -20,8 +19,7 @@ import math
 import re
 from typing import Any
 
-MAX_DEPTH = 64
-MAX_INT_DIGITS = 100
+from systemone.limits import MAX_INT_DIGITS, MAX_JSON_DEPTH
 
 # An escaped UTF-16 surrogate (\ud800-\udfff): paired they are fine, alone they are not text.
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -42,12 +40,13 @@ def loads(text: str) -> Any:
             raise json.JSONDecodeError(f"an integer has more than {MAX_INT_DIGITS} digits", text, 0)
         return int(literal)
 
+    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
     try:
         value = json.loads(text, parse_constant=refuse, parse_float=finite, parse_int=bounded_int)
     except RecursionError:
-        raise json.JSONDecodeError(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels", text, 0) from None
-    if depth(value) > MAX_DEPTH:
-        raise json.JSONDecodeError(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels", text, 0)
+        raise json.JSONDecodeError(too_deep, text, 0) from None
+    if depth(value) > MAX_JSON_DEPTH:
+        raise json.JSONDecodeError(too_deep, text, 0)
     if _ESCAPED_SURROGATE.search(text):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -67,3 +66,13 @@ def depth(value: Any) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
     return deepest
+
+
+def canonical(value: Any) -> str:
+    """A JSON value as canonical text: equal values give equal prompts and equal hashes."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def as_text(value: Any) -> str:
+    """A state, instruction or description as the model reads it: a string as it is, the rest canonical."""
+    return value if isinstance(value, str) else canonical(value)

@@ -1,0 +1,65 @@
+"""Validation problems as System One 422 items, and the two error-body shapes every side
+answers in: System One (`{"detail": [...]}` or `{"detail": {"error_type", "message"}}`)
+and OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
+_UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
+_QUESTION_TAGS = {"noul", "choice", "score", "predicate", "catalog"}
+_WHERE = ("body", "path", "query", "header")
+
+
+def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic errors as 422 items: `loc` from "body", one item per problem, no input echoed."""
+    details: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for error in errors:
+        loc = list(error.get("loc", ()))
+        where = loc.pop(0) if loc and loc[0] in _WHERE else "body"
+        # Discriminated unions put the tag in the path ("questions", "q1", "choice", ...): drop it.
+        if len(loc) >= 3 and loc[0] == "questions" and loc[2] in _QUESTION_TAGS:
+            del loc[2]
+        msg, kind = str(error.get("msg", "invalid value")), str(error.get("type", "value_error"))
+        if loc and isinstance(loc[-1], str) and loc[-1] in _UNION_MEMBERS:
+            while loc and isinstance(loc[-1], str) and loc[-1] in _UNION_MEMBERS:
+                loc.pop()
+            msg, kind = "Input should be a string, an object or an array", "text_type"
+        msg = msg.removeprefix("Value error, ")
+        if kind == "json_invalid" and (error.get("ctx") or {}).get("error"):
+            msg = f"{msg}: {error['ctx']['error']}"  # why it is not JSON: depth, a huge number, NaN
+        key = (where, tuple(loc), kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        details.append({"loc": [where, *loc], "msg": msg, "type": kind})
+    return details
+
+
+def detail(loc: list[str | int], msg: str, kind: str = "value_error") -> dict[str, Any]:
+    """One 422 item about the body."""
+    return {"loc": ["body", *loc], "msg": msg, "type": kind}
+
+
+def system_one_body(error_type: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A 422 lists its problems; every other error says what kind it is and why."""
+    if details is not None:
+        return {"detail": details}
+    return {"detail": {"error_type": error_type, "message": message}}
+
+
+def openai_body(message: str, error_type: str, code: str | None,
+                details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """OpenAI's error object; a validation error names its first problem in `param` (dotted, after "body")."""
+    param = None
+    if details:
+        first = details[0]
+        where = first["loc"][0] if first["loc"] else "body"
+        param = ".".join(str(p) for p in (first["loc"][1:] if where == "body" else first["loc"])) or None
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+        if len(details) > 1:
+            message += f" (and {len(details) - 1} more problems)"
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

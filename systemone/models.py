@@ -1,0 +1,122 @@
+"""System One as models: the decision request (questions and their options) and the
+typed answers. Unknown fields are ignored, types are strict (no "1" for 1), extensions
+are `x_`-prefixed. The gateway's public request extends `DecisionRequest` (catalog
+references, `x_calibrate`); the scorer validates exactly this one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
+
+# A description, instruction or state: any JSON value but a number or a boolean.
+Text = str | dict[str, Any] | list[Any]
+Readout = Literal["letters", "likelihood"]
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class Wire(BaseModel):
+    """Strict types, unknown fields ignored, as the format specifies."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class NoulCriteria(Wire):
+    true: Text | None = Field(default=None, description="What counts as yes / true.")
+    false: Text | None = Field(default=None, description="What counts as no / false.")
+
+
+class NoulQuestion(Wire):
+    """A yes/no question; the answer is P(true)."""
+
+    type: Literal["noul"]
+    instructions: Text | None = None
+    criteria: NoulCriteria | None = None
+
+    @model_validator(mode="after")
+    def _needs_something_to_ask(self) -> NoulQuestion:
+        criteria = self.criteria
+        if self.instructions is None and (criteria is None or (criteria.true is None and criteria.false is None)):
+            raise ValueError("a noul question needs instructions or criteria")
+        return self
+
+
+class ChoiceQuestion(Wire):
+    """One of 2 to 255 named options; a description may be null (the name explains it)."""
+
+    type: Literal["choice"]
+    instructions: Text | None = None
+    criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_CHOICES)
+
+    @field_validator("criteria")
+    @classmethod
+    def _names_not_blank(cls, criteria: dict[str, Any]) -> dict[str, Any]:
+        if any(not name.strip() for name in criteria):
+            raise ValueError("option names must not be blank")
+        return criteria
+
+
+class ScoreQuestion(Wire):
+    """Ordered levels, lowest first (an array: a map such as {"0": ...} is refused)."""
+
+    type: Literal["score"]
+    instructions: Text | None = None
+    criteria: list[Text] = Field(min_length=2, max_length=MAX_LEVELS)
+
+
+Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+QuestionId = Annotated[str, Field(min_length=1)]
+
+
+class DecisionRequest(Wire):
+    model: str = Field(min_length=1, description="A model name or alias (GET /v1/models).")
+    state: Text = Field(description="The text, or a JSON object or array, the questions are about.")
+    questions: dict[QuestionId, Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    # Extensions: override the model's readout and the debiasing per request.
+    x_readout: Readout | None = None
+    x_order_average: bool | None = None
+    x_prior: bool | None = None
+
+
+# -- answers ---------------------------------------------------------------------------
+
+class NoulAnswer(Wire):
+    type: Literal["noul"]
+    noul: Probability = Field(description="P(true).")
+
+
+class ChoiceAnswer(Wire):
+    type: Literal["choice"]
+    choice: str = Field(description="The most likely option.")
+    probabilities: dict[str, Probability] = Field(description="Every declared option, in the declared order.")
+    confidence: float | None = None
+
+
+class ScoreAnswer(Wire):
+    type: Literal["score"]
+    score: float = Field(allow_inf_nan=False, description="The expected level (0 = lowest).")
+    legend: dict[str, Text] = Field(default_factory=dict, description="Level index -> the level as declared.")
+    probabilities: dict[str, Probability] = Field(description="Level index -> P(level).")
+    confidence: float | None = None
+
+
+Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]
+
+
+class Usage(Wire):
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    x_cached_tokens: int | None = Field(default=None, ge=0)
+
+
+class DecisionResponse(Wire):
+    """What a scorer answers; `answers` holds one entry per question id of the request."""
+
+    model_config = ConfigDict(extra="allow", strict=True)  # x_ extensions (readout, debiasing, model sha)
+    model: str
+    answers: dict[str, Any] = Field(description="Question id -> an Answer (each read on its own: one bad answer "
+                                                "refuses that question, not the decision).")
+    usage: Usage = Usage()
