@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gateway.backends.base import Endpoint, EndpointError
+from systemone.models import ChoiceAnswer, DecisionRequest, DecisionResponse, NoulAnswer, Question, ScoreAnswer, Usage
 
 
 class UniformBackend:
@@ -48,20 +50,36 @@ class FailingBackend(UniformBackend):
         return super().invoke(endpoint, body, route)
 
 
-def uniform_answer(model: str, request: dict[str, Any]) -> dict[str, Any]:
-    answers = {}
-    for qid, question in request["questions"].items():
-        if question["type"] == "noul":
-            answers[qid] = {"type": "noul", "noul": 0.5}
-        elif question["type"] == "choice":
-            names = list(question["criteria"])
-            answers[qid] = {"type": "choice", "choice": names[0], "probabilities": {n: 1 / len(names) for n in names},
-                            "confidence": 0.0}
+def answer_with(model: str, request: dict[str, Any],
+                distribution: Callable[[Question], list[float]]) -> dict[str, Any]:
+    """A scorer's answer through the contract: the request validated as the scorer validates
+    it (a fake takes nothing the scorer would refuse), each answer a contract answer model."""
+    parsed = DecisionRequest.model_validate(request)
+    answers: dict[str, Any] = {}
+    for qid, question in parsed.questions.items():
+        p = distribution(question)
+        if question.type == "noul":
+            answers[qid] = NoulAnswer(type="noul", noul=p[0])
+        elif question.type == "choice":
+            names = list(question.criteria)
+            answers[qid] = ChoiceAnswer(type="choice", choice=names[p.index(max(p))],
+                                        probabilities=dict(zip(names, p, strict=True)), confidence=0.0)
         else:
-            n = len(question["criteria"])
-            answers[qid] = {"type": "score", "score": (n - 1) / 2, "probabilities": {str(i): 1 / n for i in range(n)},
-                            "legend": {str(i): c for i, c in enumerate(question["criteria"])}, "confidence": 0.0}
-    return {"model": model, "answers": answers, "usage": {"input_tokens": 10, "output_tokens": 0}}
+            answers[qid] = ScoreAnswer(type="score", score=sum(i * v for i, v in enumerate(p)),
+                                       legend={str(i): c for i, c in enumerate(question.criteria)},
+                                       probabilities={str(i): v for i, v in enumerate(p)}, confidence=0.0)
+    reply = DecisionResponse(model=model, answers={k: v.model_dump(exclude_none=True) for k, v in answers.items()},
+                             usage=Usage(input_tokens=10, output_tokens=0))
+    return reply.model_dump(exclude_none=True)
+
+
+def uniform(question: Question) -> list[float]:
+    n = 2 if question.type == "noul" else len(question.criteria)
+    return [1 / n] * n
+
+
+def uniform_answer(model: str, request: dict[str, Any]) -> dict[str, Any]:
+    return answer_with(model, request, uniform)
 
 
 def chat_completion(model: str, text: str) -> dict[str, Any]:
@@ -80,6 +98,16 @@ class FixedBackend(UniformBackend):
         super().__init__()
         self.choice, self.noul, self.score = choice or {}, noul, score
 
+    def distribution(self, question: Question) -> list[float]:
+        if question.type == "noul":
+            return [self.noul, 1 - self.noul]
+        if question.type == "choice":
+            names = list(question.criteria)
+            rest = [n for n in names if n not in self.choice]
+            left = max(0.0, 1 - sum(self.choice.get(n, 0.0) for n in names))
+            return [self.choice.get(n, left / len(rest) if rest else 0.0) for n in names]
+        return list(self.score) if self.score is not None else uniform(question)
+
     def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         if route == "chat":
             return super().invoke(endpoint, body, route, request_id)
@@ -87,17 +115,7 @@ class FixedBackend(UniformBackend):
         with self.lock:
             self.calls.append((endpoint.name, request, route))
             self.request_ids.append(request_id)
-        answer = uniform_answer(self.model, request)
-        for qid, question in request["questions"].items():
-            if question["type"] == "noul":
-                answer["answers"][qid]["noul"] = self.noul
-            elif question["type"] == "choice":
-                names = list(question["criteria"])
-                rest = [n for n in names if n not in self.choice]
-                left = max(0.0, 1 - sum(self.choice.get(n, 0.0) for n in names))
-                answer["answers"][qid]["probabilities"] = {n: self.choice.get(n, left / len(rest) if rest else 0.0) for n in names}
-            elif self.score is not None:
-                answer["answers"][qid]["probabilities"] = {str(i): p for i, p in enumerate(self.score)}
+        answer = answer_with(self.model, request, self.distribution)
         answer["x_model_sha256"] = "ab" * 32
         answer["x_prompt_version"] = "decision-prompt/1"
         answer["x_debias"] = {"order_average": True, "prior": False, "ordering": "canonical", "averaging": "reversal",

@@ -14,10 +14,14 @@ import logging
 import math
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from gateway.backends.pools import Invocation
 from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
 from gateway.decisions.scoring import normalise
 from gateway.errors import BackendFailed
+from systemone.models import Answer as ScorerAnswer
+from systemone.models import NoulAnswer
 
 log = logging.getLogger("gateway.backends.scorer")
 
@@ -75,24 +79,25 @@ def read_outcome(decision: Decision, invocation: Invocation) -> Outcome:
     )
 
 
-def _probabilities(question: Question, answer: Any) -> tuple[float, ...] | None:
-    if not isinstance(answer, dict) or answer.get("type") != question.kind:
+_ANSWER = TypeAdapter(ScorerAnswer)
+
+
+def _probabilities(question: Question, raw: Any) -> tuple[float, ...] | None:
+    """The answer's distribution over the question's declared options, or None when it is not
+    a contract answer of the question's type covering every option with some probability."""
+    try:
+        answer = _ANSWER.validate_python(raw)
+    except ValidationError:
         return None
-    if question.kind == "noul":
-        p = answer.get("noul")
-        return (float(p),) if _is_probability(p) else None
-    table = answer.get("probabilities")
-    if not isinstance(table, dict):
+    if answer.type != question.kind:
         return None
+    if isinstance(answer, NoulAnswer):
+        return (answer.noul,)
     keys = [o.key for o in question.options] if question.kind == "choice" else [str(i) for i in range(len(question.options))]
-    values = [table.get(key) for key in keys]
-    if not all(_is_probability(v) for v in values) or sum(values) <= 0:
+    values = [answer.probabilities.get(key) for key in keys]
+    if any(v is None for v in values) or sum(values) <= 0:
         return None
-    return normalise([float(v) for v in values])
-
-
-def _is_probability(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+    return normalise(values)
 
 
 def _count(value: Any) -> int:
