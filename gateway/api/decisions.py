@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from gateway.api.context import caller, request_id
 from gateway.api.responses import json_response, served_by
-from gateway.decisions.model import Outcome
+from gateway.decisions.model import DecisionResult
 from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.wire import openai_decisions, systemone
@@ -18,20 +18,20 @@ from gateway.wire import openai_decisions, systemone
 def router(service: DecideService) -> Router:
     routes = Router()
 
-    def headers(outcome: Outcome, decision_id: str) -> dict[str, str]:
-        return {**served_by(outcome.endpoint, outcome.attempts), "x-decision-id": decision_id}
+    def headers(result: DecisionResult, decision_id: str) -> dict[str, str]:
+        return {**served_by(result.endpoint, result.attempts), "x-decision-id": decision_id}
 
     @routes.post("/v1/systemone", summary="System One decision: a probability for every declared option",
                  tags=["System One"])
     def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)]):
-        outcome, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="systemone",
+        result, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="systemone",
                                               request_id=request_id(routes), metrics=counters())
-        return json_response(200, systemone.render(outcome, decision_id), headers(outcome, decision_id))
+        return json_response(200, systemone.render(result, decision_id), headers(result, decision_id))
 
     @routes.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"])
     def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)]):
-        outcome, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="decisions",
+        result, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="decisions",
                                               request_id=request_id(routes), metrics=counters())
-        return json_response(200, openai_decisions.render(outcome, decision_id), headers(outcome, decision_id))
+        return json_response(200, openai_decisions.render(result, decision_id), headers(result, decision_id))
 
     return routes

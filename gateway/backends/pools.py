@@ -172,8 +172,8 @@ class EndpointPool:
             ordered.extend(m.endpoint for m in keyed)
         return ordered
 
-    def invoke(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
-               request_id: str = "") -> Invocation:
+    def ask(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
+            request_id: str = "") -> Invocation:
         metrics = metrics or NoMetrics()
         deadline = self.clock() + self.policy.deadline_s
         first_pass = self.order()

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
-from gateway.decisions.model import Answer, Decision, Outcome, Question, Usage
+from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage
 from gateway.decisions.scoring import normalise
 from gateway.errors import BackendFailed
 from systemone.models import Answer as ScorerAnswer
@@ -50,7 +50,7 @@ def _backend_question(question: Question) -> dict[str, Any]:
     return body
 
 
-def read_outcome(decision: Decision, invocation: Invocation) -> Outcome:
+def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
     endpoint = invocation.endpoint
     body = json_object(invocation.body)
     answers = body.get("answers")
@@ -65,7 +65,7 @@ def read_outcome(decision: Decision, invocation: Invocation) -> Outcome:
         else:
             read.append(Answer(question, probabilities))
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    return Outcome(
+    return DecisionResult(
         model=body["model"],
         answers=tuple(read),
         usage=Usage(

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from gateway.catalogs.model import Policy, Rule
 from gateway.decisions import scoring
-from gateway.decisions.model import Action, Outcome, Verdict
+from gateway.decisions.model import Action, DecisionResult, Verdict
 
 _EPSILON = 1e-12
 
@@ -55,10 +55,10 @@ def judge(kind: str, probabilities: Sequence[float], policy: Policy) -> Verdict:
     return Verdict(action, top, margin, confidence)
 
 
-def apply_catalogs(outcome: Outcome) -> Outcome:
+def apply_catalogs(result: DecisionResult) -> DecisionResult:
     """Each catalog question's temperature, then its policy's verdict, on the calibrated probabilities."""
     answers = []
-    for answer in outcome.answers:
+    for answer in result.answers:
         binding = answer.question.binding
         if binding is None or answer.refused:
             answers.append(answer)
@@ -66,4 +66,4 @@ def apply_catalogs(outcome: Outcome) -> Outcome:
         calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
         verdict = judge(answer.question.kind, calibrated, binding.policy) if binding.policy is not None else None
         answers.append(replace(answer, probabilities=calibrated, verdict=verdict))
-    return replace(outcome, answers=tuple(answers))
+    return replace(result, answers=tuple(answers))

@@ -115,7 +115,10 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DecisionResult:
+    """What the model answered (never the ground truth a caller attaches later: that is a
+    record's `outcome`)."""
+
     model: str  # the real model that answered, as the backend reports it
     answers: tuple[Answer, ...]
     usage: Usage

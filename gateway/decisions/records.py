@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
 from gateway.decisions import scoring
-from gateway.decisions.model import Answer, Decision, Outcome, Text, render_json, shown_choice
+from gateway.decisions.model import Answer, Decision, DecisionResult, Text, render_json, shown_choice
 from gateway.errors import RecordNotStored
 
 log = logging.getLogger("gateway.records")
@@ -101,7 +101,7 @@ class DecisionRecorder:
         return state_digest(master, tenant_id, state), key_id
 
     def record(self, record_id: str, *, principal: Principal, route: str, request_id: str, decision: Decision,
-               outcome: Outcome, latency_ms: float) -> dict[str, Any]:
+               result: DecisionResult, latency_ms: float) -> dict[str, Any]:
         now = self.clock()
         try:
             digest, key_id = self.state_hash(principal.tenant_id, decision.state)
@@ -109,7 +109,7 @@ class DecisionRecorder:
             log.exception("the record's state-hash key cannot be read", extra={"record_id": record_id})
             self.on_failure()
             raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2) from None
-        extensions = outcome.extensions
+        extensions = result.extensions
         body = {
             "id": record_id,
             "request_id": request_id,
@@ -118,9 +118,9 @@ class DecisionRecorder:
             "created_at": now,
             "route": route,
             "model_requested": decision.model,
-            "model": outcome.model,
-            "endpoint": outcome.endpoint,
-            "attempts": outcome.attempts,
+            "model": result.model,
+            "endpoint": result.endpoint,
+            "attempts": result.attempts,
             "model_sha256": extensions.get("x_model_sha256"),
             "image_digest": extensions.get("x_image_digest"),
             "prompt_version": extensions.get("x_prompt_version"),
@@ -132,10 +132,10 @@ class DecisionRecorder:
             "state_hash": digest,
             "state_hash_key": key_id,
             "latency_ms": round(latency_ms, 2),
-            "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": outcome.usage.output_tokens},
-            "questions": [_question_record(answer) for answer in outcome.answers],
+            "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+            "questions": [_question_record(answer) for answer in result.answers],
         }
-        catalogs = sorted({a.question.binding.name for a in outcome.answers if a.question.binding is not None})
+        catalogs = sorted({a.question.binding.name for a in result.answers if a.question.binding is not None})
         stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
         log.info("decision record", extra={"record": body, "stored": stored})
         if not stored:

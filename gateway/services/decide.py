@@ -20,12 +20,12 @@ from gateway.auth.tenant_cache import TenantCache
 from gateway.backends.base import InferenceBackend
 from gateway.backends.pools import Invocation, MetricsSink
 from gateway.backends.routing import ModelRegistry
-from gateway.backends.scorer import backend_request, json_bytes, json_object, read_outcome
+from gateway.backends.scorer import backend_request, json_bytes, json_object, read_result
 from gateway.catalogs.policy import apply_catalogs
 from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.budget import check_budget, check_chat_budget
-from gateway.decisions.model import Decision, Outcome
+from gateway.decisions.model import Decision, DecisionResult
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound
 
@@ -51,28 +51,28 @@ class DecideService:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
 
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
-               metrics: MetricsSink | None = None) -> tuple[Outcome, str]:
-        """The outcome and the id of its record (stored before this returns)."""
+               metrics: MetricsSink | None = None) -> tuple[DecisionResult, str]:
+        """The result and the id of its record (stored before this returns)."""
         require_model(principal, decision.model)
         started = self.clock()
-        asked, outcome = self.ask(principal, decision, request_id=request_id, metrics=metrics)
+        asked, result = self.ask(principal, decision, request_id=request_id, metrics=metrics)
         decision_id = self.recorder.new_id()
         self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
-                             outcome=outcome, latency_ms=(self.clock() - started) * 1000)
-        return outcome, decision_id
+                             result=result, latency_ms=(self.clock() - started) * 1000)
+        return result, decision_id
 
     def ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
-            metrics: MetricsSink | None = None) -> tuple[Decision, Outcome]:
-        """(The decision as asked, catalog references resolved; its outcome, calibrated and judged.)"""
+            metrics: MetricsSink | None = None) -> tuple[Decision, DecisionResult]:
+        """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
         model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
         asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
                         POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
-        invocation = model.pool.invoke(self.backend, body, "systemone", metrics, request_id)
-        outcome = read_outcome(asked, invocation)
-        return asked, (apply_catalogs(outcome) if asked.calibrate else outcome)
+        invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id)
+        result = read_result(asked, invocation)
+        return asked, (apply_catalogs(result) if asked.calibrate else result)
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
              metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
@@ -83,7 +83,7 @@ class DecideService:
         limits: TenantLimits = tenant.limits if tenant is not None else DEFAULT_LIMITS
         payload = {**request, "stream": False, **check_chat_budget(request, limits)}
         payload.pop("stream_options", None)
-        invocation = model.pool.invoke(self.backend, json_bytes(payload), "chat", metrics, request_id)
+        invocation = model.pool.ask(self.backend, json_bytes(payload), "chat", metrics, request_id)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")

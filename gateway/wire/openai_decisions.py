@@ -22,8 +22,8 @@ from gateway.decisions.model import (
     MAX_QUESTIONS,
     CatalogReference,
     Decision,
+    DecisionResult,
     Option,
-    Outcome,
     Question,
     render_json,
     score_level,
@@ -248,9 +248,9 @@ def _choice_options(choices: list[ChoiceOption]) -> tuple[Option, ...]:
     return tuple(options)
 
 
-def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
+def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, Any]:
     answers = []
-    for answer in outcome.answers:
+    for answer in result.answers:
         question, p = answer.question, answer.probabilities
         if answer.refused:
             answers.append({"type": "refusal", "name": question.name})
@@ -277,11 +277,11 @@ def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
                 ],
             }
         answers.append({**body, **policy_fields(answer)})
-    usage = outcome.usage
+    usage = result.usage
     return {
         "id": f"decision_{decision_id or uuid.uuid4().hex}",
         "object": "decision",
-        "model": outcome.model,
+        "model": result.model,
         "answers": answers,
         "usage": {
             "input_tokens": usage.input_tokens,

@@ -15,8 +15,8 @@ from gateway.decisions.model import (
     MAX_QUESTIONS,
     CatalogReference,
     Decision,
+    DecisionResult,
     Option,
-    Outcome,
     Question,
     shown_choice,
 )
@@ -60,10 +60,10 @@ def _question(internal_id: str, name: str, q: Any) -> Question | CatalogReferenc
     return Question(id=internal_id, kind=q.type, instructions=q.instructions, options=options, name=name)
 
 
-def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
+def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, Any]:
     """The 200 body. System One has no refusal: an unusable answer fails the request."""
     answers: dict[str, Any] = {}
-    for answer in outcome.answers:
+    for answer in result.answers:
         question = answer.question
         if answer.refused:
             raise BackendFailed("the model endpoint gave no usable answer to a question")
@@ -88,10 +88,10 @@ def render(outcome: Outcome, decision_id: str | None = None) -> dict[str, Any]:
             }
         answers[question.name] = {**body, **policy_fields(answer)}
     document = {
-        "model": outcome.model,
+        "model": result.model,
         "answers": answers,
-        "usage": {"input_tokens": outcome.usage.input_tokens, "output_tokens": outcome.usage.output_tokens},
-        **outcome.extensions,
+        "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+        **result.extensions,
     }
     if decision_id:
         document["x_decision_id"] = decision_id

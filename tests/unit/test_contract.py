@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.backends.pools import Invocation
-from gateway.backends.scorer import backend_request, json_bytes, read_outcome
+from gateway.backends.scorer import backend_request, json_bytes, read_result
 from gateway.wire.openai_decisions import DecisionsRequest
 from gateway.wire.systemone import SystemOneRequest
 from scorer_container.engine import answer, prepare_question
@@ -103,7 +103,7 @@ def test_every_answer_the_scorer_gives_parses_in_the_gateway_as_that_answer(body
         given_p[qid] = p / p.sum()
     reply = {"model": "decision-default", "answers": answers, "usage": {"input_tokens": 12, "output_tokens": 0},
              "x_readout": "letters"}
-    outcome = read_outcome(decision, Invocation(json.dumps(reply).encode(), "endpoint", 1))
+    outcome = read_result(decision, Invocation(json.dumps(reply).encode(), "endpoint", 1))
     for read in outcome.answers:
         assert not read.refused
         expected = given_p[read.question.id]

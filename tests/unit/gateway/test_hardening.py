@@ -191,7 +191,7 @@ def test_a_state_hash_uses_the_records_own_key_binds_the_tenant_and_verifies_on_
     # the retention's last day, then the state verifies, another state or tenant does not.
     from gateway.auth.credentials import Principal
     from gateway.auth.tokens import CachedKeyRing, new_key_document
-    from gateway.decisions.model import Decision, Outcome, Usage
+    from gateway.decisions.model import Decision, DecisionResult, Usage
     from gateway.decisions.records import DecisionRecorder, state_matches
 
     day, retention_days = 86400.0, 90
@@ -199,9 +199,9 @@ def test_a_state_hash_uses_the_records_own_key_binds_the_tenant_and_verifies_on_
     ring = CachedKeyRing(lambda: document, ttl_s=0)
     recorder = DecisionRecorder(None, ring, retention_days, clock=lambda: 0.0)
     decision = Decision("m", "the state under audit", (), {}, True)
-    outcome = Outcome("m", (), Usage(0, 0, 0), "e", 1, {})
+    result = DecisionResult("m", (), Usage(0, 0, 0), "e", 1, {})
     record = recorder.record("r1", principal=Principal("acme", frozenset(), None, "k"), route="systemone", request_id="q",
-                             decision=decision, outcome=outcome, latency_ms=1.0)
+                             decision=decision, result=result, latency_ms=1.0)
     document = new_key_document(document, now=1 * day, keep_s=(retention_days + 1) * day)
     document = new_key_document(document, now=(retention_days - 1) * day, keep_s=(retention_days + 1) * day)
     assert state_matches(ring, record, "the state under audit")

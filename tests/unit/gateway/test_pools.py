@@ -75,7 +75,7 @@ def busy(reason="container_503", retry_after=None, name="gpu"):
 def test_every_busy_kind_falls_back_to_the_next_endpoint(reason):
     clock, metrics = Clock(), Metrics()
     backend = Scripted(clock, {"gpu": [busy(reason)], "cpu": [OK]})
-    invocation = pool(clock).invoke(backend, b"{}", "systemone", metrics)
+    invocation = pool(clock).ask(backend, b"{}", "systemone", metrics)
     assert (invocation.endpoint, invocation.attempts) == ("cpu", 2)
     assert [name for name, _ in backend.calls] == ["gpu", "cpu"]
     assert metrics.counts == {"AttemptBusy": 1, "AttemptOk": 1, "Fallback": 1}
@@ -95,7 +95,7 @@ def test_refusals_and_failures_never_fall_back(error, raised):
     clock = Clock()
     backend = Scripted(clock, {"gpu": [error], "cpu": [OK]})
     with pytest.raises(raised):
-        pool(clock).invoke(backend, b"{}", "systemone")
+        pool(clock).ask(backend, b"{}", "systemone")
     assert [name for name, _ in backend.calls] == ["gpu"]
 
 
@@ -103,14 +103,14 @@ def test_a_rejection_keeps_the_containers_own_words():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [EndpointRejected("gpu", 413, b'{"detail": {"error_type": "x", "message": "prompt of 9000 tokens"}}')]})
     with pytest.raises(PayloadTooLarge, match="9000 tokens"):
-        pool(clock, names=("gpu",)).invoke(backend, b"{}", "systemone")
+        pool(clock, names=("gpu",)).ask(backend, b"{}", "systemone")
 
 
 def test_saturation_everywhere_is_429_and_takes_the_longest_retry_after():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy("container_503", 3)], "cpu": [busy("ThrottlingException", name="cpu")]})
     with pytest.raises(RateLimited) as raised:
-        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+        pool(clock, extra_attempts=0).ask(backend, b"{}", "systemone")
     assert raised.value.retry_after == 3
 
 
@@ -118,10 +118,10 @@ def test_unreachable_endpoints_are_503_but_one_saturated_endpoint_makes_it_429()
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("connect_failed", name="cpu")]})
     with pytest.raises(BackendUnavailable):
-        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+        pool(clock, extra_attempts=0).ask(backend, b"{}", "systemone")
     backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("container_503", name="cpu")]})
     with pytest.raises(RateLimited):  # the cpu endpoint is alive, only full: retry later
-        pool(clock, extra_attempts=0).invoke(backend, b"{}", "systemone")
+        pool(clock, extra_attempts=0).ask(backend, b"{}", "systemone")
 
 
 def test_a_saturated_endpoint_is_skipped_only_as_long_as_it_asked():
@@ -130,16 +130,16 @@ def test_a_saturated_endpoint_is_skipped_only_as_long_as_it_asked():
     circuits = Circuits(policy, clock)
     backend = Scripted(clock, {"gpu": [busy(retry_after=2), OK], "cpu": [OK]})
     p = pool(clock, policy=policy, circuits=circuits)
-    assert p.invoke(backend, b"{}", "systemone").endpoint == "cpu"
+    assert p.ask(backend, b"{}", "systemone").endpoint == "cpu"
     assert not circuits.allow("gpu") and circuits.open_reason("gpu") == "container_503"
     clock.now += 2
-    assert p.invoke(backend, b"{}", "systemone").endpoint == "gpu"
+    assert p.ask(backend, b"{}", "systemone").endpoint == "gpu"
 
 
 def test_extra_attempts_back_off_with_jitter():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy("read_timeout"), OK]})
-    invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).invoke(backend, b"{}", "chat")
+    invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).ask(backend, b"{}", "chat")
     assert invocation.attempts == 2 and len(clock.slept) == 1 and 0 <= clock.slept[0] <= 0.4
 
 
@@ -148,7 +148,7 @@ def test_a_saturated_endpoint_is_not_asked_again_in_the_same_request():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy(retry_after=3), OK]})
     with pytest.raises(RateLimited) as raised:
-        pool(clock, names=("gpu",), extra_attempts=2).invoke(backend, b"{}", "chat")
+        pool(clock, names=("gpu",), extra_attempts=2).ask(backend, b"{}", "chat")
     assert raised.value.retry_after == 3 and len(backend.calls) == 1 and clock.slept == []
 
 
@@ -156,7 +156,7 @@ def test_at_most_one_pass_plus_the_extra_attempts():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]})
     with pytest.raises(BackendUnavailable):
-        pool(clock, extra_attempts=1, failure_threshold=100).invoke(backend, b"{}", "systemone")
+        pool(clock, extra_attempts=1, failure_threshold=100).ask(backend, b"{}", "systemone")
     assert [name for name, _ in backend.calls] == ["gpu", "cpu", "gpu"]
 
 
@@ -164,7 +164,7 @@ def test_a_retry_after_beyond_the_deadline_is_not_waited_for():
     clock = Clock()
     backend = Scripted(clock, {"gpu": [busy(retry_after=60), OK]})
     with pytest.raises(RateLimited) as raised:
-        pool(clock, names=("gpu",), extra_attempts=2, deadline_s=10).invoke(backend, b"{}", "systemone")
+        pool(clock, names=("gpu",), extra_attempts=2, deadline_s=10).ask(backend, b"{}", "systemone")
     assert clock.slept == [] and raised.value.retry_after == 60 and len(backend.calls) == 1
 
 
@@ -175,7 +175,7 @@ def test_a_first_attempt_gets_nearly_the_whole_deadline():
     backend = Scripted(clock, {"gpu": [OK]})
     pool = EndpointPool((PoolEndpoint(Endpoint("gpu", read_timeout_s=28.0), tier=0),), PoolPolicy(), Circuits(PoolPolicy(), clock),
                         clock=clock, sleep=clock.sleep)
-    pool.invoke(backend, b"{}", "systemone")
+    pool.ask(backend, b"{}", "systemone")
     assert backend.calls == [("gpu", 23.0)]
 
 
@@ -184,7 +184,7 @@ def test_the_deadline_bounds_the_whole_request_and_each_read_timeout():
     backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]}, cost_s=9.0)
     started = clock.now
     with pytest.raises(BackendUnavailable):
-        pool(clock, extra_attempts=3, deadline_s=25, backoff_base_s=0, failure_threshold=100).invoke(backend, b"{}", "systemone")
+        pool(clock, extra_attempts=3, deadline_s=25, backoff_base_s=0, failure_threshold=100).ask(backend, b"{}", "systemone")
     assert clock.now - started <= 25
     # The first attempt keeps its configured 20 s; later ones get less than what is left.
     timeouts = [t for _, t in backend.calls]
@@ -200,18 +200,18 @@ def test_a_circuit_opens_after_repeated_busy_then_half_opens_for_one_probe():
     p = pool(clock, policy=policy, circuits=circuits)
     metrics = Metrics()
     for _ in range(2):
-        assert p.invoke(backend, b"{}", "systemone", metrics).endpoint == "cpu"
+        assert p.ask(backend, b"{}", "systemone", metrics).endpoint == "cpu"
     assert metrics.counts["CircuitOpened"] == 1
     calls_before = len(backend.calls)
-    assert p.invoke(backend, b"{}", "systemone", metrics).attempts == 1  # gpu skipped: no latency spent on it
+    assert p.ask(backend, b"{}", "systemone", metrics).attempts == 1  # gpu skipped: no latency spent on it
     assert [name for name, _ in backend.calls[calls_before:]] == ["cpu"]
     clock.now += 10
     # Half-open: one probe; it fails, so the circuit opens again for a full cooldown.
-    assert p.invoke(backend, b"{}", "systemone").endpoint == "cpu"
+    assert p.ask(backend, b"{}", "systemone").endpoint == "cpu"
     assert [name for name, _ in backend.calls[-2:]] == ["gpu", "cpu"]
     assert not circuits.allow("gpu")
     clock.now += 10
-    assert p.invoke(backend, b"{}", "systemone").endpoint == "gpu"  # the probe succeeds: closed again
+    assert p.ask(backend, b"{}", "systemone").endpoint == "gpu"  # the probe succeeds: closed again
     assert circuits.allow("gpu") and circuits.allow("gpu")
 
 
@@ -234,7 +234,7 @@ def test_every_circuit_open_is_503_with_the_time_until_a_probe():
     clock.now += 3
     backend = Scripted(clock, {"gpu": [OK], "cpu": [OK]})
     with pytest.raises(BackendUnavailable) as raised:
-        pool(clock, policy=policy, circuits=circuits).invoke(backend, b"{}", "systemone")
+        pool(clock, policy=policy, circuits=circuits).ask(backend, b"{}", "systemone")
     assert backend.calls == [] and raised.value.retry_after == 5
 
 
