@@ -13,6 +13,7 @@ from gateway.api.responses import json_response
 from gateway.catalogs.model import NAME_PATTERN
 from gateway.decisions.model import MAX_QUESTIONS
 from gateway.services.records import ID_PATTERN, RecordsService
+from gateway.wire.responses import OutcomeReply, RecordList, documented
 
 
 class OutcomeRequest(BaseModel):
@@ -27,7 +28,8 @@ def router(service: RecordsService) -> Router:
     routes = Router()
 
     @routes.post("/v1/decisions/<decision_id>/outcome", tags=["Records"],
-                 summary="Attach the true outcome, or a human override, to a decision")
+                 summary="Attach the true outcome, or a human override, to a decision",
+                 responses=documented(OutcomeReply, "The outcome as stored"))
     def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
                        request: Annotated[OutcomeRequest, Body(embed=False)]):
         outcome = service.attach_outcome(caller(routes, "decide"), decision_id, request.answers,
@@ -35,7 +37,8 @@ def router(service: RecordsService) -> Router:
         return json_response(200, {"id": decision_id, "outcome": outcome})
 
     @routes.get("/v1/records", tags=["Records"],
-                summary="The tenant's decision records, newest first, with calibration drift per catalog entry")
+                summary="The tenant's decision records, newest first, with calibration drift per catalog entry",
+                responses=documented(RecordList, "Records and drift"))
     def list_records(catalog: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         return json_response(200, service.list_with_drift(caller(routes, "decide"), catalog=catalog, limit=limit))

@@ -13,6 +13,7 @@ from gateway.api.responses import json_response
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tokens import TokenClaims
 from gateway.errors import Forbidden
+from gateway.wire.responses import MintedToken, documented
 
 
 class TokenRequest(BaseModel):
@@ -41,7 +42,7 @@ def router(authenticator: Authenticator | None) -> Router:
     routes = Router()
 
     @routes.post("/v1/tokens", summary="Mint a short-lived bearer token for the caller's tenant (SigV4 callers only)",
-                 tags=["Credentials"])
+                 tags=["Credentials"], responses=documented(MintedToken, "The token (shown once)", 201))
     def mint_token(request: Annotated[TokenRequest, Body(embed=False)]):
         principal = caller(routes, None)
         if authenticator is None:

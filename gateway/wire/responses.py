@@ -1,0 +1,181 @@
+"""The public answers as models: what each route returns, for the OpenAPI document (as
+its response schema) and for the tests that hold every rendered body to it
+(tests/unit/gateway/test_responses.py), so the document and the wire cannot drift.
+
+The System One answers are the contract's (`systemone.models`) plus the gateway's own
+`x_` fields; unknown fields are refused here, so a field the renderers add and these
+models lack fails the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.decisions.model import Action
+from systemone import models as contract
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Policy(Strict):
+    catalog: str
+    mode: str
+    temperature: float
+
+
+class CatalogFields(BaseModel):
+    """On the answer of a question named from a catalog entry."""
+
+    x_catalog: str | None = Field(default=None, description="The entry that declared the question (name@version).")
+    x_action: Action | None = Field(default=None, description="What the entry's policy says to do: auto, review, abstain.")
+    x_policy: Policy | None = None
+
+
+class NoulAnswer(contract.NoulAnswer, CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChoiceAnswer(contract.ChoiceAnswer, CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScoreAnswer(contract.ScoreAnswer, CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Usage(Strict):
+    input_tokens: int
+    output_tokens: int
+
+
+class SystemOneResponse(BaseModel):
+    """`POST /v1/systemone`: one answer per question, by the caller's question id."""
+
+    model_config = ConfigDict(extra="allow")  # the scorer's x_ extensions (readout, model sha, debiasing)
+    model: str
+    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
+    usage: Usage
+    x_decision_id: str | None = Field(default=None, description="The record's id (POST /v1/decisions/{id}/outcome).")
+
+
+class Probability(Strict):
+    value: str | bool | int
+    label: str | None = None
+    probability: float
+
+
+class PredicateAnswer(CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["predicate"]
+    name: str | None
+    probability: float
+
+
+class OpenAIChoiceAnswer(CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    name: str | None
+    choice: str | bool
+    confidence: float
+    probabilities: list[Probability]
+
+
+class OpenAIScoreAnswer(CatalogFields):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["score"]
+    name: str | None
+    score: float
+    confidence: float
+    probabilities: list[Probability]
+
+
+class Refusal(Strict):
+    type: Literal["refusal"]
+    name: str | None
+
+
+class OpenAIUsage(Strict):
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+class DecisionsResponse(Strict):
+    """`POST /v1/decisions`, in the order the questions were asked."""
+
+    id: str = Field(description="decision_<record id>: accepted wherever a decision id is.")
+    object: Literal["decision"]
+    model: str
+    answers: list[Annotated[PredicateAnswer | OpenAIChoiceAnswer | OpenAIScoreAnswer | Refusal,
+                            Field(discriminator="type")]]
+    usage: OpenAIUsage
+
+
+class ModelEntry(Strict):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class SystemOneModel(Strict):
+    name: str
+    description: str
+    release_date: str
+
+
+class ModelList(Strict):
+    """`GET /v1/models`: the OpenAI list and the System One list in one body."""
+
+    object: Literal["list"]
+    data: list[ModelEntry]
+    models: list[SystemOneModel]
+
+
+class CatalogEntry(BaseModel):
+    """A catalog entry version: its content (as written) with its name, version, hash and time."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str
+    version: int
+    hash: str
+    created_at: float
+
+
+class CatalogList(Strict):
+    catalogs: list[CatalogEntry]
+
+
+class VersionList(Strict):
+    versions: list[CatalogEntry]
+
+
+class RecordList(Strict):
+    records: list[dict[str, Any]]
+    drift: dict[str, dict[str, Any]]
+
+
+class OutcomeReply(Strict):
+    id: str
+    outcome: dict[str, Any]
+
+
+class MintedToken(Strict):
+    token: str
+    token_id: str
+    tenant_id: str
+    scopes: list[str]
+    models: list[str] | None
+    expires_at: float
+    expires_in: float
+
+
+def documented(model: type[BaseModel], description: str, status: int = 200) -> dict[int, Any]:
+    """A route's `responses`: the model as the schema of its JSON answer."""
+    return {status: {"description": description, "content": {"application/json": {"model": model}}}}
