@@ -13,7 +13,7 @@ from gateway.api.responses import json_response
 from gateway.catalogs.model import NAME_PATTERN
 from gateway.decisions.model import MAX_QUESTIONS
 from gateway.services.records import ID_PATTERN, RecordsService
-from gateway.wire.responses import OutcomeReply, RecordList, documented
+from gateway.wire.responses import DecisionRecord, OutcomeReply, RecordList, documented
 
 
 class OutcomeRequest(BaseModel):
@@ -43,7 +43,8 @@ def router(service: RecordsService) -> Router:
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         return json_response(200, service.list_with_drift(caller(routes, "decide"), catalog=catalog, limit=limit))
 
-    @routes.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"])
+    @routes.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"],
+                responses=documented(DecisionRecord, "The record, with its outcome once attached"))
     def get_record(decision_id: Annotated[str, Path(pattern=ID_PATTERN)]):
         return json_response(200, service.get(caller(routes, "decide"), decision_id))
 

@@ -32,10 +32,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
 from gateway.decisions import scoring
-from gateway.decisions.model import Answer, Decision, DecisionResult, Text, render_json, shown_choice
+from gateway.decisions.model import Action, Answer, Decision, DecisionResult, Text, render_json, shown_choice
 from gateway.errors import RecordNotStored
 
 log = logging.getLogger("gateway.records")
@@ -60,6 +62,71 @@ class RecordStore(Protocol):
                      limit: int = 100) -> list[dict[str, Any]]:
         """Newest first."""
         ...
+
+
+class QuestionRecord(BaseModel):
+    """One question of a decision as recorded: what was asked, what the model said, what the policy did."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None
+    kind: str
+    catalog: str | None = None  # name@version of the entry that declared it
+    catalog_hash: str | None = None
+    temperature: float | None = None
+    policy: dict[str, Any] | None = None
+    refused: bool | None = None
+    probabilities: dict[str, float] | None = None
+    answer: str | bool | int | None = None  # what the caller got (an enforced abstain included)
+    model_answer: str | bool | int | None = None  # the most likely option: drift is measured on it
+    action: Action | None = None
+    top: float | None = None
+    margin: float | None = None
+    confidence: float | None = None
+
+
+class RecordUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input_tokens: int
+    output_tokens: int
+
+
+class DecisionRecord(BaseModel):
+    """A decision as audited: one model for the stored item, the log line and `GET /v1/records/{id}`.
+
+    `outcome` is the ground truth (or a person's override) a caller attaches later, never the
+    model's answer (that is `questions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    request_id: str
+    tenant_id: str
+    credential_id: str
+    created_at: float
+    route: str
+    model_requested: str
+    model: str
+    endpoint: str
+    attempts: int
+    model_sha256: str | None = None
+    image_digest: str | None = None
+    prompt_version: str | None = None  # the prompt template that produced the probabilities
+    readout: str | None = None
+    # How the options were listed and averaged, and the model's temperature: an answer
+    # depends on them as much as on the prompt template.
+    debias: dict[str, Any] | None = None
+    calibrated: bool
+    state_hash: str | None = None  # keyed HMAC of the state (never the state itself)
+    state_hash_key: str | None = None
+    latency_ms: float
+    usage: RecordUsage
+    questions: list[QuestionRecord]
+    outcome: dict[str, Any] | None = None
+
+    def stored(self) -> dict[str, Any]:
+        """The body stores keep: every top-level field; a question's fields only where they apply."""
+        body = self.model_dump(exclude={"outcome", "questions"})
+        body["questions"] = [q.model_dump(exclude_unset=True) for q in self.questions]
+        return body
 
 
 def tenant_key(master: bytes, tenant_id: str) -> bytes:
@@ -110,31 +177,17 @@ class DecisionRecorder:
             self.on_failure()
             raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2) from None
         extensions = result.extensions
-        body = {
-            "id": record_id,
-            "request_id": request_id,
-            "tenant_id": principal.tenant_id,
-            "credential_id": principal.credential_id,
-            "created_at": now,
-            "route": route,
-            "model_requested": decision.model,
-            "model": result.model,
-            "endpoint": result.endpoint,
-            "attempts": result.attempts,
-            "model_sha256": extensions.get("x_model_sha256"),
-            "image_digest": extensions.get("x_image_digest"),
-            "prompt_version": extensions.get("x_prompt_version"),
-            "readout": extensions.get("x_readout"),
-            # How the options were listed and averaged, and the model's temperature: an
-            # answer depends on them as much as on the prompt template.
-            "debias": extensions.get("x_debias"),
-            "calibrated": decision.calibrate,
-            "state_hash": digest,
-            "state_hash_key": key_id,
-            "latency_ms": round(latency_ms, 2),
-            "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
-            "questions": [_question_record(answer) for answer in result.answers],
-        }
+        record = DecisionRecord(
+            id=record_id, request_id=request_id, tenant_id=principal.tenant_id,
+            credential_id=principal.credential_id, created_at=now, route=route, model_requested=decision.model,
+            model=result.model, endpoint=result.endpoint, attempts=result.attempts,
+            model_sha256=extensions.get("x_model_sha256"), image_digest=extensions.get("x_image_digest"),
+            prompt_version=extensions.get("x_prompt_version"), readout=extensions.get("x_readout"),
+            debias=extensions.get("x_debias"), calibrated=decision.calibrate, state_hash=digest,
+            state_hash_key=key_id, latency_ms=round(latency_ms, 2),
+            usage=RecordUsage(input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens),
+            questions=[_question_record(answer) for answer in result.answers])
+        body = record.stored()
         catalogs = sorted({a.question.binding.name for a in result.answers if a.question.binding is not None})
         stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
         log.info("decision record", extra={"record": body, "stored": stored})
@@ -156,7 +209,7 @@ class DecisionRecorder:
         return False
 
 
-def _question_record(answer: Answer) -> dict[str, Any]:
+def _question_record(answer: Answer) -> QuestionRecord:
     question = answer.question
     binding = question.binding
     entry: dict[str, Any] = {"name": question.name, "kind": question.kind}
@@ -164,7 +217,7 @@ def _question_record(answer: Answer) -> dict[str, Any]:
         entry.update(catalog=binding.ref, catalog_hash=binding.content_hash, temperature=binding.temperature,
                      policy=None if binding.policy is None else binding.policy.model_dump(mode="json"))
     if answer.refused:
-        return {**entry, "refused": True}
+        return QuestionRecord(**entry, refused=True)
     p = list(answer.probabilities)
     if question.kind == "noul":
         entry.update(probabilities={"true": p[0]}, answer=p[0] >= 0.5)
@@ -176,4 +229,4 @@ def _question_record(answer: Answer) -> dict[str, Any]:
     if answer.verdict is not None:
         entry.update(action=answer.verdict.action, top=answer.verdict.top, margin=answer.verdict.margin,
                      confidence=answer.verdict.confidence)
-    return entry
+    return QuestionRecord(**entry)

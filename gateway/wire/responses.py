@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.decisions.model import Action
+from gateway.decisions.records import DecisionRecord
 from systemone import models as contract
 
 
@@ -157,7 +158,7 @@ class VersionList(Strict):
 
 
 class RecordList(Strict):
-    records: list[dict[str, Any]]
+    records: list[DecisionRecord]
     drift: dict[str, dict[str, Any]]
 
 

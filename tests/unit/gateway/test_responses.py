@@ -54,6 +54,8 @@ def test_decision_answers_are_their_declared_models(gateway):
     assert [a.type for a in openai.answers] == ["predicate", "choice", "score", "choice"]
     reported = ok("POST", f"/v1/decisions/{openai.id}/outcome", {"answers": {"refund": True}})
     responses.OutcomeReply.model_validate(reported)
+    record = responses.DecisionRecord.model_validate(ok("GET", f"/v1/records/{openai.id}"))
+    assert record.outcome["answers"] == {"refund": True} and len(record.questions) == 4
     responses.RecordList.model_validate(ok("GET", "/v1/records"))
 
 
