@@ -122,3 +122,21 @@ class FixedBackend(UniformBackend):
                               "temperature": 0.8}
         answer["x_image_digest"] = "sha256:" + "cd" * 32
         return json.dumps(answer).encode()
+
+
+class ManualClock:
+    """A clock the test moves: `clock()` reads it, `sleep` and `advance` move it on (nothing waits)."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds

@@ -98,3 +98,14 @@ def register_credentials(store: Any, *contexts: dict[str, str]) -> None:
         if store.get_api_key(context["credential_id"]) is None:
             store.put_api_key(ApiKeyRecord(context["credential_id"], context["tenant_id"], "unused", tuple(context["scopes"].split()),
                                            None, 0.0))
+
+
+def tenant_store(path: Any, *tenants: str) -> Any:
+    """A real SQLite store at `path` holding the named tenants (default limits)."""
+    from gateway.auth.tenants import create_tenant
+    from gateway.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(path)
+    for tenant in tenants:
+        create_tenant(store, tenant)
+    return store

@@ -8,22 +8,15 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.credentials import api_key_id, bearer_credential, new_api_key
 from gateway.auth.tenants import ProvisioningError, create_tenant, issue_api_key
 from gateway.errors import Unauthenticated
-from gateway.stores.sqlite import SQLiteStore
+from tests.fakes import ManualClock
+from tests.gateway_helpers import tenant_store
 
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+Clock = ManualClock
 
 
 @pytest.fixture
 def store(tmp_path):
-    store = SQLiteStore(tmp_path / "gateway.db")
-    create_tenant(store, "acme")
-    return store
+    return tenant_store(tmp_path / "gateway.db", "acme")
 
 
 def test_keys_are_recognisable_and_never_printed():

@@ -11,9 +11,8 @@ import pytest
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
-from gateway.stores.sqlite import SQLiteStore
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, register_credentials
+from tests.gateway_helpers import call, event, install, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide catalogs:read catalogs:write", "models": "*",
         "credential_id": "k-acme"}
@@ -32,10 +31,7 @@ STATE = "Customer 4411 (alice@example.com): I was charged twice, refund one plea
 
 @pytest.fixture
 def store(tmp_path):
-    store = SQLiteStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
-    create_tenant(store, "globex")
-    return store
+    return tenant_store(tmp_path / "g.db", "acme", "globex")
 
 
 def stack(store, **probabilities) -> FixedBackend:

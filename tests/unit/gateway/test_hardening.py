@@ -17,7 +17,7 @@ from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.store import VersionTaken
 from gateway.stores.sqlite import SQLiteStore
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, installed, register_credentials
+from tests.gateway_helpers import call, event, install, installed, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide chat catalogs:read catalogs:write admin",
         "models": "*", "credential_id": "k-acme"}
@@ -26,9 +26,7 @@ DECISION = {"model": "jev-latest", "state": "A ticket.", "questions": {"q": {"ty
 
 @pytest.fixture
 def store(tmp_path):
-    store = SQLiteStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
-    return store
+    return tenant_store(tmp_path / "g.db", "acme")
 
 
 @pytest.fixture

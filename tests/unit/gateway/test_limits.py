@@ -12,8 +12,8 @@ from gateway import authorizer, local
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, event, install, settings_for
+from tests.fakes import ManualClock, UniformBackend
+from tests.gateway_helpers import PRINCIPAL, call, event, install, settings_for, tenant_store
 
 
 def test_the_largest_accepted_body_fits_a_lambda_invocation_once_base64_encoded():
@@ -46,12 +46,8 @@ def test_the_local_runner_refuses_an_event_lambda_would_refuse():
     assert status == 413 and json.loads(body)["detail"]["error_type"] == "api_usage_error"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+def Clock() -> ManualClock:
+    return ManualClock(100.0)
 
 
 def test_a_bucket_admits_the_burst_then_the_rate():
@@ -201,11 +197,8 @@ def test_a_tenant_gets_a_key_on_the_usage_plan_of_its_numbers(monkeypatch):
 
 def test_a_changed_limit_takes_effect_within_the_tenant_caches_60_s(tmp_path):
     from gateway.auth.tenant_cache import TENANT_CACHE_S, TenantCache
-    from gateway.auth.tenants import create_tenant, set_limits
-    from gateway.stores.sqlite import SQLiteStore
-
-    store = SQLiteStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
+    from gateway.auth.tenants import set_limits
+    store = tenant_store(tmp_path / "g.db", "acme")
     clock = Clock()
     cache = TenantCache(store, clock=clock)
     assert cache.limits("acme").max_options == DEFAULT_LIMITS.max_options

@@ -14,21 +14,13 @@ import pytest
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited
+from tests.fakes import ManualClock
 
 OK = b'{"ok": true}'
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+def Clock() -> ManualClock:
+    return ManualClock(1000.0)
 
 
 class Scripted:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gateway.auth.authenticate import Authenticator
-from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
-from gateway.stores.sqlite import SQLiteStore
 from gateway.wire import responses
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, register_credentials
+from tests.gateway_helpers import call, event, install, register_credentials, tenant_store
 from tests.unit.gateway.test_catalogs import ACME, ROUTING, STATE
 
 QUESTIONS = {
@@ -30,8 +28,7 @@ OPENAI_QUESTIONS = [
 
 @pytest.fixture
 def gateway(tmp_path):
-    store = SQLiteStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
+    store = tenant_store(tmp_path / "g.db", "acme")
     document = new_key_document()
     install(FixedBackend(choice={"billing": 0.9}), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME)

@@ -19,7 +19,7 @@ from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.errors import RateLimited, Unauthenticated
 from gateway.stores.sqlite import SQLiteStore
-from tests.fakes import UniformBackend
+from tests.fakes import ManualClock, UniformBackend
 from tests.gateway_helpers import call, event, install
 
 ROLE = "arn:aws:iam::123456789012:role/Ops"
@@ -28,12 +28,8 @@ CHECK_S = 10.0
 DECISION = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
+def Clock() -> ManualClock:
+    return ManualClock(time.time())
 
 
 class CountingStore(SQLiteStore):

@@ -11,18 +11,12 @@ from gateway.auth.authenticate import Authenticator, normalise_principal
 from gateway.auth.credentials import Principal
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.store import PrincipalRule
-from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import MAX_TTL_S, CachedKeyRing, TokenError, mint, new_key_document, verify
 from gateway.errors import Forbidden, InvalidRequest, Unauthenticated
-from gateway.stores.sqlite import SQLiteStore
+from tests.fakes import ManualClock
+from tests.gateway_helpers import tenant_store
 
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+Clock = ManualClock
 
 
 class Documents:
@@ -45,9 +39,7 @@ ROLE = "arn:aws:iam::123456789012:role/Ops"
 
 @pytest.fixture
 def setup(tmp_path):
-    store = SQLiteStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
-    create_tenant(store, "globex")
+    store = tenant_store(tmp_path / "g.db", "acme", "globex")
     store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), ("decision-default", "chat-default"), 1.0))
     documents, clock = Documents(), Clock()
     ring = CachedKeyRing(documents, ttl_s=300, min_reload_s=0, clock=clock)
