@@ -1,0 +1,66 @@
+"""The backend adapter alone: a Decision as the scorer's request, and the scorer's answer
+read back. An answer that does not fit its question refuses that question only; a body
+that is not an answer at all fails the request (502)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.backends.pools import Invocation
+from gateway.backends.scorer import backend_request, read_result
+from gateway.decisions.model import Decision, Option, Question
+from gateway.errors import BackendFailed
+
+REFUND = Question(id="q0", kind="noul", instructions="Asks for a refund?", options=(), name="refund")
+QUEUE = Question(id="q1", kind="choice", instructions="Which queue?", name="queue",
+                 options=(Option("billing", "billing", "payments"), Option("delivery", "delivery", None)))
+ANGER = Question(id="q2", kind="score", instructions="How angry?", name="anger",
+                 options=(Option("0", 0, "calm", label="calm"), Option("1", 1, "angry", label="angry")))
+DECISION = Decision("jev-latest", {"ticket": 4411}, (REFUND, QUEUE, ANGER), {"x_readout": "letters"})
+GOOD = {"q0": {"type": "noul", "noul": 0.7},
+        "q1": {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.6, "delivery": 0.2}},
+        "q2": {"type": "score", "score": 0.5, "probabilities": {"0": 0.5, "1": 0.5}}}
+
+
+def read(answers, **extra):
+    body = json.dumps({"model": "gemma", "answers": answers, **extra}).encode()
+    return read_result(DECISION, Invocation(body, "dg-cpu", 2))
+
+
+def test_the_request_is_system_one_by_internal_ids_with_the_routes_model():
+    body = backend_request(DECISION, "decision-default")
+    assert body == {"model": "decision-default", "state": {"ticket": 4411}, "x_readout": "letters", "questions": {
+        "q0": {"type": "noul", "instructions": "Asks for a refund?"},
+        "q1": {"type": "choice", "instructions": "Which queue?", "criteria": {"billing": "payments", "delivery": None}},
+        "q2": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "angry"]}}}
+
+
+def test_a_good_answer_is_read_normalised_in_declared_order():
+    result = read(GOOD, usage={"input_tokens": 30, "x_cached_tokens": 12}, x_readout="letters")
+    assert [a.probabilities for a in result.answers] == [(0.7,), pytest.approx((0.75, 0.25)), (0.5, 0.5)]
+    assert (result.endpoint, result.attempts, result.usage.cached_tokens) == ("dg-cpu", 2, 12)
+    assert result.extensions == {"x_readout": "letters"}
+
+
+@pytest.mark.parametrize("broken", [
+    {"q0": {"type": "choice", "noul": 0.7}},  # another type
+    {"q0": {"type": "noul", "noul": 1.5}},  # not a probability
+    {"q0": {"type": "noul", "noul": float("nan")}},
+    {"q0": {"type": "noul", "noul": True}},
+    {"q1": {"type": "choice", "choice": "billing", "probabilities": {"billing": 1.0}}},  # an option missing
+    {"q1": {"type": "choice", "choice": "billing", "probabilities": {"billing": 0, "delivery": 0}}},
+    {"q2": {"type": "score", "score": 0, "probabilities": ["0.5", "0.5"]}},
+    {"q2": None},
+])
+def test_an_answer_that_does_not_fit_refuses_that_question_only(broken):
+    result = read({**GOOD, **broken})
+    refused = {a.question.id for a in result.answers if a.refused}
+    assert refused == set(broken)
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1]", b'{"answers": {}}', b'{"model": "m", "answers": []}'])
+def test_a_body_that_is_no_answer_fails_the_request(body):
+    with pytest.raises(BackendFailed):
+        read_result(DECISION, Invocation(body, "dg-cpu", 1))

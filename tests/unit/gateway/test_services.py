@@ -1,0 +1,110 @@
+"""The use cases, called directly: the decide sequence (who may ask, tenant policy,
+budget, the pool, the record) and the records one (outcomes, reads, tenant isolation).
+A real SQLite store, the fake backend, an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.auth.credentials import Principal
+from gateway.auth.tenant_cache import TenantCache
+from gateway.auth.tenants import create_tenant, set_limits
+from gateway.catalogs.service import CatalogService
+from gateway.composition import build_registry
+from gateway.decisions.model import Decision, Option, Question
+from gateway.decisions.records import DecisionRecorder
+from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RecordNotStored
+from gateway.services.decide import DecideService
+from gateway.services.records import RecordsService
+from tests.fakes import FixedBackend, ManualClock
+from tests.gateway_helpers import settings_for, tenant_store
+
+ACME = Principal("acme", frozenset({"decide"}), None, "k-acme")
+GLOBEX = Principal("globex", frozenset({"decide"}), None, "k-globex")
+QUEUE = Question(id="q0", kind="choice", instructions="Which queue?", name="queue",
+                 options=(Option("billing", "billing", "payments"), Option("delivery", "delivery", None)))
+DECISION = Decision("jev-latest", "I was charged twice.", (QUEUE,))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tenant_store(tmp_path / "g.db", "acme", "globex")
+
+
+def decide_service(store, backend, clock=None, records=True) -> DecideService:
+    recorder = DecisionRecorder(store if records else None, None)
+    return DecideService(build_registry(settings_for()), backend, recorder, catalogs=CatalogService(store),
+                         tenants=TenantCache(store), clock=clock or ManualClock(0.0))
+
+
+def test_a_decision_is_asked_recorded_and_timed(store):
+    backend, clock = FixedBackend(choice={"billing": 0.8}), ManualClock(0.0)
+    service = decide_service(store, backend, clock)
+    original = backend.invoke
+
+    def slow(*args, **kwargs):  # the pool's call takes 0.25 s on the service's clock
+        clock.advance(0.25)
+        return original(*args, **kwargs)
+
+    backend.invoke = slow
+    result, decision_id = service.decide(ACME, DECISION, route="systemone", request_id="r-1")
+    assert result.answers[0].probabilities == pytest.approx((0.8, 0.2))
+    record = store.get_record("acme", decision_id)
+    assert record["request_id"] == "r-1" and record["latency_ms"] == 250.0 and record["model_requested"] == "jev-latest"
+    assert backend.calls[0][1]["model"] == "decision-default"  # the route's own name, never the alias
+
+
+def test_a_model_outside_the_credential_is_unknown_before_anything_is_asked(store):
+    backend = FixedBackend()
+    limited = Principal("acme", frozenset({"decide"}), frozenset({"chat-default"}), "k")
+    with pytest.raises(NotFound):
+        decide_service(store, backend).decide(limited, DECISION, route="systemone")
+    assert backend.calls == []
+
+
+def test_tenant_policy_and_budget_refuse_before_the_backend(store):
+    backend = FixedBackend()
+    create_tenant(store, "acme", catalog_only=True)
+    with pytest.raises(Forbidden):
+        decide_service(store, backend).decide(ACME, DECISION, route="systemone")
+    set_limits(store, "globex", max_request_tokens=256)
+    many = Decision("jev-latest", "x" * 4000, (QUEUE,))
+    with pytest.raises(PayloadTooLarge):
+        decide_service(store, backend).decide(GLOBEX, many, route="systemone")
+    assert backend.calls == []
+
+
+def test_no_answer_without_its_record(store):
+    class Unwritable:
+        def put_record(self, *args):
+            raise OSError("the table is unavailable")
+
+    backend = FixedBackend()
+    service = decide_service(store, backend)
+    service.recorder.store, service.recorder.sleep = Unwritable(), lambda s: None
+    with pytest.raises(RecordNotStored):
+        service.decide(ACME, DECISION, route="systemone")
+    assert len(backend.calls) == 1  # asked once, then refused to answer unrecorded
+
+
+def test_outcomes_name_what_was_asked_by_either_id_and_stay_within_the_tenant(store):
+    _, decision_id = decide_service(store, FixedBackend()).decide(ACME, DECISION, route="decisions")
+    records = RecordsService(store, store, clock=lambda: 2_000.0)
+    with pytest.raises(InvalidRequest) as unknown:
+        records.attach_outcome(ACME, decision_id, {"mood": True}, override=False, note=None)
+    with pytest.raises(InvalidRequest) as undeclared:
+        records.attach_outcome(ACME, decision_id, {"queue": "refunds"}, override=False, note=None)
+    assert [d["type"] for d in unknown.value.details + undeclared.value.details] == ["unknown_question", "invalid_outcome"]
+    with pytest.raises(NotFound):
+        records.attach_outcome(GLOBEX, decision_id, {"queue": "billing"}, override=False, note=None)
+    stored = records.attach_outcome(ACME, f"decision_{decision_id}", {"queue": "billing"}, override=True, note="ok")
+    assert stored == {"answers": {"queue": "billing"}, "override": True, "note": "ok", "recorded_at": 2_000.0,
+                      "recorded_by": "k-acme"}
+    assert records.get(ACME, decision_id)["outcome"] == stored
+    assert [r["id"] for r in records.list_with_drift(ACME, catalog=None, limit=10)["records"]] == [decision_id]
+    assert records.list_with_drift(GLOBEX, catalog=None, limit=10)["records"] == []
+
+
+def test_records_not_configured_are_not_found_not_a_failure():
+    with pytest.raises(NotFound, match="not configured"):
+        RecordsService(None).get(ACME, "0" * 24)
