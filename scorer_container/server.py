@@ -359,7 +359,7 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Respon
         return JSONResponse(result)
     tokens, budget = loaded.chat.prepare(request)
     ticket = service.admission.admit()
-    include_usage = bool((request.stream_options or {}).get("include_usage"))
+    include_usage = request.include_usage()
     events = _stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
     return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
 

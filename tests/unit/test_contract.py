@@ -135,3 +135,21 @@ def test_a_body_both_refuse_gets_the_same_problems_from_both():
         with pytest.raises(InvalidRequest) as refused:
             parse(DecisionRequest, body)
         assert status == 422 and gateway["detail"] == refused.value.details, body
+
+
+def test_a_non_text_chat_part_is_refused_by_both_when_the_body_is_validated():
+    from scorer_container.errors import InvalidRequest
+    from scorer_container.schema import ChatRequest
+    from tests.fakes import UniformBackend
+    from tests.gateway_helpers import call, event, install
+
+    body = {"model": "chat-default", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}
+    backend = UniformBackend()
+    install(backend)
+    status, _, gateway = call(event("POST", "/v1/chat/completions", body))
+    with pytest.raises(InvalidRequest) as refused:
+        parse(ChatRequest, body)
+    assert status == 422 and backend.calls == []
+    assert "only text content parts" in gateway["error"]["message"]
+    assert refused.value.details[0]["msg"] == "only text content parts are supported"
