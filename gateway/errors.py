@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from systemone.errors import detail
+
 
 class GatewayError(Exception):
     status = 500
@@ -52,7 +54,7 @@ class InvalidRequest(RequestError):
 
     @classmethod
     def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
-        return cls([{"loc": ["body", *loc], "msg": msg, "type": type_}])
+        return cls([detail(loc, msg, type_)])
 
 
 class PayloadTooLarge(RequestError):
