@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gateway.auth.credentials import Principal
+from gateway.auth.store import TenantStore
 from gateway.auth.ttl_cache import TtlLru
 
 DEFAULT_CHECK_S = 10.0
@@ -32,7 +32,7 @@ CACHE_ENTRIES = 4096
 
 
 class RevocationCheck:
-    def __init__(self, store: Any, check_s: float = DEFAULT_CHECK_S, clock: Callable[[], float] = time.time,
+    def __init__(self, store: TenantStore, check_s: float = DEFAULT_CHECK_S, clock: Callable[[], float] = time.time,
                  entries: int = CACHE_ENTRIES) -> None:
         self.store = store
         self.check_s = check_s

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
-from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
+from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits, TenantStore
 from gateway.auth.ttl_cache import TtlLru
 
 TENANT_CACHE_S = 60.0
@@ -16,7 +15,7 @@ TENANT_CACHE_ENTRIES = 4096
 
 
 class TenantCache:
-    def __init__(self, store: Any, ttl_s: float = TENANT_CACHE_S, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, store: TenantStore, ttl_s: float = TENANT_CACHE_S, clock: Callable[[], float] = time.monotonic,
                  entries: int = TENANT_CACHE_ENTRIES) -> None:
         self.store = store
         self._tenants = TtlLru(ttl_s, entries, clock)

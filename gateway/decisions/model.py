@@ -10,7 +10,7 @@ model next to the key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gateway.decisions import scoring
 from systemone.json_text import canonical as render_json
@@ -41,6 +41,15 @@ def score_level(index: int, label: str, description: Text | None) -> Option:
     return Option(str(index), index, text, label=label)
 
 
+class Thresholds(Protocol):
+    """What the decision model needs of a catalog entry's policy (gateway.catalogs.model.Policy):
+    its mode, and the policy as JSON for the record; the catalogs package judges by it."""
+
+    mode: str
+
+    def model_dump(self, *, mode: str = "python") -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class CatalogBinding:
     """The catalog entry a question came from, and what applies to its answer."""
@@ -49,7 +58,7 @@ class CatalogBinding:
     version: int
     content_hash: str
     temperature: float = 1.0
-    policy: Any = None  # gateway.catalogs.model.Policy, or None: no thresholds
+    policy: Thresholds | None = None  # None: no thresholds
     abstain: Option | None = None  # the declared abstain / escalation option (choice)
 
     @property
