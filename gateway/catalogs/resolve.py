@@ -15,6 +15,7 @@ _READOUT_FIELDS = {"readout": "x_readout", "order_average": "x_order_average", "
 # Whoever may rewrite a catalog entry's policy may also read past it (calibration runs
 # do): everyone else gets an enforcing entry's verdict, computed the entry's way.
 POLICY_OVERRIDE_SCOPE = "catalogs:write"
+Entry = NoulEntry | ChoiceEntry | ScoreEntry
 
 
 def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogService | None, catalog_only: bool,
@@ -22,7 +23,7 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
     """The decision with every catalog reference replaced by the question its entry holds."""
     questions: list[Question] = []
     declared: dict[str, set[Any]] = {}
-    enforcing_entries: list[Any] = []
+    enforcing_entries: list[Entry] = []
     for question in decision.questions:
         if not isinstance(question, CatalogReference):
             if catalog_only:
@@ -65,12 +66,12 @@ def _version(catalogs: CatalogService | None, tenant_id: str, question: CatalogR
         raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
 
 
-def _enforcing(entry: Any) -> bool:
+def _enforcing(entry: Entry) -> bool:
     return entry.policy is not None and entry.policy.mode == "enforcing"
 
 
-def _hold_to_policy(catalogs: Any, tenant_id: str, decision: Decision, version: CatalogVersion, entry: Any,
-                    enforcing_entries: list[Any]) -> None:
+def _hold_to_policy(catalogs: CatalogService, tenant_id: str, decision: Decision, version: CatalogVersion,
+                    entry: Entry, enforcing_entries: list[Entry]) -> None:
     """For a caller who may not read past policies: an entry whose latest version enforces
     is answered by that latest version, with its verdict, its own way."""
     latest = version if _enforcing(entry) else catalogs.get(tenant_id, version.name)
