@@ -92,6 +92,7 @@ def main() -> int:
         print("\nMint a short-lived token as a SigV4 caller would (locally, a header names the IAM principal):\n")
         print(f"    curl -s -X POST {base}/v1/tokens -H 'X-Local-Iam-Principal: {DEV_ROLE}' -d '{{\"ttl_s\": 3600}}'")
         print(f"\nOpenAI SDK: OpenAI(base_url=\"{base}/v1\", api_key=...)   TypeSafe SDK: TYPESAFE_BASE_URL={base}")
+        print(f"API reference (Swagger UI; ?format=json for the OpenAPI document): {base}/v1/openapi")
         print("Ctrl-C stops both.\n", flush=True)
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
