@@ -12,6 +12,7 @@ import logging
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
 from gateway.api import catalogs, chat, decisions, operations, records, tokens
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
@@ -35,7 +36,10 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app.include_router(chat.router(runtime.decide))
     app.include_router(tokens.router(runtime.authenticator))
     if runtime.settings.openapi:
-        app.enable_swagger(path=OPENAPI_PATH, title=API_TITLE, version="1")
+        # Every route but /health takes a bearer credential (an API key or a minted token).
+        app.enable_swagger(path=OPENAPI_PATH, title=API_TITLE, version="1",
+                           security_schemes={"bearer": HTTPBearer(description="An API key (dgk_...) or a token (dgt_...)")},
+                           security=[{"bearer": []}])
     register_error_handlers(app)
     return app
 

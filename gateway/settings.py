@@ -138,7 +138,7 @@ class GatewaySettings(_Settings):
     region: str | None = None
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0, le=MAX_BODY_BYTES)
     service_name: str = "decision-gateway"
-    # The OpenAPI document and Swagger UI at /openapi (GATEWAY_OPENAPI=1): on in the local
+    # The OpenAPI document and Swagger UI at /v1/openapi (GATEWAY_OPENAPI=1): on in the local
     # runner, opt-in in AWS (it describes the API, and holds no data).
     openapi: bool = False
 

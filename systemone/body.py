@@ -42,10 +42,15 @@ def inflate(data: bytes, encoding: str, limit: int) -> bytes:
 
         try:
             out = zstandard.ZstdDecompressor().stream_reader(data).read(limit + 1)
+            if len(out) > limit:
+                raise too_large
+            # Within the limit, so decoding it again is bounded: only a whole frame is a body.
+            inflater = zstandard.ZstdDecompressor().decompressobj()
+            inflater.decompress(data)
         except zstandard.ZstdError:
             raise BodyRefused(422, "the body is not valid zstd data", "decompression_error") from None
-        if len(out) > limit:
-            raise too_large
+        if not inflater.eof:
+            raise BodyRefused(422, "the zstd body is truncated", "decompression_error")
         return out
     raise BodyRefused(415, f"Content-Encoding {encoding!r} is not supported (use gzip or zstd)")
 

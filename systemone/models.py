@@ -112,10 +112,20 @@ class Usage(Wire):
     x_cached_tokens: int | None = Field(default=None, ge=0)
 
 
-class DecisionResponse(Wire):
+class Extensions(Wire):
+    """The `x_` fields a scorer's answer carries, which decision records keep (others pass through)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    x_model_sha256: str | None = None
+    x_image_digest: str | None = None
+    x_prompt_version: str | None = None
+    x_readout: str | None = None
+    x_debias: dict[str, Any] | None = None  # how the options were listed and averaged, the temperature
+
+
+class DecisionResponse(Extensions):
     """What a scorer answers; `answers` holds one entry per question id of the request."""
 
-    model_config = ConfigDict(extra="allow", strict=True)  # x_ extensions (readout, debiasing, model sha)
     model: str
     answers: dict[str, Any] = Field(description="Question id -> an Answer (each read on its own: one bad answer "
                                                 "refuses that question, not the decision).")

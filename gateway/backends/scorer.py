@@ -21,7 +21,7 @@ from gateway.decisions.model import Answer, Decision, DecisionResult, Question, 
 from gateway.decisions.scoring import normalise
 from gateway.errors import BackendFailed
 from systemone.models import Answer as ScorerAnswer
-from systemone.models import NoulAnswer
+from systemone.models import Extensions, NoulAnswer
 
 log = logging.getLogger("gateway.backends.scorer")
 
@@ -75,8 +75,18 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         ),
         endpoint=endpoint,
         attempts=invocation.attempts,
-        extensions={k: v for k, v in body.items() if k.startswith("x_")},
+        extensions=_extensions(body),
     )
+
+
+def _extensions(body: dict[str, Any]) -> dict[str, Any]:
+    """The answer's x_ fields, those a record keeps typed as the contract says (else 502, never a 500 later)."""
+    found = {k: v for k, v in body.items() if k.startswith("x_")}
+    try:
+        Extensions.model_validate(found)
+    except ValidationError:
+        raise BackendFailed("the model endpoint answered with malformed x_ fields") from None
+    return found
 
 
 _ANSWER = TypeAdapter(ScorerAnswer)

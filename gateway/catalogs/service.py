@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
 from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry, content_hash
 from gateway.catalogs.store import CatalogStore, VersionTaken
-from gateway.errors import Conflict, NotFound, PayloadTooLarge
+from gateway.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge
+from systemone.json_text import depth
+from systemone.limits import MAX_JSON_DEPTH
 
 _ATTEMPTS = 5  # concurrent writers: each loser re-reads and tries the next number
 # An entry's canonical content, at most: well under DynamoDB's 400 KB item (with its keys
 # and hash), and far more than 255 options with descriptions need.
 MAX_CONTENT_BYTES = 256 * 1024
+# A question taken from an entry nests up to two levels deeper in the scorer's request than
+# in the entry (under "questions" and its id): an entry leaves that room, or every decision
+# that names it would be refused by the scorer.
+MAX_CONTENT_DEPTH = MAX_JSON_DEPTH - 2
 
 
 class CatalogService:
@@ -27,6 +34,9 @@ class CatalogService:
         if size > MAX_CONTENT_BYTES:
             raise PayloadTooLarge(f"this entry is {size} bytes once canonical; an entry holds at most {MAX_CONTENT_BYTES}:"
                                   " shorten its descriptions")
+        if depth(json.loads(canonical)) > MAX_CONTENT_DEPTH:
+            raise InvalidRequest.at([], f"this entry nests arrays and objects deeper than {MAX_CONTENT_DEPTH} levels"
+                                    " (a question from it must fit the scorer's request)", "json_invalid")
         digest = content_hash(canonical)
         for _ in range(_ATTEMPTS):
             latest = self.store.latest_catalog_version(tenant_id, name)

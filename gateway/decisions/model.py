@@ -13,16 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gateway.decisions import scoring
-from systemone.json_text import canonical as render_json
-from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
-from systemone.models import Text
+
+# The contract's, re-exported for the decision model's users.
+from systemone.json_text import canonical as render_json  # noqa: F401 (re-exported)
+from systemone.limits import MAX_CHOICES as MAX_CHOICES
+from systemone.limits import MAX_LEVELS as MAX_LEVELS
+from systemone.limits import MAX_QUESTIONS as MAX_QUESTIONS
+from systemone.models import Text as Text
 
 # Text shown to the model (`Text`): a string, or a JSON object or array rendered as
 # canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.
 Kind = Literal["noul", "choice", "score"]
 Action = Literal["auto", "review", "abstain"]
 
-__all__ = ["MAX_CHOICES", "MAX_LEVELS", "MAX_QUESTIONS", "Text", "render_json"]  # the contract's, re-exported
 
 
 @dataclass(frozen=True)

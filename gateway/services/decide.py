@@ -55,13 +55,13 @@ class DecideService:
         """The result and the id of its record (stored before this returns)."""
         require_model(principal, decision.model)
         started = self.clock()
-        asked, result = self.ask(principal, decision, request_id=request_id, metrics=metrics)
+        asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
         decision_id = self.recorder.new_id()
         self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
                              result=result, latency_ms=(self.clock() - started) * 1000)
         return result, decision_id
 
-    def ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
+    def _ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
             metrics: MetricsSink | None = None) -> tuple[Decision, DecisionResult]:
         """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
         model = self.registry.route_for(decision.model, "decisions")

@@ -8,13 +8,7 @@ from pydantic import Field
 
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN
 from gateway.decisions.model import Answer
-from systemone.models import Text, Wire
-
-__all__ = ["CatalogQuestion", "JsonText", "Wire", "policy_fields", "question_id", "question_kind"]
-
-# A description, instruction or state (any JSON value but a number or a boolean), and the
-# strict base model (no "1" for 1, unknown fields ignored): the contract's, for both formats.
-JsonText = Text
+from systemone.models import Wire as Wire  # the contract's strict base model, for both formats
 
 
 class CatalogQuestion(Wire):

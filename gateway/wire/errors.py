@@ -10,9 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, RateLimited
-from systemone.errors import openai_body, system_one_body, validation_details
-
-__all__ = ["Flavor", "error_body", "validation_details"]
+from systemone.errors import openai_body, system_one_body
 
 Flavor = Literal["systemone", "openai"]
 

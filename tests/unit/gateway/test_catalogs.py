@@ -257,3 +257,29 @@ def test_the_openai_answer_id_names_its_record_for_outcomes_and_reads(store):
     assert record["outcome"]["answers"] == {"queue": "billing"}
     assert call(event("GET", f"/v1/records/{body['id'].removeprefix('decision_')}", principal=ACME))[0] == 200
     assert call(event("GET", "/v1/records/decision_xyz", principal=ACME))[0] == 422
+
+
+def test_an_entry_leaves_room_for_the_scorers_depth_limit(store):
+    # An entry nested as deep as allowed still makes a scorer request within the scorer's
+    # limit; one level deeper is refused when written, not on every decision that names it.
+    from gateway.catalogs.service import MAX_CONTENT_DEPTH
+    from systemone.json_text import depth
+    from systemone.limits import MAX_JSON_DEPTH
+
+    backend = stack(store)
+
+    def nested(levels):
+        value = "deep"
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    base = depth({**ROUTING, "instructions": "x"})
+    room = MAX_CONTENT_DEPTH - 1  # the instructions' own container counts once
+    fits = {**ROUTING, "instructions": nested(room)}
+    assert depth(fits) == MAX_CONTENT_DEPTH >= base
+    assert put(fits)[0] == 201
+    assert decide({"catalog": "support-routing"})[0] == 200
+    assert depth(backend.calls[-1][1]) <= MAX_JSON_DEPTH
+    status, _, body = put({**ROUTING, "instructions": nested(room + 1)})
+    assert status == 422 and "deeper than" in json.dumps(body)

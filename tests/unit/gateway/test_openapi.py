@@ -14,6 +14,8 @@ def test_the_document_and_swagger_ui_are_served_without_credentials_when_enabled
     assert {"/v1/systemone", "/v1/decisions", "/v1/records/{decision_id}", "/v1/catalogs/{name}"} <= set(document["paths"])
     request = document["paths"]["/v1/systemone"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request["$ref"].endswith("/SystemOneRequest")
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert document["security"] == [{"bearer": []}]
     status, headers, page = call(event("GET", "/v1/openapi", principal=None))
     assert status == 200 and headers["content-type"].startswith("text/html") and "swagger" in page.lower()
 

@@ -60,7 +60,9 @@ def test_an_answer_that_does_not_fit_refuses_that_question_only(broken):
     assert refused == set(broken)
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1]", b'{"answers": {}}', b'{"model": "m", "answers": []}'])
+@pytest.mark.parametrize("body", [b"not json", b"[1]", b'{"answers": {}}', b'{"model": "m", "answers": []}',
+                                  b'{"model": "m", "answers": {}, "x_debias": "on"}',
+                                  b'{"model": "m", "answers": {}, "x_model_sha256": 7}'])
 def test_a_body_that_is_no_answer_fails_the_request(body):
     with pytest.raises(BackendFailed):
         read_result(DECISION, Invocation(body, "dg-cpu", 1))
