@@ -67,10 +67,9 @@ def progress(text: str) -> None:
 
 
 def handler_overhead(requests: int) -> dict:
-    from gateway import handler
     from gateway.observability import configure_logging
     from tests.fakes import UniformBackend
-    from tests.gateway_helpers import event, install
+    from tests.gateway_helpers import call_installed, event, install
 
     configure_logging()
     backend = UniformBackend()
@@ -89,11 +88,11 @@ def handler_overhead(requests: int) -> dict:
         sys.stdout = devnull
         try:
             for _ in range(50):  # warm
-                handler.lambda_handler(ev, None)
+                call_installed(ev, None)
             handler_times, backend_times = [], []
             for _ in range(requests):
                 started = time.perf_counter()
-                handler.lambda_handler(ev, None)
+                call_installed(ev, None)
                 handler_times.append(time.perf_counter() - started)
             if backend.calls:
                 # The fake, alone, on exactly the payload the handler sent it.

@@ -78,7 +78,7 @@ CORE = ("letters/canonical+reversal/raw", "letters/canonical+reversal/prior", "l
 # Sized to what 2 cores decode in about an hour for all three (gemma ~225 tokens/s,
 # SmolLM2 ~150, qwen ~34); the `make up` default (gemma) gets the whole held-out split.
 MODELS = {
-    "gemma-3-270m-q4_k_m": Plan(dev=240, heldout=None, invariance=20),
+    "gemma-3-270m-q4_k_m": Plan(dev=None, heldout=None, invariance=20),
     "smollm2-135m-instruct-q4_1": Plan(dev=48, heldout=48, invariance=6),
     "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=10, heldout=12, invariance=2, readouts=("likelihood",),
                                                rotations=False, timed=2),

@@ -12,9 +12,9 @@ import logging
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
 from gateway.api import catalogs, chat, decisions, operations, records, tokens
+from gateway.api.docs import Documentation
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
 from gateway.errors import GatewayError, InvalidRequest, UnknownRoute
@@ -29,13 +29,16 @@ API_TITLE = "Decision gateway"
 def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_text.loads,
                                  strip_prefixes=[IAM_PREFIX])
-    app.include_router(operations.router(runtime.registry))
-    app.include_router(decisions.router(runtime.decide))
-    app.include_router(records.router(runtime.records))
-    app.include_router(catalogs.router(runtime.catalogs))
+    doc = Documentation(runtime.settings.openapi)
+    app.include_router(operations.router(runtime.registry, doc))
+    app.include_router(decisions.router(runtime.decide, doc))
+    app.include_router(records.router(runtime.records, doc))
+    app.include_router(catalogs.router(runtime.catalogs, doc))
     app.include_router(chat.router(runtime.decide))
-    app.include_router(tokens.router(runtime.authenticator))
+    app.include_router(tokens.router(runtime.authenticator, doc))
     if runtime.settings.openapi:
+        from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer  # 0.1 s of imports: only when served
+
         # Every route but /health takes a bearer credential (an API key or a minted token).
         app.enable_swagger(path=OPENAPI_PATH, title=API_TITLE, version="1",
                            security_schemes={"bearer": HTTPBearer(description="An API key (dgk_...) or a token (dgt_...)")},

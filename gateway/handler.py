@@ -16,7 +16,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
-from gateway.api.responses import proxy_error
 from gateway.caller import principal_of
 from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
 from systemone import body as body_reader
@@ -50,6 +49,8 @@ class GatewayFunction:
             principal = None if self.is_public(path) else self._principal(event)
             prepared = prepare_event(event, self.runtime.settings.max_body_bytes)
         except GatewayError as exc:
+            from gateway.api.responses import proxy_error  # Powertools' response type: loaded with the app
+
             result = proxy_error(exc, path)
         else:
             self.app.append_context(request_id=request_id, principal=principal)

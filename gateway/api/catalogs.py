@@ -8,16 +8,16 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from gateway.api.context import caller
+from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
 from gateway.catalogs.service import CatalogService
 from gateway.errors import NotFound
-from gateway.wire.responses import CatalogEntry, CatalogList, VersionList, documented
 
 Name = Annotated[str, Path(pattern=NAME_PATTERN)]
 
 
-def router(service: CatalogService | None) -> Router:
+def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED) -> Router:
     routes = Router()
 
     def catalogs() -> CatalogService:
@@ -26,13 +26,13 @@ def router(service: CatalogService | None) -> Router:
         return service
 
     @routes.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions)", tags=["Catalogs"],
-                responses=documented(CatalogList, "The latest version of each entry"))
+                responses=doc("CatalogList", "The latest version of each entry"))
     def list_catalogs():
         principal = caller(routes, "catalogs:read")
         return json_response(200, {"catalogs": [v.as_dict() for v in catalogs().list(principal.tenant_id)]})
 
     @routes.get("/v1/catalogs/<name>", summary="A catalog entry, latest version", tags=["Catalogs"],
-                responses=documented(CatalogEntry, "The entry"))
+                responses=doc("CatalogEntry", "The entry"))
     def get_catalog(name: Name):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         return json_response(200, catalogs().get(tenant_id, name).as_dict())
@@ -45,14 +45,14 @@ def router(service: CatalogService | None) -> Router:
         return json_response(201 if created else 200, {**version.as_dict(), "created": created})
 
     @routes.get("/v1/catalogs/<name>/versions", summary="Every version of a catalog entry", tags=["Catalogs"],
-                responses=documented(VersionList, "Every version, oldest first"))
+                responses=doc("VersionList", "Every version, oldest first"))
     def list_versions(name: Name):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         found = catalogs().versions(tenant_id, name)
         return json_response(200, {"versions": [v.as_dict() for v in found]})
 
     @routes.get("/v1/catalogs/<name>/versions/<version>", summary="One version of a catalog entry", tags=["Catalogs"],
-                responses=documented(CatalogEntry, "The version"))
+                responses=doc("CatalogEntry", "The version"))
     def get_version(name: Name, version: Annotated[int, Path(ge=1, le=MAX_VERSION)]):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         return json_response(200, catalogs().get(tenant_id, name, version).as_dict())

@@ -9,11 +9,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.context import caller
+from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response
 from gateway.catalogs.model import NAME_PATTERN
 from gateway.decisions.model import MAX_QUESTIONS
 from gateway.services.records import ID_PATTERN, RecordsService
-from gateway.wire.responses import DecisionRecord, OutcomeReply, RecordList, documented
 
 
 class OutcomeRequest(BaseModel):
@@ -24,12 +24,12 @@ class OutcomeRequest(BaseModel):
     note: str | None = Field(default=None, max_length=500)
 
 
-def router(service: RecordsService) -> Router:
+def router(service: RecordsService, doc: Documentation = UNDOCUMENTED) -> Router:
     routes = Router()
 
     @routes.post("/v1/decisions/<decision_id>/outcome", tags=["Records"],
                  summary="Attach the true outcome, or a human override, to a decision",
-                 responses=documented(OutcomeReply, "The outcome as stored"))
+                 responses=doc("OutcomeReply", "The outcome as stored"))
     def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
                        request: Annotated[OutcomeRequest, Body(embed=False)]):
         outcome = service.attach_outcome(caller(routes, "decide"), decision_id, request.answers,
@@ -38,13 +38,13 @@ def router(service: RecordsService) -> Router:
 
     @routes.get("/v1/records", tags=["Records"],
                 summary="The tenant's decision records, newest first, with calibration drift per catalog entry",
-                responses=documented(RecordList, "Records and drift"))
+                responses=doc("RecordList", "Records and drift"))
     def list_records(catalog: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                      limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         return json_response(200, service.list_with_drift(caller(routes, "decide"), catalog=catalog, limit=limit))
 
     @routes.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"],
-                responses=documented(DecisionRecord, "The record, with its outcome once attached"))
+                responses=doc("DecisionRecord", "The record, with its outcome once attached"))
     def get_record(decision_id: Annotated[str, Path(pattern=ID_PATTERN)]):
         return json_response(200, service.get(caller(routes, "decide"), decision_id))
 
