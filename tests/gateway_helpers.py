@@ -48,18 +48,20 @@ def install(backend: Any = None, endpoint_url: str | None = None, authenticator:
     return runtime
 
 
-def installed() -> GatewayRuntime:
-    """The runtime of the function `call` invokes."""
+def _installed_function() -> GatewayFunction:
     if _function is None:
         raise RuntimeError("install() the test's gateway first")
-    return _function.runtime
+    return _function
+
+
+def installed() -> GatewayRuntime:
+    """The runtime of the function `call` invokes."""
+    return _installed_function().runtime
 
 
 def call_installed(ev: dict[str, Any], context: Any) -> dict[str, Any]:
     """The function `install` built last, as a Lambda handler (for a local runner in a test)."""
-    if _function is None:
-        raise RuntimeError("install() the test's gateway first")
-    return _function(ev, context)
+    return _installed_function()(ev, context)
 
 
 def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,

@@ -50,6 +50,9 @@ class DecideService:
     def tenant(self, tenant_id: str) -> Tenant | None:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
 
+    def limits(self, tenant_id: str) -> TenantLimits:
+        return self.tenants.limits(tenant_id) if self.tenants is not None else DEFAULT_LIMITS
+
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
                metrics: MetricsSink | None = None) -> tuple[DecisionResult, str]:
         """The result and the id of its record (stored before this returns)."""
@@ -67,7 +70,7 @@ class DecideService:
         model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
         asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
-                        POLICY_OVERRIDE_SCOPE in principal.scopes)
+                                  POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
         invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id)
@@ -79,9 +82,7 @@ class DecideService:
         """One chat completion (never streamed from the backend: the gateway frames any stream)."""
         require_model(principal, str(request.get("model")))
         model = self.registry.route_for(request["model"], "chat")
-        tenant = self.tenant(principal.tenant_id)
-        limits: TenantLimits = tenant.limits if tenant is not None else DEFAULT_LIMITS
-        payload = {**request, "stream": False, **check_chat_budget(request, limits)}
+        payload = {**request, "stream": False, **check_chat_budget(request, self.limits(principal.tenant_id))}
         payload.pop("stream_options", None)
         invocation = model.pool.ask(self.backend, json_bytes(payload), "chat", metrics, request_id)
         completion = json_object(invocation.body)
