@@ -138,6 +138,18 @@ class Runtime:
     def adds_bos(self) -> bool:
         return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
+    def control_tokens(self) -> frozenset[str]:
+        """The text of every control token (`<start_of_turn>`, `<|im_start|>`): what the
+        tokenizer turns into a real turn marker when it reads it in text (see untrusted.py)."""
+        control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+        found = set()
+        for token in range(self.n_vocab):
+            if llama_cpp.llama_vocab_get_attr(self._vocab, token) & control:
+                text = llama_cpp.llama_vocab_get_text(self._vocab, token)
+                if text:
+                    found.add(text.decode("utf-8", "replace"))
+        return frozenset(found)
+
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 

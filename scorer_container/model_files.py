@@ -48,6 +48,11 @@ class ModelManifest:
     # What differs for a question type ("noul", "choice", "score"): readout, order_average,
     # prior, averaging, temperatures; chosen per type by `make eval`.
     by_type: dict[str, dict] = field(default_factory=dict)
+    # How the state is shown to the model (prompts.FRAMINGS) and whether the injection
+    # probe's P(yes) counts in the answer's suspicion: chosen by `make eval` on its attack set.
+    framing: str = "plain"
+    quarantine: bool = False  # passages the pattern checks flag are kept from the model
+    injection_probe: bool = False
     description: str = ""
     release_date: str = ""
 
@@ -67,6 +72,10 @@ class ModelManifest:
             raise ModelFileError(f"{where}: ordering must be 'declared' or 'canonical', averaging 'reversal' or"
                                  " 'rotations'")
         _check_temperatures(manifest.temperatures, where)
+        if manifest.framing not in ("plain", "spotlight", "datamark") or not all(
+                isinstance(flag, bool) for flag in (manifest.injection_probe, manifest.quarantine)):
+            raise ModelFileError(f"{where}: framing must be 'plain', 'spotlight' or 'datamark', injection_probe and"
+                                 " quarantine true or false")
         if not isinstance(manifest.by_type, dict) or not set(manifest.by_type) <= {"noul", "choice", "score"}:
             raise ModelFileError(f"{where}: by_type maps 'noul', 'choice' or 'score' to settings")
         for kind, over in manifest.by_type.items():

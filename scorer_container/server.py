@@ -53,7 +53,7 @@ from scorer_container.errors import (
     UnsupportedMedia,
 )
 from scorer_container.model_files import ModelManifest, locate_model, verify_model
-from scorer_container.prompts import PROMPT_VERSION, PromptFormat
+from scorer_container.prompts import PROMPT_VERSIONS, PromptFormat
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.settings import ScorerSettings
 from systemone.body import BodyRefused, read_json
@@ -108,6 +108,9 @@ class ScorerService:
                 # The manifest's fitted temperatures unless the deployment sets one.
                 temperature=manifest.temperatures if self.settings.temperature is None else self.settings.temperature,
                 by_type=manifest.by_type,
+                default_framing=manifest.framing,
+                default_injection_probe=manifest.injection_probe,
+                default_quarantine=manifest.quarantine,
             )
             budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
@@ -343,7 +346,7 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
             result = await asyncio.to_thread(loaded.engine.decide, request, deadline, settings)
     # What produced the answer, for the gateway's decision records.
     result["x_model_sha256"] = loaded.manifest.sha256
-    result["x_prompt_version"] = PROMPT_VERSION
+    result["x_prompt_version"] = PROMPT_VERSIONS[result["x_framing"]]
     if service.settings.image_digest:
         result["x_image_digest"] = service.settings.image_digest
     return JSONResponse(result)

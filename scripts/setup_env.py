@@ -226,7 +226,8 @@ def concatenate_chunks(model: EmbeddedModel, target: Path) -> None:
 def model_defaults(model: EmbeddedModel) -> dict:
     chosen = json.loads(MODEL_DEFAULTS.read_text()).get(model.name, {})
     return {key: chosen[key] for key in ("readout", "order_average", "prior", "ordering", "averaging", "temperatures",
-                                        "by_type")
+                                        "by_type", "framing", "quarantine",
+                                        "injection_probe")
             if key in chosen}
 
 

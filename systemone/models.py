@@ -15,6 +15,10 @@ from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
 # A description, instruction or state: any JSON value but a number or a boolean.
 Text = str | dict[str, Any] | list[Any]
 Readout = Literal["letters", "likelihood"]
+# How the state is shown to the model (see scorer_container/prompts.py): as it is, or
+# fenced as data the model must not take instructions from, optionally with its words
+# joined by a mark.
+Framing = Literal["plain", "spotlight", "datamark"]
 Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
@@ -79,6 +83,11 @@ class DecisionRequest(Wire):
     x_readout: Readout | None = None
     x_order_average: bool | None = None
     x_prior: bool | None = None
+    # Override how the state is framed, whether flagged passages are kept from the model,
+    # and whether the injection probe runs.
+    x_framing: Framing | None = None
+    x_quarantine: bool | None = None
+    x_injection_probe: bool | None = None
 
 
 # -- answers ---------------------------------------------------------------------------
@@ -112,6 +121,20 @@ class Usage(Wire):
     x_cached_tokens: int | None = Field(default=None, ge=0)
 
 
+class InjectionSignal(Wire):
+    """How much the state looks like it addresses the model that reads it (planted instructions).
+
+    `suspicion` is what policies compare with their threshold: the larger of the probe's
+    probability (a yes/no question asked of the state; null when it did not run) and the
+    pattern checks' score. `patterns` names the checks that matched, `neutralised` what
+    the scorer changed in the text the model read (the caller's state is never changed)."""
+
+    suspicion: Probability
+    probe: Probability | None = None
+    patterns: list[str] = Field(default_factory=list)
+    neutralised: list[str] = Field(default_factory=list)
+
+
 class Extensions(Wire):
     """The `x_` fields a scorer's answer carries, which decision records keep (others pass through)."""
 
@@ -121,6 +144,9 @@ class Extensions(Wire):
     x_prompt_version: str | None = None
     x_readout: str | None = None
     x_debias: dict[str, Any] | None = None  # how the options were listed and averaged, the temperature
+    x_framing: str | None = None  # how the state was shown to the model
+    x_quarantine: bool | None = None  # whether passages the pattern checks flagged were kept from it
+    x_injection: InjectionSignal | None = None
 
 
 class DecisionResponse(Extensions):

@@ -171,3 +171,17 @@ def test_a_bad_per_type_setting_is_refused(model, by_type):
     (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, "by_type": by_type}))
     with pytest.raises(ModelFileError, match=r"by_type|temperatures"):
         verify_model(model)
+
+
+
+@pytest.mark.parametrize("change", [{"framing": "base64"}, {"quarantine": "yes"}, {"injection_probe": 1}])
+def test_a_manifest_with_an_unknown_framing_or_a_non_boolean_defense_is_refused(model, change):
+    manifest = json.loads((model.parent / "model-manifest.json").read_text())
+    (model.parent / "model-manifest.json").write_text(json.dumps({**manifest, **change}))
+    with pytest.raises(ModelFileError, match="framing"):
+        verify_model(model)
+
+
+def test_an_older_manifest_shows_the_state_as_before(model):
+    loaded = verify_model(model)
+    assert (loaded.framing, loaded.quarantine, loaded.injection_probe) == ("plain", False, False)
