@@ -90,11 +90,16 @@ def metrics(service: str = "decision-gateway") -> Any:
 
 
 class _MetricCounters:
-    """The domain's metrics sink (`count(name)`), as Powertools EMF metrics."""
+    """The domain's metrics sink (`count(name)`, `value(name, value)`), as Powertools EMF metrics."""
 
     def count(self, name: str) -> None:
         if metrics_enabled():
             metrics().add_metric(name=name, unit="Count", value=1)
+
+    def value(self, name: str, value: float, unit: str = "None") -> None:
+        """A measured value, of which CloudWatch keeps the distribution (a count of 0 or 1 gives a rate)."""
+        if metrics_enabled():
+            metrics().add_metric(name=name, unit=unit, value=value)
 
 
 def counters() -> _MetricCounters:

@@ -92,11 +92,14 @@ def chat_completion(model: str, text: str) -> dict[str, Any]:
 
 class FixedBackend(UniformBackend):
     """Answers with set probabilities: `choice` by option name (others share the rest), `noul` as P(true),
-    `score` as a list, lowest level first."""
+    `score` as a list, lowest level first. `injection` (an `x_injection` object, sent as given, so a
+    malformed one can be too) and `framing` add the scorer's injection check to the answer."""
 
-    def __init__(self, choice: dict[str, float] | None = None, noul: float = 0.5, score: list[float] | None = None) -> None:
+    def __init__(self, choice: dict[str, float] | None = None, noul: float = 0.5, score: list[float] | None = None,
+                 injection: dict[str, Any] | None = None, framing: str | None = None) -> None:
         super().__init__()
         self.choice, self.noul, self.score = choice or {}, noul, score
+        self.injection, self.framing = injection, framing
 
     def distribution(self, question: Question) -> list[float]:
         if question.type == "noul":
@@ -121,6 +124,10 @@ class FixedBackend(UniformBackend):
         answer["x_debias"] = {"order_average": True, "prior": False, "ordering": "canonical", "averaging": "reversal",
                               "temperature": 0.8}
         answer["x_image_digest"] = "sha256:" + "cd" * 32
+        if self.injection is not None:
+            answer["x_injection"] = self.injection
+        if self.framing is not None:
+            answer["x_framing"] = self.framing
         return json.dumps(answer).encode()
 
 

@@ -65,6 +65,7 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         else:
             read.append(Answer(question, probabilities))
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    extensions, typed = _extensions(body)
     return DecisionResult(
         model=body["model"],
         answers=tuple(read),
@@ -75,18 +76,20 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         ),
         endpoint=endpoint,
         attempts=invocation.attempts,
-        extensions=_extensions(body),
+        extensions=extensions,
+        injection=typed.x_injection,
     )
 
 
-def _extensions(body: dict[str, Any]) -> dict[str, Any]:
-    """The answer's x_ fields, those a record keeps typed as the contract says (else 502, never a 500 later)."""
+def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
+    """The answer's x_ fields as sent (passed through), and those a record keeps, typed as the
+    contract says (else 502, never a 500 later)."""
     found = {k: v for k, v in body.items() if k.startswith("x_")}
     try:
-        Extensions.model_validate(found)
+        typed = Extensions.model_validate(found)
     except ValidationError:
         raise BackendFailed("the model endpoint answered with malformed x_ fields") from None
-    return found
+    return found, typed
 
 
 _ANSWER = TypeAdapter(ScorerAnswer)

@@ -45,6 +45,21 @@ class Rule(_Strict):
     min_confidence: float | None = Field(default=None, ge=0, le=1)
 
 
+# The suspicion from which a state is taken to carry planted instructions, unless the
+# entry says otherwise (the InjectionSuspected metric counts from it too).
+INJECTION_THRESHOLD = 0.5
+InjectionAction = Literal["review", "abstain", "ignore"]
+
+
+class InjectionRule(_Strict):
+    """What a verdict becomes when the scorer's injection suspicion reaches `threshold`:
+    `review` or `abstain` (never a softer action than the rules gave), or `ignore`. No
+    action: `review` for an enforcing policy, `ignore` for an advisory one."""
+
+    threshold: float = Field(default=INJECTION_THRESHOLD, ge=0, le=1)
+    action: InjectionAction | None = None
+
+
 class Policy(_Strict):
     """`auto` when its rule holds, else `review` when its rule holds, else `abstain`.
     `enforcing`: an abstained choice answers the declared abstain option."""
@@ -52,6 +67,8 @@ class Policy(_Strict):
     mode: Literal["advisory", "enforcing"] = "advisory"
     auto: Rule = Rule(min_top=0.8)
     review: Rule = Rule(min_top=0.5)
+    # Absent (None) is left out of the canonical JSON, so entries written before it keep their hash.
+    injection: InjectionRule | None = None
 
 
 class Fit(_Strict):

@@ -4,7 +4,10 @@ Calibration divides the log-probabilities by the entry's temperature and renorma
 (for a noul, the logit of P(true)); it runs before the thresholds and before score and
 confidence are computed, so everything the caller gets is calibrated. The policy then
 judges the calibrated answer: `auto` when the auto rule holds, else `review` when the
-review rule holds, else `abstain`.
+review rule holds, else `abstain`. Last, the scorer's injection suspicion may make the
+verdict stricter (never softer): the state is text anyone can write, and a state that
+addresses the model reading it can steer the probabilities themselves, so no rule on
+them is evidence enough to act automatically on it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.catalogs.model import Policy, Rule
+from gateway.catalogs.model import InjectionAction, InjectionRule, Policy, Rule
 from gateway.decisions import scoring
 from gateway.decisions.model import Action, DecisionResult, Verdict
 
 _EPSILON = 1e-12
+_STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}
 
 
 def with_temperature(kind: str, probabilities: Sequence[float], temperature: float) -> tuple[float, ...]:
@@ -43,7 +47,8 @@ def measures(kind: str, probabilities: Sequence[float]) -> tuple[float, float, f
     return top, margin, confidence
 
 
-def judge(kind: str, probabilities: Sequence[float], policy: Policy) -> Verdict:
+def judge(kind: str, probabilities: Sequence[float], policy: Policy, suspicion: float | None = None) -> Verdict:
+    """`suspicion`: the scorer's injection suspicion for the state (None: the scorer did not say)."""
     top, margin, confidence = measures(kind, probabilities)
 
     def holds(rule: Rule) -> bool:
@@ -52,11 +57,32 @@ def judge(kind: str, probabilities: Sequence[float], policy: Policy) -> Verdict:
                 and (rule.min_confidence is None or confidence >= rule.min_confidence))
 
     action: Action = "auto" if holds(policy.auto) else "review" if holds(policy.review) else "abstain"
-    return Verdict(action, top, margin, confidence)
+    return guard(Verdict(action, top, margin, confidence), policy, suspicion)
+
+
+def injection_action(policy: Policy) -> InjectionAction:
+    """The entry's action on a suspected injection; by default enforcing entries send it to a
+    person (no catalog change needed) and advisory ones, which act on nothing, leave it."""
+    rule = policy.injection
+    if rule is not None and rule.action is not None:
+        return rule.action
+    return "review" if policy.mode == "enforcing" else "ignore"
+
+
+def guard(verdict: Verdict, policy: Policy, suspicion: float | None) -> Verdict:
+    """The verdict made stricter when the suspicion reaches the entry's threshold."""
+    action = injection_action(policy)
+    threshold = (policy.injection or InjectionRule()).threshold
+    if suspicion is None or suspicion < threshold or action == "ignore":
+        return verdict
+    if _STRICTNESS[action] <= _STRICTNESS[verdict.action]:
+        return verdict
+    return replace(verdict, action=action, reason="injection_suspected")
 
 
 def apply_catalogs(result: DecisionResult) -> DecisionResult:
     """Each catalog question's temperature, then its policy's verdict, on the calibrated probabilities."""
+    suspicion = result.injection.suspicion if result.injection is not None else None
     answers = []
     for answer in result.answers:
         binding = answer.question.binding
@@ -64,6 +90,7 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
             answers.append(answer)
             continue
         calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
-        verdict = judge(answer.question.kind, calibrated, binding.policy) if binding.policy is not None else None
+        verdict = (judge(answer.question.kind, calibrated, binding.policy, suspicion)
+                   if binding.policy is not None else None)
         answers.append(replace(answer, probabilities=calibrated, verdict=verdict))
     return replace(result, answers=tuple(answers))

@@ -19,13 +19,16 @@ from systemone.json_text import canonical as render_json  # noqa: F401 (re-expor
 from systemone.limits import MAX_CHOICES as MAX_CHOICES
 from systemone.limits import MAX_LEVELS as MAX_LEVELS
 from systemone.limits import MAX_QUESTIONS as MAX_QUESTIONS
+from systemone.models import InjectionSignal
 from systemone.models import Text as Text
 
 # Text shown to the model (`Text`): a string, or a JSON object or array rendered as
 # canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.
 Kind = Literal["noul", "choice", "score"]
 Action = Literal["auto", "review", "abstain"]
-
+# Why a verdict is not the one its rules gave: the state looked like it carries
+# instructions planted for the model (gateway.catalogs.policy.guard).
+VerdictReason = Literal["injection_suspected"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Verdict:
     top: float
     margin: float
     confidence: float
+    reason: VerdictReason | None = None  # None: the action is the one the rules gave
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,8 @@ class DecisionResult:
     endpoint: str = ""  # the endpoint that answered
     attempts: int = 1  # endpoints tried, that one included
     extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)
+    # The backend's x_injection, typed: policies judge by it. None from a scorer without the check.
+    injection: InjectionSignal | None = None
 
 
 def shown_choice(answer: Answer) -> Option:

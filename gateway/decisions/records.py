@@ -1,8 +1,9 @@
 """Decision records: one per decision, for audit and replay, and for measuring drift.
 
 A record says which model file (sha256), image, prompt template, catalog entry
-(name@version and hash) and policy produced which probabilities and which action, for
-which tenant and request, and how long it took. The state itself is never kept: only a
+(name@version and hash) and policy produced which probabilities and which action (and
+why, when a suspected injection made it stricter: the scorer's injection check is kept),
+for which tenant and request, and how long it took. The state itself is never kept: only a
 keyed hash of it (HMAC-SHA256 with the deployment's signing key, whose id is recorded),
 which proves later that a given state was the one decided on without revealing it.
 
@@ -37,7 +38,16 @@ from pydantic import BaseModel, ConfigDict
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
 from gateway.decisions import scoring
-from gateway.decisions.model import Action, Answer, Decision, DecisionResult, Text, render_json, shown_choice
+from gateway.decisions.model import (
+    Action,
+    Answer,
+    Decision,
+    DecisionResult,
+    Text,
+    VerdictReason,
+    render_json,
+    shown_choice,
+)
 from gateway.errors import RecordNotStored
 
 log = logging.getLogger("gateway.records")
@@ -79,9 +89,20 @@ class QuestionRecord(BaseModel):
     answer: str | bool | int | None = None  # what the caller got (an enforced abstain included)
     model_answer: str | bool | int | None = None  # the most likely option: drift is measured on it
     action: Action | None = None
+    action_reason: VerdictReason | None = None  # set only when the action is not the one the rules gave
     top: float | None = None
     margin: float | None = None
     confidence: float | None = None
+
+
+class RecordInjection(BaseModel):
+    """The scorer's check of the state for planted instructions (systemone.models.InjectionSignal)."""
+
+    model_config = ConfigDict(extra="forbid")
+    suspicion: float
+    probe: float | None = None
+    patterns: list[str] = []
+    neutralised: list[str] = []
 
 
 class RecordUsage(BaseModel):
@@ -114,6 +135,12 @@ class DecisionRecord(BaseModel):
     # How the options were listed and averaged, and the model's temperature: an answer
     # depends on them as much as on the prompt template.
     debias: dict[str, Any] | None = None
+    # How the state was shown to the model and what the injection check found: an action
+    # made stricter by a suspected injection is explained by them (records made by a scorer
+    # without the check have neither).
+    framing: str | None = None
+    quarantine: bool | None = None
+    injection: RecordInjection | None = None
     calibrated: bool
     state_hash: str | None = None  # keyed HMAC of the state (never the state itself)
     state_hash_key: str | None = None
@@ -183,7 +210,10 @@ class DecisionRecorder:
             model=result.model, endpoint=result.endpoint, attempts=result.attempts,
             model_sha256=extensions.get("x_model_sha256"), image_digest=extensions.get("x_image_digest"),
             prompt_version=extensions.get("x_prompt_version"), readout=extensions.get("x_readout"),
-            debias=extensions.get("x_debias"), calibrated=decision.calibrate, state_hash=digest,
+            debias=extensions.get("x_debias"), framing=extensions.get("x_framing"),
+            quarantine=extensions.get("x_quarantine"),
+            injection=None if result.injection is None else RecordInjection(**result.injection.model_dump()),
+            calibrated=decision.calibrate, state_hash=digest,
             state_hash_key=key_id, latency_ms=round(latency_ms, 2),
             usage=RecordUsage(input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens),
             questions=[_question_record(answer) for answer in result.answers])
@@ -229,4 +259,6 @@ def _question_record(answer: Answer) -> QuestionRecord:
     if answer.verdict is not None:
         entry.update(action=answer.verdict.action, top=answer.verdict.top, margin=answer.verdict.margin,
                      confidence=answer.verdict.confidence)
+        if answer.verdict.reason is not None:
+            entry.update(action_reason=answer.verdict.reason)
     return QuestionRecord(**entry)

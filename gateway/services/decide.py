@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
@@ -21,6 +21,7 @@ from gateway.backends.base import InferenceBackend
 from gateway.backends.pools import Invocation, MetricsSink
 from gateway.backends.routing import ModelRegistry
 from gateway.backends.scorer import backend_request, json_bytes, json_object, read_result
+from gateway.catalogs.model import INJECTION_THRESHOLD
 from gateway.catalogs.policy import apply_catalogs
 from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
 from gateway.catalogs.service import CatalogService
@@ -28,6 +29,20 @@ from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.model import Decision, DecisionResult
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound
+
+
+class DecisionMetrics(MetricsSink, Protocol):
+    def value(self, name: str, value: float, unit: str = "None") -> None: ...
+
+
+def measure_injection(result: DecisionResult, metrics: DecisionMetrics | None) -> None:
+    """The scorer's injection suspicion, when it sent one: its distribution, and (as 0 or 1)
+    how often it reaches the default threshold, so a campaign shows before anyone reads records."""
+    if metrics is None or result.injection is None:
+        return
+    suspicion = result.injection.suspicion
+    metrics.value("InjectionSuspicion", suspicion)
+    metrics.value("InjectionSuspected", 1 if suspicion >= INJECTION_THRESHOLD else 0, unit="Count")
 
 
 def require_model(principal: Principal, model: str) -> None:
@@ -54,11 +69,12 @@ class DecideService:
         return self.tenants.limits(tenant_id) if self.tenants is not None else DEFAULT_LIMITS
 
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
-               metrics: MetricsSink | None = None) -> tuple[DecisionResult, str]:
+               metrics: DecisionMetrics | None = None) -> tuple[DecisionResult, str]:
         """The result and the id of its record (stored before this returns)."""
         require_model(principal, decision.model)
         started = self.clock()
         asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
+        measure_injection(result, metrics)
         decision_id = self.recorder.new_id()
         self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
                              result=result, latency_ms=(self.clock() - started) * 1000)

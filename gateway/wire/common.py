@@ -31,12 +31,15 @@ def question_id(position: int) -> str:
 
 
 def policy_fields(answer: Answer) -> dict[str, Any]:
-    """x_catalog (name@version), and with a policy x_action and x_policy, on a catalog question's answer."""
+    """x_catalog (name@version), and with a policy x_action and x_policy, on a catalog question's answer;
+    x_action_reason when the action is not the one the policy's rules gave (a suspected injection)."""
     binding = answer.question.binding
     if binding is None:
         return {}
     fields: dict[str, Any] = {"x_catalog": binding.ref}
     if answer.verdict is not None:
         fields["x_action"] = answer.verdict.action
+        if answer.verdict.reason is not None:
+            fields["x_action_reason"] = answer.verdict.reason
         fields["x_policy"] = {"catalog": binding.ref, "mode": binding.policy.mode, "temperature": binding.temperature}
     return fields

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.decisions.model import Action
+from gateway.decisions.model import Action, VerdictReason
 from gateway.decisions.records import DecisionRecord
 from systemone import models as contract
 
@@ -33,6 +33,9 @@ class CatalogFields(BaseModel):
 
     x_catalog: str | None = Field(default=None, description="The entry that declared the question (name@version).")
     x_action: Action | None = Field(default=None, description="What the entry's policy says to do: auto, review, abstain.")
+    x_action_reason: VerdictReason | None = Field(
+        default=None, description="Why x_action is stricter than the policy's rules gave: injection_suspected when the"
+                                  " state looked like it carries instructions for the model (absent otherwise).")
     x_policy: Policy | None = None
 
 
@@ -53,6 +56,10 @@ class Usage(Strict):
     output_tokens: int
 
 
+class InjectionSignal(contract.InjectionSignal):
+    model_config = ConfigDict(extra="forbid")
+
+
 class SystemOneResponse(BaseModel):
     """`POST /v1/systemone`: one answer per question, by the caller's question id."""
 
@@ -61,6 +68,11 @@ class SystemOneResponse(BaseModel):
     answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
     usage: Usage
     x_decision_id: str | None = Field(default=None, description="The record's id (POST /v1/decisions/{id}/outcome).")
+    x_injection: InjectionSignal | None = Field(
+        default=None, description="The scorer's check of the state for instructions planted for the model.")
+    x_framing: str | None = Field(default=None, description="How the scorer showed the state to the model.")
+    x_quarantine: bool | None = Field(default=None, description="Whether passages the pattern checks flagged were"
+                                                                " kept from the model.")
 
 
 class Probability(Strict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag
+from pydantic.json_schema import SkipJsonSchema
 
 from gateway.decisions import scoring
 from gateway.decisions.model import (
@@ -38,6 +39,12 @@ class SystemOneRequest(DecisionRequest):
     model: str = Field(min_length=1, description="A model name or alias from GET /v1/models (jev-latest works).")
     questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
     x_calibrate: bool | None = Field(default=None, description="false: raw probabilities, no calibration or thresholds.")
+    # How the scorer shows the state to the model (framing, quarantine of flagged passages,
+    # the injection probe) is the deployment's, from the model's manifest: whoever can write
+    # a state must not find a request that lowers it. Accepted and ignored, like unknown fields.
+    x_framing: SkipJsonSchema[Any] = Field(default=None, exclude=True)
+    x_quarantine: SkipJsonSchema[Any] = Field(default=None, exclude=True)
+    x_injection_probe: SkipJsonSchema[Any] = Field(default=None, exclude=True)
 
     def to_decision(self) -> Decision:
         questions = tuple(_question(question_id(i), qid, q) for i, (qid, q) in enumerate(self.questions.items()))

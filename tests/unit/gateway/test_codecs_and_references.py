@@ -29,6 +29,17 @@ def test_system_one_gives_positional_ids_keeps_names_and_reads_extensions():
     assert decision.engine_options == {"x_readout": "letters"} and decision.calibrate is False
 
 
+@pytest.mark.parametrize("field", [{"x_framing": "plain"}, {"x_quarantine": False}, {"x_injection_probe": False},
+                                   {"x_quarantine": "not even a bool"}])
+def test_a_request_cannot_lower_how_the_scorer_shows_the_state(field):
+    # Whoever writes the state may also write the request: the defenses are the deployment's.
+    body = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, **field}
+    request = SystemOneRequest.model_validate(body)
+    assert request.to_decision().engine_options == {}
+    assert not set(field) & set(request.model_dump())
+    assert not set(field) & set(SystemOneRequest.model_json_schema()["properties"])
+
+
 def test_openai_decisions_keep_value_types_and_join_the_input():
     decision = DecisionsRequest.model_validate({
         "model": "jev-latest",

@@ -1,11 +1,16 @@
-"""Calibration (temperature) and thresholds (auto / review / abstain)."""
+"""Calibration (temperature), thresholds (auto / review / abstain) and the injection rule."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
-from gateway.catalogs.model import Policy, Rule
-from gateway.catalogs.policy import judge, measures, with_temperature
+from gateway.catalogs.model import InjectionRule, Policy, Rule, content_hash, parse_content
+from gateway.catalogs.policy import apply_catalogs, judge, measures, with_temperature
+from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, Option, Question, Usage
+from systemone.models import InjectionSignal
 
 
 def test_temperature_sharpens_below_one_flattens_above_and_keeps_order():
@@ -43,3 +48,94 @@ def test_each_rule_decides_the_action(probabilities, policy, action):
 
 def test_a_rule_with_no_conditions_always_holds():
     assert judge("noul", (0.5,), Policy(auto=Rule())).action == "auto"
+
+
+# -- a suspected injection (the scorer's x_injection.suspicion) ------------------------------
+
+ENFORCING = Policy(mode="enforcing")
+CONFIDENT, UNSURE, LOST = (0.9, 0.1), (0.6, 0.4), (0.4, 0.35, 0.25)  # auto, review, abstain under the default rules
+
+
+@pytest.mark.parametrize(("policy", "suspicion", "action"), [
+    (ENFORCING, 0.5, "review"),  # the default threshold is reached at 0.5 exactly
+    (ENFORCING, 0.4999, "auto"),
+    (Policy(mode="enforcing", injection=InjectionRule(threshold=0.8)), 0.8, "review"),
+    (Policy(mode="enforcing", injection=InjectionRule(threshold=0.8)), 0.79, "auto"),
+    (Policy(mode="enforcing", injection=InjectionRule(threshold=0.0)), 0.0, "review"),
+])
+def test_the_threshold_is_reached_at_its_value(policy, suspicion, action):
+    assert judge("choice", CONFIDENT, policy, suspicion).action == action
+
+
+def test_an_enforcing_policy_sends_a_suspected_injection_to_review_by_default():
+    verdict = judge("choice", CONFIDENT, ENFORCING, 0.9)
+    assert (verdict.action, verdict.reason) == ("review", "injection_suspected")
+    assert verdict.top == pytest.approx(0.9)  # the measures are still the answer's own
+
+
+def test_an_advisory_policy_ignores_it_by_default_unless_it_says_otherwise():
+    assert judge("choice", CONFIDENT, Policy(), 0.99) == judge("choice", CONFIDENT, Policy())
+    told = judge("choice", CONFIDENT, Policy(injection=InjectionRule(action="review")), 0.99)
+    assert (told.action, told.reason) == ("review", "injection_suspected")
+
+
+def test_an_enforcing_policy_may_ignore_it_explicitly():
+    assert judge("choice", CONFIDENT, Policy(mode="enforcing", injection=InjectionRule(action="ignore")), 1.0).action == "auto"
+
+
+def test_abstain_turns_auto_and_review_into_abstain():
+    policy = Policy(mode="enforcing", injection=InjectionRule(action="abstain"))
+    for probabilities in (CONFIDENT, UNSURE):
+        verdict = judge("choice", probabilities, policy, 0.7)
+        assert (verdict.action, verdict.reason) == ("abstain", "injection_suspected")
+
+
+def test_a_suspicion_never_softens_a_verdict_nor_explains_one_it_did_not_change():
+    assert judge("choice", UNSURE, ENFORCING, 0.9).reason is None  # review stays review: the rules gave it
+    abstained = judge("choice", LOST, ENFORCING, 0.9)
+    assert (abstained.action, abstained.reason) == ("abstain", None)
+
+
+def test_no_signal_changes_nothing():
+    for policy in (ENFORCING, Policy(mode="enforcing", injection=InjectionRule(threshold=0.0, action="abstain"))):
+        verdict = judge("choice", CONFIDENT, policy)
+        assert (verdict.action, verdict.reason) == ("auto", None)
+
+
+def test_apply_catalogs_judges_by_the_results_injection_signal():
+    binding = CatalogBinding("routing", 1, "h" * 64, policy=ENFORCING)
+    question = Question("q0", "choice", "Which queue?", (Option("a", "a"), Option("b", "b")), name="queue", binding=binding)
+    result = DecisionResult("m", (Answer(question, CONFIDENT),), Usage())
+    assert apply_catalogs(result).answers[0].verdict.action == "auto"  # an older scorer: no x_injection
+    for suspicion, action in ((0.9, "review"), (0.1, "auto")):
+        signal = InjectionSignal(suspicion=suspicion, patterns=["ignore_instructions"])
+        assert apply_catalogs(replace(result, injection=signal)).answers[0].verdict.action == action
+
+
+def test_an_entry_without_an_injection_rule_keeps_its_canonical_json_and_hash():
+    # Computed by the gateway before policies had `injection`: entries stored then must
+    # re-dump byte for byte, or re-applying an unchanged catalog would make new versions.
+    for content, canonical, digest in OLD_ENTRIES:
+        entry = parse_content(json.dumps(content))
+        assert entry.canonical() == canonical and content_hash(entry.canonical()) == digest
+        assert parse_content(canonical).canonical() == canonical
+    with_rule = parse_content(json.dumps({**OLD_ENTRIES[1][0], "policy": {"injection": {}}}))
+    assert '"injection":{"threshold":0.5}' in with_rule.canonical()
+
+
+OLD_ENTRIES = [
+    ({"type": "choice", "instructions": "Which queue should handle this ticket?",
+      "options": [{"name": "billing", "description": "payments, refunds"}, {"name": "delivery"}, {"name": "account"}],
+      "abstain": {"name": "human", "description": "a person decides"},
+      "policy": {"mode": "enforcing", "auto": {"min_top": 0.8}, "review": {"min_top": 0.5, "min_margin": 0.2}},
+      "calibration": {"temperature": 1.0}},
+     '{"abstain":{"description":"a person decides","name":"human"},"calibration":{"temperature":1.0},'
+     '"instructions":"Which queue should handle this ticket?","options":[{"description":"payments, refunds",'
+     '"name":"billing"},{"name":"delivery"},{"name":"account"}],"policy":{"auto":{"min_top":0.8},"mode":"enforcing",'
+     '"review":{"min_margin":0.2,"min_top":0.5}},"readout":{},"type":"choice"}',
+     "a38f10383dfe3f682ee0b843dbb67391a51c9fc45a4a5b6c3a4211230ba75fe0"),
+    ({"type": "noul", "instructions": "Refund?", "policy": {}},
+     '{"calibration":{"temperature":1.0},"instructions":"Refund?","policy":{"auto":{"min_top":0.8},"mode":"advisory",'
+     '"review":{"min_top":0.5}},"readout":{},"type":"noul"}',
+     "d584721633c80657b732aef4127e6a6dda2e4c214e4bb1abe6a3259e1f00b062"),
+]

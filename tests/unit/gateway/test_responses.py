@@ -56,6 +56,26 @@ def test_decision_answers_are_their_declared_models(gateway):
     responses.RecordList.model_validate(ok("GET", "/v1/records"))
 
 
+def test_answers_changed_by_a_suspected_injection_are_their_declared_models(tmp_path):
+    store = tenant_store(tmp_path / "g.db", "acme")
+    document = new_key_document()
+    signal = {"suspicion": 0.9, "probe": 0.9, "patterns": ["ignore_instructions"], "neutralised": ["invisible_characters"]}
+    install(FixedBackend(choice={"billing": 0.9}, injection=signal, framing="spotlight"),
+            authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    register_credentials(store, ACME)
+    ok("PUT", "/v1/catalogs/support-routing", ROUTING, status=201)
+    one = responses.SystemOneResponse.model_validate(
+        ok("POST", "/v1/systemone", {"model": "jev-latest", "state": STATE, "questions": QUESTIONS}))
+    assert one.answers["routed"].x_action_reason == "injection_suspected" and one.x_injection.suspicion == 0.9
+    openai = responses.DecisionsResponse.model_validate(
+        ok("POST", "/v1/decisions", {"model": "jev-latest", "input": STATE, "questions": OPENAI_QUESTIONS}))
+    assert openai.answers[-1].x_action_reason == "injection_suspected"
+    record = responses.DecisionRecord.model_validate(ok("GET", f"/v1/records/{openai.id}"))
+    assert record.injection.patterns == ["ignore_instructions"] and record.questions[-1].action_reason == "injection_suspected"
+    with pytest.raises(ValueError, match="surprise"):
+        responses.SystemOneResponse.model_validate({**one.model_dump(), "x_injection": {**signal, "surprise": 1}})
+
+
 def test_models_and_catalog_answers_are_their_declared_models(gateway):
     responses.ModelList.model_validate(ok("GET", "/v1/models"))
     responses.CatalogList.model_validate(ok("GET", "/v1/catalogs"))

@@ -44,6 +44,15 @@ def test_a_good_answer_is_read_normalised_in_declared_order():
     assert result.extensions == {"x_readout": "letters"}
 
 
+def test_the_injection_signal_is_read_typed_and_passed_through_as_sent():
+    signal = {"suspicion": 0.83, "probe": None, "patterns": ["ignore_instructions"], "neutralised": []}
+    result = read(GOOD, x_injection=signal, x_framing="spotlight")
+    assert result.injection is not None and result.injection.suspicion == 0.83
+    assert result.injection.patterns == ["ignore_instructions"] and result.injection.probe is None
+    assert result.extensions == {"x_injection": signal, "x_framing": "spotlight"}
+    assert read(GOOD).injection is None  # an older scorer
+
+
 @pytest.mark.parametrize("broken", [
     {"q0": {"type": "choice", "noul": 0.7}},  # another type
     {"q0": {"type": "noul", "noul": 1.5}},  # not a probability
@@ -62,7 +71,10 @@ def test_an_answer_that_does_not_fit_refuses_that_question_only(broken):
 
 @pytest.mark.parametrize("body", [b"not json", b"[1]", b'{"answers": {}}', b'{"model": "m", "answers": []}',
                                   b'{"model": "m", "answers": {}, "x_debias": "on"}',
-                                  b'{"model": "m", "answers": {}, "x_model_sha256": 7}'])
+                                  b'{"model": "m", "answers": {}, "x_model_sha256": 7}',
+                                  b'{"model": "m", "answers": {}, "x_injection": {"suspicion": 2.0}}',
+                                  b'{"model": "m", "answers": {}, "x_injection": {"suspicion": "0.9"}}',
+                                  b'{"model": "m", "answers": {}, "x_injection": 0.9}'])
 def test_a_body_that_is_no_answer_fails_the_request(body):
     with pytest.raises(BackendFailed):
         read_result(DECISION, Invocation(body, "dg-cpu", 1))
