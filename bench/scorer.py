@@ -17,7 +17,10 @@ Rows:
 - 1 question of 64, 128 and 255 options (descriptions of about 40 characters);
 each with debiasing off and on (order averaging + content-free prior; the prior cache
 cold, then warm), and, up to 16 options, with rotations instead of the reversal (one
-probe per option; priors warm) against its own floor. Writes reports/bench_scorer.json and reports/bench_scorer.png.
+probe per option; priors warm) against its own floor, and, up to 16 options, with the
+untrusted-state defenses on (the spotlight framing, the quarantine and the injection
+probe; priors warm) against the debiased request and its own floor. Writes
+reports/bench_scorer.json and reports/bench_scorer.png.
 """
 
 from __future__ import annotations
@@ -185,6 +188,16 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
         row.update({"rotations_warm_s": rotations_s, "rotations_warm_tokens": rotation_tokens,
                     "rotations_over_floor_rows": rotations_s / rotation_floor_rows_s,
                     "rotations_over_reversal": rotations_s / warm_s})
+    if n_options <= 16:  # the state fenced and restated, flagged passages quarantined, the injection probe
+        defended = parse(DecisionRequest, {**body, "x_order_average": True, "x_prior": True, "x_framing": "spotlight",
+                                           "x_quarantine": True, "x_injection_probe": True})
+        engine.decide(defended)  # its priors warm
+        defended_trees, defended_tokens = captured_trees(engine, defended)
+        defended_s = best_of(repeat, lambda: engine.decide(defended))
+        _, _, _, defended_floor_rows_s = floors(runtime, defended_trees, repeat)
+        row.update({"defended_warm_s": defended_s, "defended_warm_tokens": defended_tokens,
+                    "defended_over_floor_rows": defended_s / defended_floor_rows_s,
+                    "defended_over_debiased": defended_s / warm_s})
     if n_options <= 16:  # the naive approaches, on the small rows only (they take minutes on the big ones)
         row["reevaluate_s"] = best_of(1, lambda: reevaluate(runtime, trees))
         row["generate_s"] = best_of(1, lambda: generate_and_parse(chat, plain))
@@ -232,6 +245,10 @@ def main() -> int:
             print(f"  {'':<10} {'':>14} rotations (warm): {r['rotations_warm_s'] / r['engine_s']:.2f}x plain,"
                   f" {r['rotations_over_reversal']:.2f}x the reversal, {r['rotations_over_floor_rows']:.2f}x its"
                   " floor+rows")
+        if "defended_warm_s" in r:
+            print(f"  {'':<10} {'':>14} spotlight + quarantine + probe (warm): {r['defended_over_debiased']:.2f}x the"
+                  f" debiased request ({r['defended_warm_tokens']} tokens against {r['debias_warm_tokens']}),"
+                  f" {r['defended_over_floor_rows']:.2f}x its floor+rows")
     for readout in args.readouts:
         one, four = (next(r for r in rows if r["readout"] == readout and r["questions"] == q and r["options"] == 4)
                      for q in (1, 4))

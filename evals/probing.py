@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scorer_container import scoring
+from scorer_container import scoring, untrusted
 from scorer_container.engine import DecisionEngine, DecisionSettings, PreparedQuestion, Probe, prepare_question
-from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSION, render_value
+from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS, render_value
 from scorer_container.schema import DecisionRequest, parse
 
 
@@ -71,17 +71,24 @@ def probes_for(engine: DecisionEngine, question: PreparedQuestion, config: Confi
     return out
 
 
+# The template each framing's scores were computed with. The plain framing renders what
+# template /1 rendered for every state the key holds (the key holds the state as the
+# model reads it, after untrusted.for_model), so its scores carry over.
+_CACHE_TEMPLATE = {**PROMPT_VERSIONS, "plain": "decision-prompt/1"}
+
+
 class ScoreCache:
-    """Probe scores by (model, template version, state, probe), in one SQLite file per model."""
+    """Probe scores by (model, template, state as shown, probe), in one SQLite file per model."""
 
     def __init__(self, path: Path, model_sha256: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, data BLOB NOT NULL)")
-        self._salt = f"{model_sha256}\x1f{PROMPT_VERSION}\x1f"
+        self._model = model_sha256
 
-    def key(self, state_text: str, probe: Probe) -> str:
-        text = "\x1f".join((self._salt, state_text, probe.readout, probe.block, *probe.continuations))
+    def key(self, state_text: str, probe: Probe, framing: str = "plain") -> str:
+        salt = f"{self._model}\x1f{_CACHE_TEMPLATE[framing]}\x1f"
+        text = "\x1f".join((salt, state_text, probe.readout, probe.block, *probe.continuations))
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def get(self, key: str) -> np.ndarray | None:
@@ -100,39 +107,44 @@ class ScoreCache:
 
 
 class Prober:
-    """Scores probes with the engine (one prefix tree per state, priors alone), through the cache."""
+    """Scores probes with the engine (one prefix tree per state, priors alone), through the cache,
+    the state shown in one framing (prompts.FRAMINGS) as the engine shows it."""
 
-    def __init__(self, engine: DecisionEngine, cache: ScoreCache) -> None:
+    def __init__(self, engine: DecisionEngine, cache: ScoreCache, framing: str = "plain",
+                 quarantine: bool = False) -> None:
         self.engine = engine
         self.cache = cache
+        self.framing = framing
+        self.quarantine = quarantine
         self.decoded_tokens = 0
 
     def scores(self, state: str, probes: Iterable[Probe]) -> dict[Probe, np.ndarray]:
-        state_text = render_value(state)
+        state_text = untrusted.for_model(render_value(state), self.engine.control_tokens, self.framing,
+                                         self.quarantine).text
         unique = list(dict.fromkeys(probes))
         out: dict[Probe, np.ndarray] = {}
         missing = []
         for probe in unique:
-            cached = self.cache.get(self.cache.key(state_text, probe))
+            cached = self.cache.get(self.cache.key(state_text, probe, self.framing))
             if cached is None:
                 missing.append(probe)
             else:
                 out[probe] = cached
         if missing:  # all of a state's new probes in one tree, as the engine evaluates a request
-            raw, evaluated = self.engine._evaluate(state_text, missing)
+            raw, evaluated = self.engine._evaluate(state_text, missing, framing=self.framing)
             self.decoded_tokens += evaluated
             for probe, scores in zip(missing, raw, strict=True):
-                self.cache.put(self.cache.key(state_text, probe), scores)
+                self.cache.put(self.cache.key(state_text, probe, self.framing), scores)
                 out[probe] = scores
         return out
 
     def priors(self, probes: Iterable[Probe]) -> dict[Probe, np.ndarray]:
         out = {}
         for probe in dict.fromkeys(probes):
-            key = self.cache.key(CONTENT_FREE_STATE, probe)
+            key = self.cache.key(CONTENT_FREE_STATE, probe, self.framing)
             cached = self.cache.get(key)
             if cached is None:  # alone, as the engine computes a prior
-                (cached,), evaluated = self.engine._evaluate(CONTENT_FREE_STATE, [probe])
+                (cached,), evaluated = self.engine._evaluate(CONTENT_FREE_STATE, [probe], framing=self.framing)
                 self.decoded_tokens += evaluated
                 self.cache.put(key, cached)
             out[probe] = cached
