@@ -56,8 +56,8 @@ class GatewayClient:
 
 
 def decide_raw(client: GatewayClient, model: str, item: dict[str, Any],
-               catalog: str | None) -> tuple[list[str], list[float], str]:
-    """(option names, raw probabilities, kind) for one labelled item."""
+               catalog: str | None) -> tuple[list[str], list[float], str, str | None]:
+    """(option names, raw probabilities, kind, the scorer's prompt template version) for one labelled item."""
     if "question" in item:
         question = item["question"]
     else:
@@ -67,11 +67,11 @@ def decide_raw(client: GatewayClient, model: str, item: dict[str, Any],
                                                             "x_calibrate": False})
     if status != 200:
         raise RuntimeError(f"the gateway answered {status}: {json.dumps(body)[:300]}")
-    answer = body["answers"]["q"]
+    answer, template = body["answers"]["q"], body.get("x_prompt_version")
     if answer["type"] == "noul":
-        return ["true", "false"], [answer["noul"], 1 - answer["noul"]], "noul"
+        return ["true", "false"], [answer["noul"], 1 - answer["noul"]], "noul", template
     names = list(answer["probabilities"])
-    return names, [answer["probabilities"][n] for n in names], answer["type"]
+    return names, [answer["probabilities"][n] for n in names], answer["type"], template
 
 
 def apply_temperature(kind: str, probabilities: list[float], t: float) -> list[float]:
@@ -214,12 +214,13 @@ def collect(client: GatewayClient, args: argparse.Namespace) -> tuple[list[dict[
     items = [json.loads(line) for line in args.file.read_text().splitlines() if line.strip()]
     samples, skipped, started = [], 0, time.monotonic()
     for i, item in enumerate(items, 1):
-        names, probabilities, kind = decide_raw(client, args.model, item, args.catalog)
+        names, probabilities, kind, template = decide_raw(client, args.model, item, args.catalog)
         expected = str(item["expected"]).lower() if kind == "noul" else str(item["expected"])
         if expected not in names:
             skipped += 1
         else:
-            samples.append({"names": names, "probabilities": probabilities, "kind": kind, "expected": expected})
+            samples.append({"names": names, "probabilities": probabilities, "kind": kind, "expected": expected,
+                            "prompt_version": template})
         if i % 10 == 0 or i == len(items):
             rate = i / (time.monotonic() - started)
             print(f"  {i}/{len(items)} decided ({rate:.1f}/s)", file=sys.stderr, flush=True)
@@ -233,6 +234,8 @@ def fit_report(samples: list[dict[str, Any]], skipped: int, args: argparse.Names
         "file": str(args.file), "catalog": args.catalog, "samples": len(samples), "skipped": skipped, "temperature": t,
         "before": metrics(samples, 1.0), "after": metrics(samples, t), "uniform": uniform(samples),
         "target_precision": args.target_precision, "coverage": curve,
+        # A temperature holds for the prompt template that produced the probabilities it was fitted on.
+        "prompt_versions": sorted({s["prompt_version"] for s in samples if s["prompt_version"]}),
         "proposed": {"auto_min_top": propose(curve, args.target_precision),
                      "review_min_top": propose(curve, max(0.5, args.target_precision - 0.2))},
     }
@@ -271,7 +274,8 @@ def apply_fit(client: GatewayClient, catalog: str, report: dict[str, Any]) -> in
     content["policy"] = policy
     content["calibration"] = {"temperature": round(t, 4), "fit": {
         "fitted_at": time.time(), "samples": report["samples"], "accuracy": after["accuracy"], "ece": after["ece"],
-        "brier": after["brier"]}}
+        "brier": after["brier"],
+        **({"prompt_version": report["prompt_versions"][0]} if len(report["prompt_versions"]) == 1 else {})}}
     status, written = client.request("PUT", f"/v1/catalogs/{catalog}", content)
     if status not in (200, 201):
         print(f"calibrate: the gateway refused the new version ({status}): {json.dumps(written)[:300]}", file=sys.stderr)

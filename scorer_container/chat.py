@@ -13,6 +13,7 @@ from scorer_container.errors import CallerGone, ContextOverflow, InvalidRequest
 from scorer_container.llama_runtime import Batch, Runtime
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import ChatRequest
+from scorer_container.untrusted import without_control_tokens
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -41,11 +42,15 @@ class ChatGenerator:
         self.runtime = runtime
         self.prompts = prompts
         self.model_name = model_name
+        self.control_tokens = runtime.control_tokens()
 
     def prepare(self, request: ChatRequest) -> tuple[list[int], int]:
         """Prompt tokens and the token budget; refuses prompts that do not fit."""
         try:
-            messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+            # A message's text may hold someone else's words (a ticket pasted into a user turn):
+            # spelled control tokens stay text, so only the template opens and closes turns.
+            messages = [{"role": m.role, "content": without_control_tokens(m.text(), self.control_tokens)}
+                        for m in request.messages]
         except ValueError as exc:
             raise InvalidRequest.at(["messages"], str(exc)) from None
         prompt = self.prompts.render_chat(messages)

@@ -381,6 +381,9 @@ class DecisionEngine:
 
         head = _common_prefix(prompt("", "a"), prompt("", "b"))
         frame = len(prompt("", "")) - head
+        raw = render_value(request.state)
+        if len(raw) > 2 * too_long:  # far beyond the context: refused before it is even cleaned
+            count(raw)
         shown = framed_state(self.shown_state(request, settings).text, settings.framing)
         state_tokens = head + count(shown.rstrip())
         content_free = head + count(CONTENT_FREE_STATE)  # a prior is evaluated alone, in its own tree

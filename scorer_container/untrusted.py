@@ -21,6 +21,7 @@ any prompt is rendered, on every request:
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Collection
@@ -62,15 +63,10 @@ def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "p
     cleaned = "".join(ch for ch, keep in zip(text, kept, strict=True) if keep)
     if any(not keep and ch != "\r" for ch, keep in zip(text, kept, strict=True)):  # a CR alone hides nothing
         changed.append("invisible_characters")
-    tokens = set(control_tokens)
-    if tokens:
-        neutral = _TOKEN_SHAPE.sub(lambda m: _break(m.group()) if m.group() in tokens else m.group(), cleaned)
-        for token in tokens:  # the rare control token of another shape
-            if not _TOKEN_SHAPE.fullmatch(token) and len(token) > 1 and token in neutral:
-                neutral = neutral.replace(token, _break(token))
-        if neutral != cleaned:
-            changed.append("control_tokens")
-        cleaned = neutral
+    neutral = without_control_tokens(cleaned, control_tokens)
+    if neutral != cleaned:
+        changed.append("control_tokens")
+    cleaned = neutral
     if quarantine:
         kept_text = quarantined(cleaned)
         if kept_text != cleaned:
@@ -82,6 +78,25 @@ def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "p
             changed.append("fence_characters")
         cleaned = fenced
     return Shown(cleaned, tuple(changed))
+
+
+def without_control_tokens(text: str, control_tokens: Collection[str]) -> str:
+    """`text` with every spelling of one of `control_tokens` broken (a space after its first
+    character), so the tokenizer reads it as text, never as the token itself."""
+    tokens = frozenset(control_tokens)
+    if not tokens:
+        return text
+    text = _TOKEN_SHAPE.sub(lambda m: _break(m.group()) if m.group() in tokens else m.group(), text)
+    for token in _other_shapes(tokens):  # the rare control token of another shape
+        if token in text:
+            text = text.replace(token, _break(token))
+    return text
+
+
+@functools.lru_cache(maxsize=8)
+def _other_shapes(tokens: frozenset[str]) -> tuple[str, ...]:
+    """The control tokens `_TOKEN_SHAPE` does not find (a model's list is fixed: computed once)."""
+    return tuple(t for t in tokens if len(t) > 1 and not _TOKEN_SHAPE.fullmatch(t))
 
 
 def _break(token: str) -> str:

@@ -79,6 +79,8 @@ class Fit(_Strict):
     accuracy: float = Field(ge=0, le=1)
     ece: float = Field(ge=0, le=1)
     brier: float = Field(ge=0)
+    # The scorer's prompt template the fit was made under (a new template needs a new fit).
+    prompt_version: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class Calibration(_Strict):

@@ -49,6 +49,9 @@ def test_a_catalog_entry_answers_in_both_formats_and_calibrates_through_the_tool
     assert (tmp_path / "report" / "reliability.png").stat().st_size > 10_000
     latest = httpx.get(f"{local_stack.url}/v1/catalogs/e2e-routing", headers=headers, timeout=30).json()
     assert latest["version"] == version + 1 and latest["calibration"]["fit"]["samples"] == 12
+    # The fit names the template it holds for: the one the scorer answered with.
+    assert report["prompt_versions"] == [latest["calibration"]["fit"]["prompt_version"]]
+    assert latest["calibration"]["fit"]["prompt_version"].startswith("decision-prompt/2")
     assert "applied: e2e-routing@" in capsys.readouterr().out
 
     listed = httpx.get(f"{local_stack.url}/v1/records?catalog=e2e-routing", headers=headers, timeout=30).json()
