@@ -222,7 +222,8 @@ def main() -> int:
     rows = []
     shapes = [(1, 4), (4, 4), (1, 16), (4, 16)] + [(1, n) for n in args.options]
     for readout in args.readouts:
-        engine = DecisionEngine(runtime, prompts, model_name=args.model, default_readout=readout)
+        engine = DecisionEngine(runtime, prompts, model_name=args.model, default_readout=readout,
+                                defenses_overridable=True)
         for n_questions, n_options in shapes:
             row = measure(engine, chat, readout, n_questions, n_options, args.repeat if n_options <= 64 else 2)
             rows.append(row)

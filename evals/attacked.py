@@ -72,7 +72,7 @@ def served_engine(name: str) -> DecisionEngine:
                           default_readout=manifest.readout, default_order_average=manifest.order_average,
                           default_prior=manifest.prior, default_ordering=manifest.ordering,
                           default_averaging=manifest.averaging, temperature=manifest.temperatures,
-                          by_type=manifest.by_type)
+                          by_type=manifest.by_type, defenses_overridable=True)
 
 
 def _config(own: DecisionSettings) -> Config:

@@ -71,10 +71,11 @@ def probes_for(engine: DecisionEngine, question: PreparedQuestion, config: Confi
     return out
 
 
-# The template each framing's scores were computed with. The plain framing renders what
-# template /1 rendered for every state the key holds (the key holds the state as the
-# model reads it, after untrusted.for_model), so its scores carry over.
-_CACHE_TEMPLATE = {**PROMPT_VERSIONS, "plain": "decision-prompt/1"}
+# The template each framing's scores were computed with. Template /2 plain renders what /1
+# rendered for every state the key holds (the key holds the state as the model reads it,
+# after untrusted.for_model), so its scores carry over; any later version starts afresh.
+_SAME_TEXT = {"decision-prompt/2": "decision-prompt/1"}
+_CACHE_TEMPLATE = {framing: _SAME_TEXT.get(version, version) for framing, version in PROMPT_VERSIONS.items()}
 
 
 class ScoreCache:

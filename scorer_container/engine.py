@@ -258,6 +258,7 @@ class DecisionEngine:
         default_framing: str = "plain",
         default_injection_probe: bool = False,
         default_quarantine: bool = False,
+        defenses_overridable: bool = False,
     ) -> None:
         if default_ordering not in ORDERINGS or default_averaging not in AVERAGINGS:
             raise ValueError(f"ordering must be one of {ORDERINGS} and averaging one of {AVERAGINGS}")
@@ -274,6 +275,9 @@ class DecisionEngine:
         self.default_framing = default_framing
         self.default_injection_probe = default_injection_probe
         self.default_quarantine = default_quarantine
+        # A request may strengthen how the state is shown, never weaken it, unless this is an
+        # engine that measures the defenses against each other (`make eval`, benchmarks).
+        self.defenses_overridable = defenses_overridable
         self.control_tokens = runtime.control_tokens()
         # Per readout (a model's scores are on a different scale in each); a number applies
         # to both and to every question type (a deployment's override); None: 1.0 wherever
@@ -323,14 +327,23 @@ class DecisionEngine:
                 averaging=d["averaging"],
             )
 
-        # How the state is shown is one choice per request (every question reads the same state).
-        shown = {"framing": request.x_framing or self.default_framing,
-                 "quarantine": self.default_quarantine if request.x_quarantine is None else request.x_quarantine,
-                 "injection_probe": (self.default_injection_probe if request.x_injection_probe is None
-                                     else request.x_injection_probe)}
+        shown = self._shown_settings(request)
         base = replace(settings(defaults), **shown)
         kinds = {kind: replace(settings({**defaults, **over}), **shown) for kind, over in self.by_type.items()}
         return replace(base, kinds={k: v for k, v in kinds.items() if v != base})
+
+    def _shown_settings(self, request: DecisionRequest) -> dict[str, Any]:
+        """How the state is shown: one choice per request (every question reads the same state)."""
+        asked = {"framing": request.x_framing, "quarantine": request.x_quarantine,
+                 "injection_probe": request.x_injection_probe}
+        defaults = {"framing": self.default_framing, "quarantine": self.default_quarantine,
+                    "injection_probe": self.default_injection_probe}
+        if self.defenses_overridable:
+            return {k: defaults[k] if v is None else v for k, v in asked.items()}
+        # Whoever can reach the endpoint may add a defense, never remove one.
+        return {"framing": defaults["framing"] if defaults["framing"] != "plain" else asked["framing"] or "plain",
+                "quarantine": defaults["quarantine"] or bool(asked["quarantine"]),
+                "injection_probe": defaults["injection_probe"] or bool(asked["injection_probe"])}
 
     def shown_state(self, request: DecisionRequest, settings: DecisionSettings) -> untrusted.Shown:
         """The state as the model reads it under `settings` (untrusted.py)."""
@@ -482,7 +495,7 @@ class DecisionEngine:
             "x_debias": _debias(settings, {q.kind for q in questions}),
             "x_framing": settings.framing,
             "x_quarantine": settings.quarantine,
-            "x_injection": injection_signal(render_value(request.state), shown, probe),
+            "x_injection": injection_signal(untrusted.readable(request.state), shown, probe),
         }
 
     # -- rounds ------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class ModelManifest:
             raise ModelFileError(f"{where}: ordering must be 'declared' or 'canonical', averaging 'reversal' or"
                                  " 'rotations'")
         _check_temperatures(manifest.temperatures, where)
-        if manifest.framing not in ("plain", "spotlight", "datamark") or not all(
+        if manifest.framing not in MANIFEST_FRAMINGS or not all(
                 isinstance(flag, bool) for flag in (manifest.injection_probe, manifest.quarantine)):
             raise ModelFileError(f"{where}: framing must be 'plain', 'spotlight' or 'datamark', injection_probe and"
                                  " quarantine true or false")
@@ -100,6 +100,9 @@ class ModelManifest:
 # Where a model temperature may lie: the manifest's fitted ones, SCORER_TEMPERATURE and
 # the grid `make eval` fits on all share it.
 TEMPERATURE_RANGE = (0.05, 20.0)
+# prompts.FRAMINGS, written out: this module is read by `make setup` before the
+# dependencies exist (a test holds the two equal).
+MANIFEST_FRAMINGS = ("plain", "spotlight", "datamark")
 _TYPE_SETTINGS = {"readout", "order_average", "prior", "averaging", "temperatures"}
 
 

@@ -17,22 +17,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from scorer_container.untrusted import DATAMARK, FENCE_CLOSE, FENCE_OPEN
 from systemone.json_text import as_text
+from systemone.models import Framing
 
 # Bumped whenever the text below changes: decision records name it (prompt template
 # version), per framing. /2: the state is shown as `untrusted.for_model` makes it.
+FRAMINGS: tuple[str, ...] = get_args(Framing)  # the contract's list (systemone.models)
 PROMPT_VERSIONS = {
     "plain": "decision-prompt/2",
     "spotlight": "decision-prompt/2-spotlight",
     "datamark": "decision-prompt/2-datamark",
 }
-FRAMINGS = tuple(PROMPT_VERSIONS)
+assert set(PROMPT_VERSIONS) == set(FRAMINGS), "every framing of the contract has a template version"
 CONTENT_FREE_STATE = "N/A"
 ANSWER_CUE = "Answer:"
 
@@ -136,7 +138,7 @@ def framed_state(text: str, framing: str) -> str:
     return "\n".join(_SPACES.sub(DATAMARK, line) for line in text.split("\n"))
 
 
-_SPACES = re.compile(r"[ \t]+")
+_SPACES = re.compile(r"[^\S\n]+")  # every space but the newline: NBSP, thin and ideographic spaces too
 
 
 def _raise_template_error(message: str) -> None:

@@ -26,6 +26,7 @@ import re
 import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 # Fence characters of the spotlight framing (prompts.py); a state never contains them.
 FENCE_OPEN, FENCE_CLOSE = "⟦", "⟧"
@@ -39,8 +40,6 @@ _DATAMARK_LOOKALIKE = str.maketrans({DATAMARK: "^"})
 # spaces and joiners, word joiner and invisible operators, bidirectional embeddings,
 # overrides and isolates, the BOM, tag characters (all category Cf), and controls.
 _KEPT_CONTROLS = {"\n", "\t"}
-# The ones whose presence alone is suspicious: hiding text, or reordering it.
-_HIDING = re.compile("[\u200b\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 # A control token as text: tags in angle or square brackets (the shapes every chat
 # template in use has), checked against the model's own list.
 _TOKEN_SHAPE = re.compile(r"<[^<>\s]{1,48}>|\[[^\[\]\s]{1,48}\]")
@@ -57,12 +56,21 @@ class Shown:
 def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "plain",
               quarantine: bool = False) -> Shown:
     """The text the model reads of `text` (see the module docstring); with `quarantine`, the
-    passages the pattern checks flag are replaced by a marker (`quarantined`)."""
+    passages the pattern checks flag are replaced by a marker (`quarantined`).
+
+    The order matters: characters are removed first (a control token split by a zero-width
+    space is whole again after), the fence look-alikes go in before control tokens are
+    broken (a look-alike must not complete one: "⟦INST⟧" becomes "[INST]"), and control
+    tokens are broken last but for the quarantine, whose marker spells none."""
     changed = []
-    kept = [ch in _KEPT_CONTROLS or unicodedata.category(ch) not in ("Cf", "Cc") for ch in text]
-    cleaned = "".join(ch for ch, keep in zip(text, kept, strict=True) if keep)
-    if any(not keep and ch != "\r" for ch, keep in zip(text, kept, strict=True)):  # a CR alone hides nothing
+    cleaned, removed = visible_text(text)
+    if removed:
         changed.append("invisible_characters")
+    if framing != "plain":
+        fenced = cleaned.translate(_FENCE_LOOKALIKES).translate(_DATAMARK_LOOKALIKE)
+        if fenced != cleaned:
+            changed.append("fence_characters")
+        cleaned = fenced
     neutral = without_control_tokens(cleaned, control_tokens)
     if neutral != cleaned:
         changed.append("control_tokens")
@@ -72,25 +80,51 @@ def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "p
         if kept_text != cleaned:
             changed.append("quarantined_passages")
         cleaned = kept_text
-    if framing != "plain":
-        fenced = cleaned.translate(_FENCE_LOOKALIKES).translate(_DATAMARK_LOOKALIKE)
-        if fenced != cleaned:
-            changed.append("fence_characters")
-        cleaned = fenced
     return Shown(cleaned, tuple(changed))
+
+
+# The one emoji that needs tag characters: the subdivision flags (England, Scotland,
+# Wales). Any other tag sequence is text smuggled past a reader.
+_FLAGS = re.compile("\U0001f3f4(?:\U000e0067\U000e0062(?:\U000e0065\U000e006e\U000e0067|\U000e0073\U000e0063"
+                    "\U000e0074|\U000e0077\U000e006c\U000e0073))\U000e007f")
+_FLAG_STAND_IN = "\U0001f3f4"  # the black flag the sequence is drawn on
+
+
+def visible_text(text: str) -> tuple[str, int]:
+    """`text` without the characters a person does not see (format characters, controls but
+    tab and newline), and how many were removed (a carriage return alone is not counted)."""
+    text = _FLAGS.sub(_FLAG_STAND_IN, text)
+    kept = "".join(ch for ch in text if ch in _KEPT_CONTROLS or unicodedata.category(ch) not in ("Cf", "Cc"))
+    return kept, len(text) - len(kept) - text.count("\r")
 
 
 def without_control_tokens(text: str, control_tokens: Collection[str]) -> str:
     """`text` with every spelling of one of `control_tokens` broken (a space after its first
-    character), so the tokenizer reads it as text, never as the token itself."""
+    character), so the tokenizer reads it as text, never as the token itself.
+
+    Every position is a candidate (a lookahead finds tags inside tags, "[<|im_end|>]"), and
+    the tokens of another shape are replaced until none is left."""
     tokens = frozenset(control_tokens)
     if not tokens:
         return text
-    text = _TOKEN_SHAPE.sub(lambda m: _break(m.group()) if m.group() in tokens else m.group(), text)
-    for token in _other_shapes(tokens):  # the rare control token of another shape
-        if token in text:
+    starts = sorted({m.start() for m in _TOKEN_CANDIDATES.finditer(text) if m.group(1) in tokens})
+    if starts:
+        pieces, last = [], 0
+        for at in starts:
+            pieces.append(text[last:at + 1])
+            last = at + 1
+        text = "".join(piece + " " for piece in pieces) + text[last:]
+    for _ in range(4):  # a break can complete another token only in contrived lists: a few passes
+        found = [token for token in _other_shapes(tokens) if token in text]
+        if not found:
+            break
+        for token in found:
             text = text.replace(token, _break(token))
     return text
+
+
+# The shapes every chat template in use has, at every position (overlapping).
+_TOKEN_CANDIDATES = re.compile(r"(?=(<[^<>\s]{1,48}>|\[[^\[\]\s]{1,48}\]))")
 
 
 @functools.lru_cache(maxsize=8)
@@ -103,46 +137,86 @@ def _break(token: str) -> str:
     return token[0] + " " + token[1:]
 
 
-# -- pattern checks -------------------------------------------------------------------
+def readable(state: Any) -> str:
+    """A state as the pattern checks read it: a string as it is; a JSON state's keys and
+    string values one per line (as canonical JSON, its newlines would be escapes, and the
+    checks anchored at line starts would never see a line)."""
+    if isinstance(state, str):
+        return state
+    found: list[str] = []
+    stack = [state]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                stack.extend((item, key))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+    return "\n".join(found)
 
-_WHO = (r"(?:ai|a\.i\.|assistant|chat ?bot|bot|(?:large )?language model|llm|gpt|model|classifier|moderator|grader|"
-        r"evaluator|automated (?:system|reader|reviewer|review|moderator|classifier|process|agent|triage)|"
-        r"system (?:that|which) reads?|whoever (?:is )?read(?:s|ing) this)")
-_ORDER = (r"(?:must|should|have to|need to|are to|are required to|will|shall|answer|respond|reply|output|return|"
-          r"choose|select|pick|classify|label|mark|rate|score|set|flag|approve|route)")
-_LABEL = r"(?:answer|label|option|choice|classification|category|decision|output|response|verdict|result|rating|score)"
+
+# -- pattern checks -------------------------------------------------------------------
+# Every quantifier is bounded and no two adjacent ones can match the same characters, so
+# a check is linear in the text (a state can be 100k+ characters of whitespace).
+
+# Who planted text speaks to. Broad after an explicit address ("note to the model"); the
+# strict list alone, so that "the model will arrive" or "your assistant should call" pass.
+_STRICT_WHO = (r"(?:ai|a\.i\.|llm|(?:large )?language model|chat ?bot|ai assistant|ai model|classifier|"
+               r"automated (?:system|reader|reviewer|review|moderator|classifier|process|agent|triage|grader)|"
+               r"(?:system|model|program) (?:that|which) reads? this|whoever (?:is )?read(?:s|ing) this)")
+_WHO = rf"(?:{_STRICT_WHO}|assistant|bot|model|moderator|grader|evaluator|reviewer system)"
+_ORDER = (r"(?:must|should|have to|need to|are to|are required to|shall|answer|respond|reply|output|return|"
+          r"choose|select|pick|classify|label|rate|score|approve|ignore)")
+_LABEL = r"(?:answer|label|option|choice|classification|category|verdict)"
+# The same order in French, Spanish and German: "ignorez les consignes précédentes".
+_FOREIGN_VERB = r"(?:ignorez|ignore[sz]?|ignora|ignoriere|ignorieren|olvida|olvide|oubliez|oublie|vergiss|vergessen sie)"
+_FOREIGN_ARTICLE = r"(?:toutes|tous|todas|todos|alle|les|las|los|die|tus|vos|deine|ihre|sus|ses)"
+_FOREIGN_QUALIFIER = (r"(?:pr[ée]c[ée]dentes?|anteriores?|previas?|vorherigen|bisherigen|obigen|ci-dessus|"
+                      r"originales?|urspr[üu]nglichen)")
+_FOREIGN_NOUN = r"(?:instructions?|instrucciones|indicaciones|anweisungen|vorgaben|consignes|r[eè]gles|reglas|regeln)"
 _FAMILIES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
-    # "Ignore all previous instructions" and its cousins, in the languages attacks use most.
+    # "Ignore all previous instructions" and its cousins, in the languages attacks use most:
+    # the instructions someone else gave ("previous", "your", "system"...), not "ignore the
+    # instructions I sent yesterday".
     ("ignore_instructions", 0.9, re.compile(
-        r"\b(?:ignore|disregard|forget|override|bypass|skip|do not follow|don't follow)\b[^.\n]{0,40}?"
-        r"\b(?:instructions?|rules?|prompts?|directions?|guidelines?|task|criteria|system message|policy)\b"
-        r"|\b(?:ignor(?:ez|e|a|iere|ieren)|olvida|oublie[zr]?|vergiss)\b[^.\n]{0,40}?"
-        r"\b(?:instructions?|instrucciones|anweisungen|r[eè]gles|reglas|regeln|consignes)\b", re.I)),
+        rf"\b(?:ignore|disregard|forget|override|do not follow|don't follow)(?:[ \t]{{1,4}}(?:all|any|the))?[ \t]{{1,4}}"
+        rf"(?:previous|prior|above|earlier|preceding|foregoing|original|system|your|other|existing|given)\b"
+        rf"(?:[ \t]{{1,4}}[\w'’-]{{1,20}}){{0,2}}?[ \t]{{1,4}}(?:instructions?|rules?|prompts?|directions?|guidelines?|questions?|"
+        rf"tasks?|criteria|messages?)\b"
+        rf"|\b(?:ignore|disregard|forget|override)(?:[ \t]{{1,4}}(?:all|the|these|those|any|your)){{0,2}}[ \t]{{1,4}}"
+        rf"(?:instructions?|rules?|prompts?|guidelines?)[ \t]{{1,4}}(?:above|before this|you (?:were|have been) given)\b"
+        rf"|\b{_FOREIGN_VERB}(?:[ \t]{{1,4}}{_FOREIGN_ARTICLE}){{0,2}}[ \t]{{1,4}}{_FOREIGN_QUALIFIER}[ \t]{{1,4}}"
+        rf"{_FOREIGN_NOUN}"
+        rf"|\b{_FOREIGN_VERB}(?:[ \t]{{1,4}}{_FOREIGN_ARTICLE}){{0,2}}[ \t]{{1,4}}{_FOREIGN_NOUN}[ \t]{{1,4}}"
+        rf"{_FOREIGN_QUALIFIER}", re.I)),
     # Text spoken to the machine that reads it: "Note to the AI: you must answer ...".
     ("addresses_the_reader", 0.6, re.compile(
-        rf"\b(?:dear|hey|attention|note (?:to|for)|message (?:to|for)|instructions? (?:to|for)|to the|for the)\s+"
-        rf"(?:the\s+)?{_WHO}\b|\b(?:as an?|you are an?|you,? the)\s+{_WHO}\b|\b{_WHO}[,:]?\s+(?:you\s+)?{_ORDER}\b",
-        re.I)),
+        rf"\b(?:dear|hey|attention|note (?:to|for)|message (?:to|for)|instructions? (?:to|for))[ \t]{{1,4}}(?:the[ \t]{{1,4}})?"
+        rf"{_WHO}\b|\b(?:as an?|you are an?|you,? the)[ \t]{{1,4}}{_STRICT_WHO}\b"
+        rf"|\b{_STRICT_WHO}[,:]?[ \t]{{1,4}}(?:you[ \t]{{1,4}})?{_ORDER}\b", re.I)),
     # The answer given in advance: "the correct answer is ...", "classify this as ...".
     ("dictates_answer", 0.6, re.compile(
-        rf"\b(?:the\s+)?(?:correct|right|true|real|only valid|expected|required)\s+{_LABEL}\s*(?:is|=|:|will be)"
-        rf"|\b(?:you must|you should|always|only)\s+(?:answer|respond|reply|output|return|choose|select|pick|"
-        rf"classify|label|mark|rate|score)\b"
-        rf"|\b(?:classify|label|mark|rate|score|route|flag)\s+(?:this|it|the (?:text|message|ticket|post|request))"
-        rf"\s+(?:as|with|to)\b"
+        rf"\b(?:correct|right|only valid)[ \t]{{1,4}}{_LABEL}[ \t]*(?:is|=|:|will be)"
+        rf"|\byou (?:must|should|have to|are to)[ \t]{{1,4}}(?:answer|respond|reply|output|return|choose|select|pick|"
+        rf"classify|label|rate|score)\b"
+        rf"|\b(?:classify|label|categori[sz]e|tag)[ \t]{{1,4}}(?:this|it|the (?:text|message|ticket|post|request))[ \t]{{1,4}}as\b"
         rf"|\b(?:la (?:bonne|vraie) r[ée]ponse|la respuesta correcta|die (?:richtige|korrekte) antwort)\b", re.I)),
-    # Turns that are not the caller's: a system or assistant speaking inside the state.
+    # Turns that are not the caller's: a system or developer speaking inside the state.
     ("role_marker", 0.35, re.compile(
-        r"(?:^|\n)\s*(?:#+\s*)?\[?(?:system|developer|sys)\]?\s*(?:prompt|message)?\s*[:>\]]"
-        r"|<\s*/?\s*(?:system|assistant|developer)\s*>", re.I)),
+        r"(?:^|\n)[ \t]{0,8}(?:#{1,6}[ \t]{0,4})?\[?(?:system|developer|sys)\]?(?:[ \t]{0,4}(?:prompt|message))?"
+        r"[ \t]{0,4}[:>\]]|<[ \t]{0,4}/?[ \t]{0,4}(?:system|developer)[ \t]{0,4}>", re.I)),
     # The tokens of chat templates, whatever the model: someone is forging turns.
     ("chat_template_token", 0.9, re.compile(
-        r"<\s*\|?\s*(?:im_start|im_end|start_of_turn|end_of_turn|eot_id|start_header_id|end_header_id|"
-        r"endoftext|system|user|assistant)\s*\|?\s*>|\[/?INST\]|<<\s*/?SYS\s*>>", re.I)),
+        r"<[ \t]{0,4}\|?[ \t]{0,4}(?:im_start|im_end|start_of_turn|end_of_turn|eot_id|start_header_id|end_header_id|"
+        r"endoftext)[ \t]{0,4}\|?[ \t]{0,4}>|<\|(?:system|user|assistant)\|>|\[/?INST\]|<<[ \t]{0,4}/?SYS[ \t]{0,4}>>",
+        re.I)),
     # Markup that frames instructions: <instructions>, "### Instructions for the classifier".
     ("instruction_markup", 0.5, re.compile(
-        r"<\s*/?\s*(?:instructions?|prompt|admin|override|directive|rules?)\s*>"
-        rf"|(?:^|\n)\s*#+\s*[^\n]{{0,30}}\b(?:instructions?|override|directive)\b[^\n]{{0,30}}{_WHO}?", re.I)),
+        r"<[ \t]{0,4}/?[ \t]{0,4}(?:instructions?|prompt|admin|override|directive)[ \t]{0,4}>"
+        rf"|(?:^|\n)[ \t]{{0,8}}#{{1,6}}[^\n]{{0,30}}\b(?:instructions?|override|directive)\b[^\n]{{0,30}}"
+        rf"\b(?:{_WHO})\b", re.I)),
 )
 _HIDDEN_WEIGHT = 0.5
 
@@ -150,18 +224,22 @@ _HIDDEN_WEIGHT = 0.5
 def patterns(text: str) -> tuple[float, tuple[str, ...]]:
     """(score in [0, 1], names of the checks that matched) for a state's text.
 
-    Run on the text with its invisible characters removed (so hidden words are read as
-    the model would read them), plus a check for hiding itself. Each family has a weight
-    (how rarely it appears in honest text, as measured on the clean labelled set); the
-    score is 1 - the product of (1 - weight) over the families that matched."""
-    visible = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cf",))
+    Run on the text as the model reads it (`visible_text`: hidden words are read whole),
+    plus a check for hiding itself. Each family has a weight (how rarely it appears in
+    honest text); the score is 1 - the product of (1 - weight) over the families that
+    matched."""
+    visible, removed = visible_text(text)
     matched = [(name, weight) for name, weight, pattern in _FAMILIES if pattern.search(visible)]
-    if len(_HIDING.findall(text)) >= 3 or re.search("[\u202d\u202e\U000e0000-\U000e007f]", text):
+    if removed >= 3 or _REORDERING.search(_FLAGS.sub("", text)):
         matched.append(("hidden_characters", _HIDDEN_WEIGHT))
     clear = 1.0
     for _, weight in matched:
         clear *= 1 - weight
     return 1 - clear, tuple(name for name, _ in matched)
+
+
+# Overrides reverse what a reader sees; tag characters outside a flag spell hidden ASCII.
+_REORDERING = re.compile("[\u202d\u202e\U000e0000-\U000e007f]")
 
 
 # -- quarantine -------------------------------------------------------------------------

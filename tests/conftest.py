@@ -59,7 +59,8 @@ def make_engine(runtime, readout: str, **kwargs):
     from scorer_container.prompts import PromptFormat
 
     prompts = PromptFormat.for_runtime(runtime)
-    return DecisionEngine(runtime, prompts, model_name="test-model", default_readout=readout, **kwargs)
+    return DecisionEngine(runtime, prompts, model_name="test-model", default_readout=readout,
+                          **{"defenses_overridable": True, **kwargs})
 
 
 def free_port() -> int:

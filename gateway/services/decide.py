@@ -38,7 +38,10 @@ class DecisionMetrics(MetricsSink, Protocol):
 def measure_injection(result: DecisionResult, metrics: DecisionMetrics | None) -> None:
     """The scorer's injection suspicion, when it sent one: its distribution, and (as 0 or 1)
     how often it reaches the default threshold, so a campaign shows before anyone reads records."""
-    if metrics is None or result.injection is None:
+    if metrics is None:
+        return
+    if result.injection is None:  # an older scorer or another backend: policies cannot act on it
+        metrics.count("InjectionSignalMissing")
         return
     suspicion = result.injection.suspicion
     metrics.value("InjectionSuspicion", suspicion)

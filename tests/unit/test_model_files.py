@@ -185,3 +185,13 @@ def test_a_manifest_with_an_unknown_framing_or_a_non_boolean_defense_is_refused(
 def test_an_older_manifest_shows_the_state_as_before(model):
     loaded = verify_model(model)
     assert (loaded.framing, loaded.quarantine, loaded.injection_probe) == ("plain", False, False)
+
+
+def test_the_manifest_knows_every_framing_the_contract_has():
+    from typing import get_args
+
+    from scorer_container.model_files import MANIFEST_FRAMINGS
+    from scorer_container.prompts import FRAMINGS, PROMPT_VERSIONS
+    from systemone.models import Framing
+
+    assert MANIFEST_FRAMINGS == FRAMINGS == get_args(Framing) == tuple(PROMPT_VERSIONS)

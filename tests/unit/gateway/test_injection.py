@@ -108,13 +108,15 @@ def test_the_metrics_line_carries_the_suspicion(store, capsys, suspicion, suspec
     assert directive["Namespace"] == "DecisionGateway"
 
 
-def test_no_signal_no_injection_metrics(store, capsys):
+def test_no_signal_is_counted_as_missing_not_as_a_suspicion(store, capsys):
+    # An enforcing policy cannot act on a signal it never got: the metric says so.
     stack(store, choice=CONFIDENT)
     put(ROUTING)
     capsys.readouterr()
     assert decide({"catalog": "support-routing"})[0] == 200
     [line] = [m for m in emf_lines(capsys.readouterr().out) if "Requests" in m]
     assert "InjectionSuspicion" not in line and "InjectionSuspected" not in line
+    assert line["InjectionSignalMissing"] == [1]
 
 
 @pytest.mark.parametrize("injection", [{"suspicion": 2.0}, {"suspicion": "high"}, {"suspicion": None}, {"probe": 0.5},
