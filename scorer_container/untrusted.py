@@ -183,8 +183,8 @@ _FAMILIES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("ignore_instructions", 0.9, re.compile(
         rf"\b(?:ignore|disregard|forget|override|do not follow|don't follow)(?:[ \t]{{1,4}}(?:all|any|the))?[ \t]{{1,4}}"
         rf"(?:previous|prior|above|earlier|preceding|foregoing|original|system|your|other|existing|given)\b"
-        rf"(?:[ \t]{{1,4}}[\w'’-]{{1,20}}){{0,2}}?[ \t]{{1,4}}(?:instructions?|rules?|prompts?|directions?|guidelines?|questions?|"
-        rf"tasks?|criteria|messages?)\b"
+        rf"(?:[ \t]{{1,4}}[\w'’-]{{1,20}}){{0,2}}?[ \t]{{1,4}}"
+        rf"(?:instructions?|rules?|prompts?|directions?|guidelines?|questions?|tasks?|criteria|messages?)\b"
         rf"|\b(?:ignore|disregard|forget|override)(?:[ \t]{{1,4}}(?:all|the|these|those|any|your)){{0,2}}[ \t]{{1,4}}"
         rf"(?:instructions?|rules?|prompts?|guidelines?)[ \t]{{1,4}}(?:above|before this|you (?:were|have been) given)\b"
         rf"|\b{_FOREIGN_VERB}(?:[ \t]{{1,4}}{_FOREIGN_ARTICLE}){{0,2}}[ \t]{{1,4}}{_FOREIGN_QUALIFIER}[ \t]{{1,4}}"
@@ -201,7 +201,8 @@ _FAMILIES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
         rf"\b(?:correct|right|only valid)[ \t]{{1,4}}{_LABEL}[ \t]*(?:is|=|:|will be)"
         rf"|\byou (?:must|should|have to|are to)[ \t]{{1,4}}(?:answer|respond|reply|output|return|choose|select|pick|"
         rf"classify|label|rate|score)\b"
-        rf"|\b(?:classify|label|categori[sz]e|tag)[ \t]{{1,4}}(?:this|it|the (?:text|message|ticket|post|request))[ \t]{{1,4}}as\b"
+        rf"|\b(?:classify|label|categori[sz]e|tag)[ \t]{{1,4}}(?:this|it|the (?:text|message|ticket|post|request))"
+        rf"[ \t]{{1,4}}as\b"
         rf"|\b(?:la (?:bonne|vraie) r[ée]ponse|la respuesta correcta|die (?:richtige|korrekte) antwort)\b", re.I)),
     # Turns that are not the caller's: a system or developer speaking inside the state.
     ("role_marker", 0.35, re.compile(
