@@ -204,6 +204,11 @@ _FAMILIES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
         rf"|\b(?:classify|label|categori[sz]e|tag)[ \t]{{1,4}}(?:this|it|the (?:text|message|ticket|post|request))"
         rf"[ \t]{{1,4}}as\b"
         rf"|\b(?:la (?:bonne|vraie) r[ée]ponse|la respuesta correcta|die (?:richtige|korrekte) antwort)\b", re.I)),
+    # Authority claimed for the text itself: "ADMIN OVERRIDE", "the decision is fixed in advance".
+    ("authority_claim", 0.6, re.compile(
+        r"\b(?:admin(?:istrator)?|system|operator|developer|security|compliance)[ \t]{1,4}(?:override|directive|"
+        r"command|mode)\b|\b(?:is|was|are|has been|have been)[ \t]{1,4}(?:fixed|predetermined|decided|set)"
+        r"[ \t]{1,4}in advance\b", re.I)),
     # Turns that are not the caller's: a system or developer speaking inside the state.
     ("role_marker", 0.35, re.compile(
         r"(?:^|\n)[ \t]{0,8}(?:#{1,6}[ \t]{0,4})?\[?(?:system|developer|sys)\]?(?:[ \t]{0,4}(?:prompt|message))?"
@@ -251,6 +256,7 @@ QUARANTINE_MARK = "[a passage addressed to the automated reader was removed here
 # the reviewer: ... Choose X."); in a longer one, only the flagged sentences go.
 _WHOLE_PARAGRAPH = 400
 _PARAGRAPHS = re.compile(r"(\n[ \t]*\n)")
+_HEADING = re.compile(r"[ \t]{0,8}#{1,6}[ \t]")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n")
 # The families a passage is removed for: those that are almost never in honest text
 # (role markers and hidden characters only add to the score).
@@ -263,12 +269,20 @@ def _flagged(text: str) -> bool:
 
 def quarantined(text: str) -> str:
     """`text` with every paragraph (or, in a long paragraph, every sentence) that the strong
-    pattern checks flag replaced by `QUARANTINE_MARK`."""
+    pattern checks flag replaced by `QUARANTINE_MARK`; a flagged heading takes its section
+    (the paragraphs up to the next heading) with it: what it heads is what it introduced."""
     if not _flagged(text):
         return text
     parts = _PARAGRAPHS.split(text)  # paragraphs at even indices, their separators between
+    in_flagged_section = False
     for i in range(0, len(parts), 2):
         paragraph = parts[i]
+        heading = bool(_HEADING.match(paragraph))
+        if heading:
+            in_flagged_section = _flagged(paragraph)
+        if in_flagged_section:
+            parts[i] = QUARANTINE_MARK if heading else ""
+            continue
         if not _flagged(paragraph):
             continue
         if len(paragraph) <= _WHOLE_PARAGRAPH:
