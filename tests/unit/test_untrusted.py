@@ -168,21 +168,12 @@ def test_honest_text_a_review_found_flagged_is_not_flagged_now(text):
     "<" + " " * 200_000 + "x", "\n " * 100_000 + "x", "<" + "\n" * 200_000, "\n" * 200_000 + "x",
     "ignore" + " " * 200_000 + "x", "#" * 200_000, "[" * 100_000 + "<" * 100_000,
 ])
+@pytest.mark.timeout(30)
 def test_the_checks_stay_linear_on_a_huge_adversarial_state(text):
-    # Quadratic backtracking here took hours; linear takes well under a second. The alarm is
-    # a guard against a hang (a margin of hundreds), not a speed measurement.
-    import signal
-
-    def hung(*_):
-        raise TimeoutError("a pattern check backtracks")
-
-    signal.signal(signal.SIGALRM, hung)
-    signal.alarm(30)
-    try:
-        patterns(text)
-        for_model(text, CONTROL, "spotlight", quarantine=True)
-    finally:
-        signal.alarm(0)
+    # Quadratic backtracking here took hours; linear takes well under a second. The timeout
+    # is a guard against a hang (a margin of hundreds), not a speed measurement.
+    patterns(text)
+    for_model(text, CONTROL, "spotlight", quarantine=True)
 
 
 def test_a_json_state_is_checked_line_by_line_like_a_string():
@@ -195,8 +186,11 @@ def test_a_json_state_is_checked_line_by_line_like_a_string():
 
 @pytest.mark.parametrize("head", ["ignore all previous", "Note to the", "the correct answer", "classify this",
                                   "ignorez les", "## a", "as an"])
+@pytest.mark.timeout(30)
 def test_the_checks_stay_linear_after_a_partial_match(head):
-    test_the_checks_stay_linear_on_a_huge_adversarial_state(head + " \t" * 100_000 + "x")
+    text = head + " \t" * 100_000 + "x"
+    patterns(text)
+    for_model(text, CONTROL, "spotlight", quarantine=True)
 
 
 def test_a_flagged_heading_takes_its_section_and_stops_at_the_next_heading():
