@@ -68,11 +68,8 @@ def served_engine(name: str) -> DecisionEngine:
     path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
     manifest = verify_model(path)
     runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
-    return DecisionEngine(runtime, PromptFormat.for_runtime(runtime), model_name=name,
-                          default_readout=manifest.readout, default_order_average=manifest.order_average,
-                          default_prior=manifest.prior, default_ordering=manifest.ordering,
-                          default_averaging=manifest.averaging, temperature=manifest.temperatures,
-                          by_type=manifest.by_type, defenses_overridable=True)
+    return DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), manifest, model_name=name,
+                                       defenses_overridable=True)
 
 
 def _config(own: DecisionSettings) -> Config:

@@ -296,6 +296,20 @@ class DecisionEngine:
         if len(self.labels) < 2:
             raise ValueError("the model's vocabulary has fewer than two single-token letter labels")
 
+    @classmethod
+    def for_manifest(cls, runtime: Runtime, prompt_format: PromptFormat, manifest: Any, *, model_name: str,
+                     readout: str | None = None, temperature: float | None = None,
+                     **options: Any) -> DecisionEngine:
+        """The engine with a model manifest's defaults (what `make eval` chose), as the scorer
+        serves it; `readout` and `temperature` are a deployment's overrides (None: the manifest's)."""
+        return cls(runtime, prompt_format, model_name=model_name, default_readout=readout or manifest.readout,
+                   default_order_average=manifest.order_average, default_prior=manifest.prior,
+                   default_ordering=manifest.ordering, default_averaging=manifest.averaging,
+                   temperature=manifest.temperatures if temperature is None else temperature,
+                   by_type=manifest.by_type, default_framing=manifest.framing,
+                   default_injection_probe=manifest.injection_probe, default_quarantine=manifest.quarantine,
+                   **options)
+
     def _single_token_labels(self, limit: int) -> list[int]:
         """Token ids of " A", " B"... that stay single tokens right after the answer cue."""
         labels = []

@@ -94,23 +94,11 @@ class ScorerService:
             runtime = Runtime(path, self.settings.runtime)
             prompts = PromptFormat.for_runtime(runtime)
             name = self.settings.alias or manifest.name
-            engine = DecisionEngine(
-                runtime,
-                prompts,
-                model_name=name,
-                default_readout=self.settings.readout or manifest.readout,
-                default_order_average=manifest.order_average,
-                default_prior=manifest.prior,
-                default_ordering=manifest.ordering,
-                default_averaging=manifest.averaging,
-                prior_cache_size=self.settings.prior_cache_size,
-                max_labels=self.settings.max_labels,
-                # The manifest's fitted temperatures unless the deployment sets one.
-                temperature=manifest.temperatures if self.settings.temperature is None else self.settings.temperature,
-                by_type=manifest.by_type,
-                default_framing=manifest.framing,
-                default_injection_probe=manifest.injection_probe,
-                default_quarantine=manifest.quarantine,
+            engine = DecisionEngine.for_manifest(
+                runtime, prompts, manifest, model_name=name,
+                # The manifest's readout and fitted temperatures unless the deployment sets them.
+                readout=self.settings.readout, temperature=self.settings.temperature,
+                prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
             )
             budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
