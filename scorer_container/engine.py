@@ -376,7 +376,7 @@ class DecisionEngine:
         return questions, own
 
     def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
-             row_cost: float = 0.0, counts: dict[str, int] | None = None) -> Cost:
+             row_cost: float = 0.0, counts: dict[Any, Any] | None = None) -> Cost:
         """The work `decide` will do, from the request's text (no decoding, no lock).
 
         Exact up to the few tokens a tokenizer merges across the seams between state,
@@ -384,7 +384,7 @@ class DecisionEngine:
         its groups' mean option cost. Counting stops once the work passes `limit` (in
         tokens' worth, a logits row costing `row_cost`), and no text longer than the
         context could hold is ever tokenized, so refusing a huge request is cheap.
-        `counts` memoizes token counts across calls for one request. Raises
+        `counts` memoizes token counts (and the state as shown) across calls for one request. Raises
         ContextOverflow as soon as a probe cannot fit.
         """
         settings = settings or self.settings_for(request)
@@ -411,7 +411,10 @@ class DecisionEngine:
         raw = render_value(request.state)
         if len(raw) > 2 * too_long:  # far beyond the context: refused before it is even cleaned
             count(raw)
-        shown = framed_state(self.shown_state(request, settings).text, settings.framing)
+        shown_key = ("shown", settings.framing, settings.quarantine)  # the same for every budget candidate
+        if shown_key not in counts:
+            counts[shown_key] = framed_state(self.shown_state(request, settings).text, settings.framing)
+        shown = counts[shown_key]
         state_tokens = head + count(shown.rstrip())
         content_free = head + count(CONTENT_FREE_STATE)  # a prior is evaluated alone, in its own tree
         tokens, rows, longest, probes, grouped = state_tokens, 0, 0, 0, False
@@ -458,7 +461,7 @@ class DecisionEngine:
         was applied and that it was reduced.
         """
         settings = self.settings_for(request)
-        counts: dict[str, int] = {}
+        counts: dict[Any, Any] = {}
         drop_prior = request.x_prior is None and settings.applies(lambda s: s.prior)
         drop_order = request.x_order_average is None and settings.applies(lambda s: s.order_average)
         candidates = [settings]
