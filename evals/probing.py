@@ -119,9 +119,11 @@ class Prober:
         self.quarantine = quarantine
         self.decoded_tokens = 0
 
-    def scores(self, state: str, probes: Iterable[Probe]) -> dict[Probe, np.ndarray]:
+    def scores(self, state: str, probes: Iterable[Probe],
+               answers: frozenset[str] = frozenset()) -> dict[Probe, np.ndarray]:
+        """`answers`: the wordings of the request's options, which the quarantine reads."""
         state_text = untrusted.for_model(render_value(state), self.engine.control_tokens, self.framing,
-                                         self.quarantine).text
+                                         self.quarantine, answers).text
         unique = list(dict.fromkeys(probes))
         out: dict[Probe, np.ndarray] = {}
         missing = []

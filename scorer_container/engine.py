@@ -362,7 +362,7 @@ class DecisionEngine:
     def shown_state(self, request: DecisionRequest, settings: DecisionSettings) -> untrusted.Shown:
         """The state as the model reads it under `settings` (untrusted.py)."""
         return untrusted.for_model(render_value(request.state), self.control_tokens, settings.framing,
-                                   settings.quarantine)
+                                   settings.quarantine, request_answers(request))
 
     def asked(self, request: DecisionRequest, settings: DecisionSettings) -> tuple[
             list[PreparedQuestion], list[DecisionSettings]]:
@@ -512,7 +512,8 @@ class DecisionEngine:
             "x_debias": _debias(settings, {q.kind for q in questions}),
             "x_framing": settings.framing,
             "x_quarantine": settings.quarantine,
-            "x_injection": injection_signal(untrusted.readable(request.state), shown, probe),
+            "x_injection": injection_signal(untrusted.readable(request.state), shown, probe,
+                                            request_answers(request)),
         }
 
     # -- rounds ------------------------------------------------------------------------
@@ -694,10 +695,19 @@ def _prior_key(probe: Probe, framing: str = "plain") -> str:
     return hashlib.sha256("\x1f".join((framing, probe.readout, probe.block, *probe.continuations)).encode()).hexdigest()
 
 
-def injection_signal(original: str, shown: untrusted.Shown, probe: float | None) -> dict[str, Any]:
-    """The answer's `x_injection`: the pattern checks on the caller's text, the probe's P(yes)
-    when it ran; `suspicion` is the larger of the two (what a policy's threshold reads)."""
-    score, matched = untrusted.patterns(original)
+def request_answers(request: DecisionRequest) -> frozenset[str]:
+    """The wordings of every option the request declares, as the pattern checks match them
+    (untrusted.answer_wordings): the state is shared, so one set for all its questions."""
+    return untrusted.answer_wordings(option.name for qid, q in request.questions.items()
+                                     for option in prepare_question(qid, q).options)
+
+
+def injection_signal(original: str, shown: untrusted.Shown, probe: float | None,
+                     answers: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The answer's `x_injection`: the pattern checks on the caller's text (given the request's
+    option wordings), the probe's P(yes) when it ran; `suspicion` is the larger of the two
+    (what a policy's threshold reads)."""
+    score, matched = untrusted.patterns(original, answers)
     return {"suspicion": max(score, probe or 0.0), "probe": probe, "patterns": list(matched),
             "neutralised": list(shown.neutralised)}
 

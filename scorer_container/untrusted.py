@@ -16,7 +16,9 @@ any prompt is rendered, on every request:
   ignore instructions, text that addresses the automated reader or dictates the answer,
   fake turns, chat-template tokens, hidden characters). They were written from the
   shapes attacks take in the literature, before the attack set of `make eval` existed,
-  and are measured there (precision and recall on held-out attack forms).
+  and are measured there (precision and recall on held-out attack forms). One of them
+  reads the request's own options (`names_an_answer`): planted text has to name the
+  answer it wants, and the scorer knows every answer a question allows.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +56,7 @@ class Shown:
 
 
 def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "plain",
-              quarantine: bool = False) -> Shown:
+              quarantine: bool = False, answers: frozenset[str] = frozenset()) -> Shown:
     """The text the model reads of `text` (see the module docstring); with `quarantine`, the
     passages the pattern checks flag are replaced by a marker (`quarantined`).
 
@@ -76,7 +78,7 @@ def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "p
         changed.append("control_tokens")
     cleaned = neutral
     if quarantine:
-        kept_text = quarantined(cleaned)
+        kept_text = quarantined(cleaned, answers)
         if kept_text != cleaned:
             changed.append("quarantined_passages")
         cleaned = kept_text
@@ -225,17 +227,68 @@ _FAMILIES: tuple[tuple[str, float, re.Pattern[str]], ...] = (
         rf"\b(?:{_WHO})\b", re.I)),
 )
 _HIDDEN_WEIGHT = 0.5
+_NAMES_AN_ANSWER_WEIGHT = 0.6
 
 
-def patterns(text: str) -> tuple[float, tuple[str, ...]]:
+# The answer named in advance, in the words of the request's own options: "the answer is
+# 'billing'", "choose 'billing'". A fixed list cannot know the options; the scorer does.
+# A statement names the answer itself ("the risk level is high" is content, "the correct
+# level is 'high'" is not), quoted or not; an order must quote it ("give a refund" is a
+# customer's request, "give 'refund'" is someone filling in the answer), but for yes and
+# no ("answer yes").
+_ANSWER_STATEMENT = re.compile(
+    r"\b(?:(?:correct|right|expected|final|true|only valid)[ \t]{1,4}"
+    r"(?:answer|outcome|verdict|label|classification|decision|rating|level|category|option|choice)"
+    r"|answer|verdict)"
+    r"[ \t]{1,4}(?:is|should be|must be|will be|=)(?:[ \t]{0,4}:)?[ \t]{1,4}", re.I)
+_ANSWER_ORDER = re.compile(
+    r"\b(?:choose|select|pick|answer|respond with|reply with|give|assign|output|return|"
+    r"(?:mark|classify|label|rate|tag) (?:it|this) as)"
+    r"(?:[ \t]{1,4}(?:the|option|level|label|answer|choice|verdict|with)){0,2}[ \t]{1,4}", re.I)
+_OPENING_QUOTES = "'\"«»„“”‘’‹›`"
+_UNQUOTED_ORDERS = frozenset({"yes", "no"})
+_LONGEST_ANSWER = 120  # longer option wordings are matched on their first 120 characters
+
+
+def answer_wordings(names: Iterable[str]) -> frozenset[str]:
+    """How a request's options are matched in the text: case-folded, at most `_LONGEST_ANSWER`
+    characters (an option's name for a choice, yes and no, a score level's text)."""
+    return frozenset(w for w in (" ".join(n.split()).casefold()[:_LONGEST_ANSWER] for n in names) if w)
+
+
+def names_an_answer(text: str, answers: frozenset[str]) -> bool:
+    """Whether `text` states or orders one of `answers` as the answer (see `_ANSWER_STATEMENT`).
+
+    Linear: each lead is followed by a look-up per distinct wording length (at most
+    `_LONGEST_ANSWER`), never a scan of every option."""
+    if not answers:
+        return False
+    lengths = sorted({len(w) for w in answers})
+    for lead, quoted_only in ((_ANSWER_STATEMENT, False), (_ANSWER_ORDER, True)):
+        for m in lead.finditer(text):
+            tail = text[m.end():m.end() + _LONGEST_ANSWER + 2].casefold()
+            quoted = tail[:1] in _OPENING_QUOTES
+            tail = " ".join(tail.lstrip(_OPENING_QUOTES).split())
+            for n in lengths:
+                word = tail[:n]
+                if word in answers and not tail[n:n + 1].isalnum() and (
+                        quoted or not quoted_only or word in _UNQUOTED_ORDERS):
+                    return True
+    return False
+
+
+def patterns(text: str, answers: frozenset[str] = frozenset()) -> tuple[float, tuple[str, ...]]:
     """(score in [0, 1], names of the checks that matched) for a state's text.
 
     Run on the text as the model reads it (`visible_text`: hidden words are read whole),
-    plus a check for hiding itself. Each family has a weight (how rarely it appears in
-    honest text); the score is 1 - the product of (1 - weight) over the families that
-    matched."""
+    plus a check for hiding itself, and, given the wordings of the request's options
+    (`answer_wordings`), a check for text that names one of them as the answer. Each family
+    has a weight (how rarely it appears in honest text); the score is 1 - the product of
+    (1 - weight) over the families that matched."""
     visible, removed = visible_text(text)
     matched = [(name, weight) for name, weight, pattern in _FAMILIES if pattern.search(visible)]
+    if names_an_answer(visible, answers):
+        matched.append(("names_an_answer", _NAMES_AN_ANSWER_WEIGHT))
     if removed >= 3 or _REORDERING.search(_FLAGS.sub("", text)):
         matched.append(("hidden_characters", _HIDDEN_WEIGHT))
     clear = 1.0
@@ -263,15 +316,15 @@ _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n")
 _QUARANTINED = tuple(pattern for _, weight, pattern in _FAMILIES if weight >= 0.5)
 
 
-def _flagged(text: str) -> bool:
-    return any(pattern.search(text) for pattern in _QUARANTINED)
+def _flagged(text: str, answers: frozenset[str]) -> bool:
+    return any(pattern.search(text) for pattern in _QUARANTINED) or names_an_answer(text, answers)
 
 
-def quarantined(text: str) -> str:
+def quarantined(text: str, answers: frozenset[str] = frozenset()) -> str:
     """`text` with every paragraph (or, in a long paragraph, every sentence) that the strong
     pattern checks flag replaced by `QUARANTINE_MARK`; a flagged heading takes its section
     (the paragraphs up to the next heading) with it: what it heads is what it introduced."""
-    if not _flagged(text):
+    if not _flagged(text, answers):
         return text
     parts = _PARAGRAPHS.split(text)  # paragraphs at even indices, their separators between
     in_flagged_section = False
@@ -279,17 +332,17 @@ def quarantined(text: str) -> str:
         paragraph = parts[i]
         heading = bool(_HEADING.match(paragraph))
         if heading:
-            in_flagged_section = _flagged(paragraph)
+            in_flagged_section = _flagged(paragraph, answers)
         if in_flagged_section:
             parts[i] = QUARANTINE_MARK if heading else ""
             continue
-        if not _flagged(paragraph):
+        if not _flagged(paragraph, answers):
             continue
         if len(paragraph) <= _WHOLE_PARAGRAPH:
             parts[i] = QUARANTINE_MARK
             continue
         pieces = _SENTENCES.split(paragraph)
         seams = _SENTENCES.findall(paragraph)
-        kept = [QUARANTINE_MARK if _flagged(piece) else piece for piece in pieces]
+        kept = [QUARANTINE_MARK if _flagged(piece, answers) else piece for piece in pieces]
         parts[i] = "".join(piece + (seams[k] if k < len(seams) else "") for k, piece in enumerate(kept))
     return "".join(parts)
