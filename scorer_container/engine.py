@@ -359,10 +359,12 @@ class DecisionEngine:
                 "quarantine": defaults["quarantine"] or bool(asked["quarantine"]),
                 "injection_probe": defaults["injection_probe"] or bool(asked["injection_probe"])}
 
-    def shown_state(self, request: DecisionRequest, settings: DecisionSettings) -> untrusted.Shown:
-        """The state as the model reads it under `settings` (untrusted.py)."""
+    def shown_state(self, request: DecisionRequest, settings: DecisionSettings,
+                    answers: frozenset[str] | None = None) -> untrusted.Shown:
+        """The state as the model reads it under `settings` (untrusted.py); `answers`: the
+        request's option wordings, when the caller has them already."""
         return untrusted.for_model(render_value(request.state), self.control_tokens, settings.framing,
-                                   settings.quarantine, request_answers(request))
+                                   settings.quarantine, request_answers(request) if answers is None else answers)
 
     def asked(self, request: DecisionRequest, settings: DecisionSettings) -> tuple[
             list[PreparedQuestion], list[DecisionSettings]]:
@@ -496,7 +498,8 @@ class DecisionEngine:
         `settings` default to the request's (see `fit`). Raises DeadlineExceeded (the model
         freed, the cache cleared) when `deadline` passes."""
         settings = settings or self.settings_for(request)
-        shown = self.shown_state(request, settings)
+        wordings = request_answers(request)
+        shown = self.shown_state(request, settings, wordings)
         questions, own = self.asked(request, settings)
         with self.runtime.lock:
             distributions, evaluated = self._distributions(shown.text, questions, own, settings.framing, deadline)
@@ -512,8 +515,7 @@ class DecisionEngine:
             "x_debias": _debias(settings, {q.kind for q in questions}),
             "x_framing": settings.framing,
             "x_quarantine": settings.quarantine,
-            "x_injection": injection_signal(untrusted.readable(request.state), shown, probe,
-                                            request_answers(request)),
+            "x_injection": injection_signal(untrusted.readable(request.state), shown, probe, wordings),
         }
 
     # -- rounds ------------------------------------------------------------------------

@@ -54,10 +54,14 @@ InjectionAction = Literal["review", "abstain", "ignore"]
 class InjectionRule(_Strict):
     """What a verdict becomes when the scorer's injection suspicion reaches `threshold`:
     `review` or `abstain` (never a softer action than the rules gave), or `ignore`. No
-    action: `review` for an enforcing policy, `ignore` for an advisory one."""
+    action: `review` for an enforcing policy, `ignore` for an advisory one.
+    `require_signal`: an answer whose backend sent no suspicion at all (another backend, an
+    older scorer) is treated as suspected, rather than trusted (None: false)."""
 
     threshold: float = Field(default=INJECTION_THRESHOLD, ge=0, le=1)
     action: InjectionAction | None = None
+    # None rather than False: left out of the canonical JSON, so entries keep their hash.
+    require_signal: bool | None = None
 
 
 class Policy(_Strict):

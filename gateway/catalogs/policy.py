@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from gateway.catalogs.model import InjectionAction, InjectionRule, Policy, Rule
 from gateway.decisions import scoring
-from gateway.decisions.model import Action, DecisionResult, Verdict
+from gateway.decisions.model import Action, DecisionResult, Verdict, VerdictReason
 
 _EPSILON = 1e-12
 _STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}
@@ -70,14 +70,21 @@ def injection_action(policy: Policy) -> InjectionAction:
 
 
 def guard(verdict: Verdict, policy: Policy, suspicion: float | None) -> Verdict:
-    """The verdict made stricter when the suspicion reaches the entry's threshold."""
+    """The verdict made stricter when the suspicion reaches the entry's threshold, or when
+    there is none and the entry requires one."""
     action = injection_action(policy)
-    threshold = (policy.injection or InjectionRule()).threshold
-    if suspicion is None or suspicion < threshold or action == "ignore":
+    rule = policy.injection or InjectionRule()
+    if suspicion is None:
+        if not rule.require_signal:
+            return verdict
+        reason: VerdictReason = "injection_signal_missing"
+    elif suspicion < rule.threshold:
         return verdict
-    if _STRICTNESS[action] <= _STRICTNESS[verdict.action]:
+    else:
+        reason = "injection_suspected"
+    if action == "ignore" or _STRICTNESS[action] <= _STRICTNESS[verdict.action]:
         return verdict
-    return replace(verdict, action=action, reason="injection_suspected")
+    return replace(verdict, action=action, reason=reason)
 
 
 def apply_catalogs(result: DecisionResult) -> DecisionResult:

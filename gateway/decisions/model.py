@@ -28,7 +28,7 @@ Kind = Literal["noul", "choice", "score"]
 Action = Literal["auto", "review", "abstain"]
 # Why a verdict is not the one its rules gave: the state looked like it carries
 # instructions planted for the model (gateway.catalogs.policy.guard).
-VerdictReason = Literal["injection_suspected"]
+VerdictReason = Literal["injection_suspected", "injection_signal_missing"]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ class CatalogFields(BaseModel):
     x_action: Action | None = Field(default=None, description="What the entry's policy says to do: auto, review, abstain.")
     x_action_reason: VerdictReason | None = Field(
         default=None, description="Why x_action is stricter than the policy's rules gave: injection_suspected when the"
-                                  " state looked like it carries instructions for the model (absent otherwise).")
+                                  " state looked like it carries instructions for the model, injection_signal_missing"
+                                  " when the policy requires the scorer's check and the backend sent none (absent"
+                                  " otherwise).")
     x_policy: Policy | None = None
 
 

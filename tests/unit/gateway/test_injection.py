@@ -63,6 +63,16 @@ def test_below_the_threshold_or_from_an_older_scorer_nothing_changes(store):
         assert ("x_injection" in body) is (injection is not None)
 
 
+def test_an_entry_that_requires_the_signal_sends_an_answer_without_one_to_review(store):
+    stack(store, choice=CONFIDENT, injection=None)  # a backend without the scorer's check
+    status, _, body = put({**ROUTING, "policy": {**ROUTING["policy"], "injection": {"require_signal": True}}})
+    assert status == 201 and body["policy"]["injection"] == {"threshold": 0.5, "require_signal": True}, body
+    answer = decide({"catalog": "support-routing"})[2]["answers"]["queue"]
+    assert (answer["x_action"], answer["x_action_reason"]) == ("review", "injection_signal_missing")
+    stack(store, choice=CONFIDENT, injection={"suspicion": 0.1})  # with a signal, below the threshold: trusted
+    assert decide({"catalog": "support-routing"})[2]["answers"]["queue"]["x_action"] == "auto"
+
+
 def test_the_record_keeps_the_signal_the_framing_and_the_reason(store):
     stack(store, choice=CONFIDENT, injection=SUSPECTED, framing="spotlight")
     put(ROUTING)

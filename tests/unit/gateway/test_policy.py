@@ -102,6 +102,18 @@ def test_no_signal_changes_nothing():
         assert (verdict.action, verdict.reason) == ("auto", None)
 
 
+@pytest.mark.parametrize(("rule", "action"), [
+    (InjectionRule(require_signal=True), "review"),  # an enforcing entry's default action
+    (InjectionRule(require_signal=True, action="abstain"), "abstain"),
+    (InjectionRule(require_signal=True, action="ignore"), "auto"),
+])
+def test_an_entry_that_requires_the_signal_does_not_trust_an_answer_without_one(rule, action):
+    policy = Policy(mode="enforcing", injection=rule)
+    verdict = judge("choice", CONFIDENT, policy)
+    assert (verdict.action, verdict.reason) == (action, None if action == "auto" else "injection_signal_missing")
+    assert judge("choice", CONFIDENT, policy, 0.1).action == "auto"  # a signal below the threshold: trusted
+
+
 def test_apply_catalogs_judges_by_the_results_injection_signal():
     binding = CatalogBinding("routing", 1, "h" * 64, policy=ENFORCING)
     question = Question("q0", "choice", "Which queue?", (Option("a", "a"), Option("b", "b")), name="queue", binding=binding)
