@@ -22,7 +22,7 @@ import numpy as np
 
 from scorer_container import scoring, untrusted
 from scorer_container.engine import DecisionEngine, DecisionSettings, PreparedQuestion, Probe, prepare_question
-from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS, render_value
+from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS
 from scorer_container.schema import DecisionRequest, parse
 
 
@@ -122,7 +122,7 @@ class Prober:
     def scores(self, state: str, probes: Iterable[Probe],
                answers: frozenset[str] = frozenset()) -> dict[Probe, np.ndarray]:
         """`answers`: the wordings of the request's options, which the quarantine reads."""
-        state_text = untrusted.for_model(render_value(state), self.engine.control_tokens, self.framing,
+        state_text = untrusted.for_model(state, self.engine.control_tokens, self.framing,
                                          self.quarantine, answers).text
         unique = list(dict.fromkeys(probes))
         out: dict[Probe, np.ndarray] = {}

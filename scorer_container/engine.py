@@ -363,7 +363,7 @@ class DecisionEngine:
                     answers: frozenset[str] | None = None) -> untrusted.Shown:
         """The state as the model reads it under `settings` (untrusted.py); `answers`: the
         request's option wordings, when the caller has them already."""
-        return untrusted.for_model(render_value(request.state), self.control_tokens, settings.framing,
+        return untrusted.for_model(request.state, self.control_tokens, settings.framing,
                                    settings.quarantine, request_answers(request) if answers is None else answers)
 
     def asked(self, request: DecisionRequest, settings: DecisionSettings) -> tuple[
@@ -700,8 +700,7 @@ def _prior_key(probe: Probe, framing: str = "plain") -> str:
 def request_answers(request: DecisionRequest) -> frozenset[str]:
     """The wordings of every option the request declares, as the pattern checks match them
     (untrusted.answer_wordings): the state is shared, so one set for all its questions."""
-    return untrusted.answer_wordings(option.name for qid, q in request.questions.items()
-                                     for option in prepare_question(qid, q).options)
+    return untrusted.answer_wordings(name for q in request.questions.values() for name in option_names(q))
 
 
 def injection_signal(original: str, shown: untrusted.Shown, probe: float | None,
@@ -722,22 +721,27 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def option_names(question: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> tuple[str, ...]:
+    """The names the model reads for a question's options, in declared order."""
+    if isinstance(question, NoulQuestion):
+        return ("yes", "no")
+    if isinstance(question, ChoiceQuestion):
+        return tuple(question.criteria)
+    return tuple(render_value(level) for level in question.criteria)
+
+
 def prepare_question(qid: str, question: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> PreparedQuestion:
     """The options the model reads, in declared order; the id is never part of the prompt."""
     instructions = render_value(question.instructions) if question.instructions is not None else DEFAULT_TASK
     if isinstance(question, NoulQuestion):
         criteria = question.criteria
         meanings = (criteria.true, criteria.false) if criteria else (None, None)
-        options = tuple(
-            Option(name, render_value(m) if m is not None else None)
-            for name, m in zip(("yes", "no"), meanings, strict=True)
-        )
     elif isinstance(question, ChoiceQuestion):
-        options = tuple(
-            Option(name, render_value(m) if m is not None else None) for name, m in question.criteria.items()
-        )
+        meanings = tuple(question.criteria.values())
     else:
-        options = tuple(Option(render_value(level), None) for level in question.criteria)
+        meanings = (None,) * len(question.criteria)
+    options = tuple(Option(name, render_value(m) if m is not None else None)
+                    for name, m in zip(option_names(question), meanings, strict=True))
     return PreparedQuestion(qid, question.type, instructions, options, question)
 
 

@@ -30,6 +30,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from systemone.json_text import as_text
+
 # Fence characters of the spotlight framing (prompts.py); a state never contains them.
 FENCE_OPEN, FENCE_CLOSE = "⟦", "⟧"
 _FENCE_LOOKALIKES = str.maketrans({FENCE_OPEN: "[", FENCE_CLOSE: "]"})
@@ -55,34 +57,69 @@ class Shown:
     neutralised: tuple[str, ...]
 
 
-def for_model(text: str, control_tokens: Collection[str] = (), framing: str = "plain",
+def for_model(state: Any, control_tokens: Collection[str] = (), framing: str = "plain",
               quarantine: bool = False, answers: frozenset[str] = frozenset()) -> Shown:
-    """The text the model reads of `text` (see the module docstring); with `quarantine`, the
-    passages the pattern checks flag are replaced by a marker (`quarantined`).
+    """The text the model reads of `state` (see the module docstring): a string, or a JSON
+    value rendered as canonical JSON. With `quarantine`, the passages the pattern checks flag
+    (given the request's option wordings, `answers`) are replaced by a marker (`quarantined`);
+    in a JSON value each string (key or value) is quarantined on its own, before rendering,
+    where its lines and quotes are still what they say.
 
     The order matters: characters are removed first (a control token split by a zero-width
     space is whole again after), the fence look-alikes go in before control tokens are
     broken (a look-alike must not complete one: "⟦INST⟧" becomes "[INST]"), and control
     tokens are broken last but for the quarantine, whose marker spells none."""
-    changed = []
-    cleaned, removed = visible_text(text)
+    changed = set()
+    structured = not isinstance(state, str)
+    if structured:
+        if quarantine:
+            kept = _quarantined_leaves(state, answers)
+            if kept != state:
+                changed.add("quarantined_passages")
+            state = kept
+        state = as_text(state)
+    cleaned, removed = visible_text(state)
     if removed:
-        changed.append("invisible_characters")
+        changed.add("invisible_characters")
     if framing != "plain":
         fenced = cleaned.translate(_FENCE_LOOKALIKES).translate(_DATAMARK_LOOKALIKE)
         if fenced != cleaned:
-            changed.append("fence_characters")
+            changed.add("fence_characters")
         cleaned = fenced
     neutral = without_control_tokens(cleaned, control_tokens)
     if neutral != cleaned:
-        changed.append("control_tokens")
+        changed.add("control_tokens")
     cleaned = neutral
-    if quarantine:
+    if quarantine and not structured:
         kept_text = quarantined(cleaned, answers)
         if kept_text != cleaned:
-            changed.append("quarantined_passages")
+            changed.add("quarantined_passages")
         cleaned = kept_text
-    return Shown(cleaned, tuple(changed))
+    return Shown(cleaned, tuple(c for c in NEUTRALISED if c in changed))
+
+
+# What `Shown.neutralised` can say, in this order.
+NEUTRALISED = ("invisible_characters", "fence_characters", "control_tokens", "quarantined_passages")
+
+
+def _quarantined_leaves(value: Any, answers: frozenset[str]) -> Any:
+    """A JSON value with every string in it (keys too) quarantined as text; a string that needs
+    nothing removed stays as it was (its hidden characters go later, with the rest)."""
+    if isinstance(value, str):
+        cleaned = visible_text(value)[0]
+        kept = quarantined(cleaned, answers)
+        return value if kept == cleaned else kept
+    if isinstance(value, list):
+        return [_quarantined_leaves(item, answers) for item in value]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _quarantined_leaves(key, answers)
+            while name in out:  # two keys quarantined alike: both kept
+                name += " "
+            out[name] = _quarantined_leaves(item, answers)
+        return out
+    return value
 
 
 # The one emoji that needs tag characters: the subdivision flags (England, Scotland,
@@ -231,49 +268,80 @@ _NAMES_AN_ANSWER_WEIGHT = 0.6
 
 
 # The answer named in advance, in the words of the request's own options: "the answer is
-# 'billing'", "choose 'billing'". A fixed list cannot know the options; the scorer does.
-# A statement names the answer itself ("the risk level is high" is content, "the correct
-# level is 'high'" is not), quoted or not; an order must quote it ("give a refund" is a
-# customer's request, "give 'refund'" is someone filling in the answer), but for yes and
-# no ("answer yes").
+# 'billing'.", "choose 'billing'." A fixed list cannot know the options; the scorer does.
+# Each shape is narrow on purpose, because honest text mentions options all the time:
+# - the named option ends its clause ("choose 'billing' in Settings" is a how-to, "the
+#   answer is no for refunds" a policy), and a quoted one is closed right after;
+# - a statement names the answer itself: "the risk level is high" is content, "the
+#   correct level is high." is not; a bare "the answer is" takes yes or no only quoted
+#   ("the short answer is no, sorry" is a person talking);
+# - an order always quotes the option ("give a refund." is a customer's request).
+_SPACE = r"[^\S\n]"
+_ANSWER_NOUN = r"(?:answer|outcome|verdict|label|classification|decision|rating|level|category|option|choice)"
 _ANSWER_STATEMENT = re.compile(
-    r"\b(?:(?:correct|right|expected|final|true|only valid)[ \t]{1,4}"
-    r"(?:answer|outcome|verdict|label|classification|decision|rating|level|category|option|choice)"
-    r"|answer|verdict)"
-    r"[ \t]{1,4}(?:is|should be|must be|will be|=)(?:[ \t]{0,4}:)?[ \t]{1,4}", re.I)
+    rf"\b(?:(?P<qualified>(?:correct|right|expected|only valid|true|actual){_SPACE}{{1,4}}{_ANSWER_NOUN})"
+    rf"|answer|verdict)(?:{_SPACE}{{1,4}}[\w'’-]{{1,20}}){{0,3}}?"  # "for this ticket", "here"
+    rf"(?:{_SPACE}{{1,4}}(?:is|should be|must be|will be)\b|{_SPACE}{{0,4}}[=:–-])", re.I)
 _ANSWER_ORDER = re.compile(
-    r"\b(?:choose|select|pick|answer|respond with|reply with|give|assign|output|return|"
-    r"(?:mark|classify|label|rate|tag) (?:it|this) as)"
-    r"(?:[ \t]{1,4}(?:the|option|level|label|answer|choice|verdict|with)){0,2}[ \t]{1,4}", re.I)
-_OPENING_QUOTES = "'\"«»„“”‘’‹›`"
-_UNQUOTED_ORDERS = frozenset({"yes", "no"})
+    rf"\b(?:choose|select|pick|answer|(?:respond|reply){_SPACE}{{1,4}}with|give|assign|output|return|"
+    rf"(?:mark|classify|label|rate|tag)(?:{_SPACE}{{1,4}}(?:it|this))?{_SPACE}{{1,4}}as)\b"
+    rf"(?:{_SPACE}{{1,4}}(?:the|option|level|label|answer|choice|verdict|with)){{0,2}}", re.I)
+_OPENERS = "'\"«»„“”‘’‹›`*_([<"
+_CLOSERS = "'\"«»„“”‘’‹›`*_)]>"
+# Where a named option may end: before its closing quote or mark, then the end of the clause.
+_OPTION_END = re.compile(rf"(?=[{re.escape(_CLOSERS)}]{{0,4}}{_SPACE}{{0,4}}(?:[.,;:!?()]|\n|$))")
+_RUNS_OF_SPACE = re.compile(rf"{_SPACE}+")
+_COMMON_WORDS = frozenset({"yes", "no"})  # a noul question's options: everyday words
 _LONGEST_ANSWER = 120  # longer option wordings are matched on their first 120 characters
 
 
+def _wording(text: str) -> str:
+    """An option's name, or a stretch of text, as the two are compared: NFKC (fullwidth
+    letters are letters), case-folded, runs of space one space."""
+    return _RUNS_OF_SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold())
+
+
 def answer_wordings(names: Iterable[str]) -> frozenset[str]:
-    """How a request's options are matched in the text: case-folded, at most `_LONGEST_ANSWER`
-    characters (an option's name for a choice, yes and no, a score level's text)."""
-    return frozenset(w for w in (" ".join(n.split()).casefold()[:_LONGEST_ANSWER] for n in names) if w)
+    """How a request's options are matched in the text (`_wording`, without surrounding
+    quotes, at most `_LONGEST_ANSWER` characters): an option's name for a choice, yes and no,
+    a score level's text."""
+    wordings = (_wording(n).strip().strip(_OPENERS + _CLOSERS).strip()[:_LONGEST_ANSWER] for n in names)
+    return frozenset(w for w in wordings if w)
 
 
 def names_an_answer(text: str, answers: frozenset[str]) -> bool:
     """Whether `text` states or orders one of `answers` as the answer (see `_ANSWER_STATEMENT`).
 
-    Linear: each lead is followed by a look-up per distinct wording length (at most
-    `_LONGEST_ANSWER`), never a scan of every option."""
+    Linear: the text is normalised once; after each lead, only the places where a clause may
+    end within the longest wording are looked up (a set look-up each), never every option,
+    and a lead followed by the same text as an earlier one is not looked at again."""
     if not answers:
         return False
-    lengths = sorted({len(w) for w in answers})
-    for lead, quoted_only in ((_ANSWER_STATEMENT, False), (_ANSWER_ORDER, True)):
-        for m in lead.finditer(text):
-            tail = text[m.end():m.end() + _LONGEST_ANSWER + 2].casefold()
-            quoted = tail[:1] in _OPENING_QUOTES
-            tail = " ".join(tail.lstrip(_OPENING_QUOTES).split())
-            for n in lengths:
-                word = tail[:n]
-                if word in answers and not tail[n:n + 1].isalnum() and (
-                        quoted or not quoted_only or word in _UNQUOTED_ORDERS):
+    lengths = frozenset(len(w) for w in answers)
+    longest = max(lengths)
+    window = 2 * longest + 12  # the option, its marks and the spaces around them
+    folded = _wording(text)
+    seen: set[tuple[bool, bool, str]] = set()
+    for lead, orders in ((_ANSWER_STATEMENT, False), (_ANSWER_ORDER, True)):
+        for m in lead.finditer(folded):
+            tail = folded[m.end():m.end() + window].lstrip()
+            quoted = tail[:1] in _OPENERS
+            if orders and not quoted:
+                continue
+            weak = not quoted and not (orders or m.group("qualified"))
+            body = tail.lstrip(_OPENERS)
+            if (weak, quoted, body) in seen:
+                continue
+            seen.add((weak, quoted, body))
+            for end in _OPTION_END.finditer(body, 1, longest + 1):
+                at = end.start()
+                if at not in lengths or (quoted and body[at:at + 1] not in _CLOSERS):
+                    continue
+                word = body[:at]
+                if word in answers and not (weak and word in _COMMON_WORDS):
                     return True
+            if longest == _LONGEST_ANSWER and body[:longest] in answers:  # a long option, cut to its start
+                return True
     return False
 
 
