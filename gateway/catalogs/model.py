@@ -60,8 +60,15 @@ class InjectionRule(_Strict):
 
     threshold: float = Field(default=INJECTION_THRESHOLD, ge=0, le=1)
     action: InjectionAction | None = None
-    # None rather than False: left out of the canonical JSON, so entries keep their hash.
+    # None rather than False: left out of the canonical JSON, so entries keep their hash
+    # (an explicit false is stored as None: the same entry, the same hash).
     require_signal: bool | None = None
+
+    @model_validator(mode="after")
+    def _false_is_absent(self) -> InjectionRule:
+        if self.require_signal is False:
+            self.require_signal = None
+        return self
 
 
 class Policy(_Strict):
@@ -73,6 +80,21 @@ class Policy(_Strict):
     review: Rule = Rule(min_top=0.5)
     # Absent (None) is left out of the canonical JSON, so entries written before it keep their hash.
     injection: InjectionRule | None = None
+
+    def injection_action(self) -> InjectionAction:
+        """The action on a suspected injection; by default enforcing entries send it to a
+        person (no catalog change needed) and advisory ones, which act on nothing, leave it."""
+        if self.injection is not None and self.injection.action is not None:
+            return self.injection.action
+        return "review" if self.mode == "enforcing" else "ignore"
+
+    @model_validator(mode="after")
+    def _required_signal_acts(self) -> Policy:
+        if self.injection is not None and self.injection.require_signal:
+            if self.injection_action() == "ignore":
+                raise ValueError("injection.require_signal needs an action that does something: set"
+                                 " injection.action to review or abstain (an advisory policy ignores by default)")
+        return self
 
 
 class Fit(_Strict):

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gateway.catalogs.model import InjectionAction, InjectionRule, Policy, Rule
+from gateway.catalogs.model import InjectionRule, Policy, Rule
 from gateway.decisions import scoring
 from gateway.decisions.model import Action, DecisionResult, Verdict, VerdictReason
 
@@ -60,19 +60,10 @@ def judge(kind: str, probabilities: Sequence[float], policy: Policy, suspicion: 
     return guard(Verdict(action, top, margin, confidence), policy, suspicion)
 
 
-def injection_action(policy: Policy) -> InjectionAction:
-    """The entry's action on a suspected injection; by default enforcing entries send it to a
-    person (no catalog change needed) and advisory ones, which act on nothing, leave it."""
-    rule = policy.injection
-    if rule is not None and rule.action is not None:
-        return rule.action
-    return "review" if policy.mode == "enforcing" else "ignore"
-
-
 def guard(verdict: Verdict, policy: Policy, suspicion: float | None) -> Verdict:
     """The verdict made stricter when the suspicion reaches the entry's threshold, or when
     there is none and the entry requires one."""
-    action = injection_action(policy)
+    action = policy.injection_action()
     rule = policy.injection or InjectionRule()
     if suspicion is None:
         if not rule.require_signal:

@@ -73,6 +73,17 @@ def test_an_entry_that_requires_the_signal_sends_an_answer_without_one_to_review
     assert decide({"catalog": "support-routing"})[2]["answers"]["queue"]["x_action"] == "auto"
 
 
+def test_require_signal_that_could_do_nothing_is_a_422_and_an_explicit_false_keeps_the_hash(store):
+    stack(store)
+    for policy in ({"mode": "advisory", "injection": {"require_signal": True}},
+                   {**ROUTING["policy"], "injection": {"require_signal": True, "action": "ignore"}}):
+        status, _, body = put({**ROUTING, "policy": policy})
+        assert status == 422 and "require_signal" in body["detail"][0]["msg"], body
+    _, _, plain = put({**ROUTING, "policy": {**ROUTING["policy"], "injection": {"threshold": 0.5}}})
+    _, _, false = put({**ROUTING, "policy": {**ROUTING["policy"], "injection": {"threshold": 0.5, "require_signal": False}}})
+    assert false["hash"] == plain["hash"] and false["version"] == plain["version"]  # the same entry: no new version
+
+
 def test_the_record_keeps_the_signal_the_framing_and_the_reason(store):
     stack(store, choice=CONFIDENT, injection=SUSPECTED, framing="spotlight")
     put(ROUTING)

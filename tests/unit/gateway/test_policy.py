@@ -105,7 +105,6 @@ def test_no_signal_changes_nothing():
 @pytest.mark.parametrize(("rule", "action"), [
     (InjectionRule(require_signal=True), "review"),  # an enforcing entry's default action
     (InjectionRule(require_signal=True, action="abstain"), "abstain"),
-    (InjectionRule(require_signal=True, action="ignore"), "auto"),
 ])
 def test_an_entry_that_requires_the_signal_does_not_trust_an_answer_without_one(rule, action):
     policy = Policy(mode="enforcing", injection=rule)
