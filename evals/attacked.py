@@ -108,16 +108,21 @@ def measure(name: str, defenses: tuple[str, ...], n_items: int) -> dict:
             framing, _, quarantine = defense.partition("+")
             prober = Prober(engine, cache, framing, quarantine == "quarantine")
             start = time.monotonic()
-            clean = {it.id: answer(prober, it, it.state) for it in heldout}
-            print(f"[injection] {name} {defense}: {len(heldout)} clean items, {prober.decoded_tokens} tokens decoded,"
-                  f" {time.monotonic() - start:.0f} s", flush=True)
+
+            def progress(i: int, n: int, what: str) -> None:
+                if i % 48 == 0 or i == n:  # committed as it goes: an interrupted run keeps what it decoded
+                    cache.commit()
+                    print(f"[injection] {name} {defense}: {i}/{n} {what}, {prober.decoded_tokens} tokens decoded,"
+                          f" {time.monotonic() - start:.0f} s", flush=True)
+
+            clean = {}
+            for i, it in enumerate(heldout, 1):
+                clean[it.id] = answer(prober, it, it.state)
+                progress(i, len(heldout), "clean items")
             attacked = {}
             for i, a in enumerate(attacks, 1):
                 attacked[a.id] = answer(prober, a.item, a.state)
-                if i % 48 == 0 or i == len(attacks):
-                    cache.commit()
-                    print(f"[injection] {name} {defense}: {i}/{len(attacks)} attacks, {prober.decoded_tokens} tokens"
-                          f" decoded, {time.monotonic() - start:.0f} s", flush=True)
+                progress(i, len(attacks), "attacks")
             out["defenses"][defense] = summarise(heldout, items, attacks, clean, attacked)
     finally:
         cache.close()
