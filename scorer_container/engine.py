@@ -127,7 +127,7 @@ class DecisionSettings:
     averaging: str = "reversal"  # which listings order averaging uses (see AVERAGINGS)
     reduced: bool = False  # debiasing was cut to fit the work budget
     framing: str = "plain"  # how the state is shown (prompts.FRAMINGS); one per request: the state is shared
-    quarantine: bool = False  # flagged passages of the state replaced by a marker (untrusted.quarantined)
+    quarantine: bool = False  # flagged passages of the state removed (untrusted.quarantined)
     injection_probe: bool = False  # ask the injection probe of the state too
     # The settings of a question type that differs from these (the manifest's `by_type`).
     kinds: Mapping[str, DecisionSettings] = field(default_factory=dict)

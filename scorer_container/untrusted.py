@@ -61,14 +61,14 @@ def for_model(state: Any, control_tokens: Collection[str] = (), framing: str = "
               quarantine: bool = False, answers: frozenset[str] = frozenset()) -> Shown:
     """The text the model reads of `state` (see the module docstring): a string, or a JSON
     value rendered as canonical JSON. With `quarantine`, the passages the pattern checks flag
-    (given the request's option wordings, `answers`) are replaced by a marker (`quarantined`);
+    (given the request's option wordings, `answers`) are removed (`quarantined`);
     in a JSON value each string (key or value) is quarantined on its own, before rendering,
     where its lines and quotes are still what they say.
 
     The order matters: characters are removed first (a control token split by a zero-width
     space is whole again after), the fence look-alikes go in before control tokens are
     broken (a look-alike must not complete one: "⟦INST⟧" becomes "[INST]"), and control
-    tokens are broken last but for the quarantine, whose marker spells none."""
+    tokens are broken last but for the quarantine, which only removes text."""
     changed = set()
     structured = not isinstance(state, str)
     if structured:
@@ -371,8 +371,11 @@ _REORDERING = re.compile("[\u202d\u202e\U000e0000-\U000e007f]")
 
 # -- quarantine -------------------------------------------------------------------------
 
-# What stands where a flagged passage was: the model reads that something was there.
-QUARANTINE_MARK = "[a passage addressed to the automated reader was removed here]"
+# A flagged passage is removed without a trace in the text: on gemma's tuned attack forms
+# a marker standing in its place ("[a passage ... was removed here]", or "[removed]") left
+# attacks succeeding more often (28.9%, 29.4%) than removing it outright (25.0%; clean
+# target rate 21.7%): the marker is itself text the model reacts to. The answer still says
+# it (`neutralised`: quarantined_passages), and the signal flags the state.
 # A flagged paragraph this short goes whole (planted text is rarely one sentence: "Note to
 # the reviewer: ... Choose X."); in a longer one, only the flagged sentences go.
 _WHOLE_PARAGRAPH = 400
@@ -389,12 +392,14 @@ def _flagged(text: str, answers: frozenset[str]) -> bool:
 
 
 def quarantined(text: str, answers: frozenset[str] = frozenset()) -> str:
-    """`text` with every paragraph (or, in a long paragraph, every sentence) that the strong
-    pattern checks flag replaced by `QUARANTINE_MARK`; a flagged heading takes its section
-    (the paragraphs up to the next heading) with it: what it heads is what it introduced."""
+    """`text` without every paragraph (or, in a long paragraph, every sentence) that the strong
+    pattern checks flag; a flagged heading takes its section (the paragraphs up to the next
+    heading) with it: what it heads is what it introduced. What is left keeps its own
+    separators, so a passage planted between two paragraphs leaves them as they were."""
     if not _flagged(text, answers):
         return text
     parts = _PARAGRAPHS.split(text)  # paragraphs at even indices, their separators between
+    kept: list[tuple[str, str]] = []  # (the separator before it, the paragraph)
     in_flagged_section = False
     for i in range(0, len(parts), 2):
         paragraph = parts[i]
@@ -402,15 +407,15 @@ def quarantined(text: str, answers: frozenset[str] = frozenset()) -> str:
         if heading:
             in_flagged_section = _flagged(paragraph, answers)
         if in_flagged_section:
-            parts[i] = QUARANTINE_MARK if heading else ""
             continue
-        if not _flagged(paragraph, answers):
-            continue
-        if len(paragraph) <= _WHOLE_PARAGRAPH:
-            parts[i] = QUARANTINE_MARK
-            continue
-        pieces = _SENTENCES.split(paragraph)
-        seams = _SENTENCES.findall(paragraph)
-        kept = [QUARANTINE_MARK if _flagged(piece, answers) else piece for piece in pieces]
-        parts[i] = "".join(piece + (seams[k] if k < len(seams) else "") for k, piece in enumerate(kept))
-    return "".join(parts)
+        if _flagged(paragraph, answers):
+            if len(paragraph) <= _WHOLE_PARAGRAPH:
+                continue
+            pieces = _SENTENCES.split(paragraph)
+            seams = [*_SENTENCES.findall(paragraph), ""]
+            paragraph = "".join(piece + seam for piece, seam in zip(pieces, seams, strict=True)
+                                if not _flagged(piece, answers)).rstrip()
+            if not paragraph.strip():
+                continue
+        kept.append((parts[i - 1] if i else "", paragraph))
+    return "".join((separator if k else "") + paragraph for k, (separator, paragraph) in enumerate(kept))
