@@ -55,12 +55,28 @@ def fit_temperature(distributions: Sequence[np.ndarray], golds: Sequence[int]) -
 FLAT = float(TEMPERATURES[-1])  # the answer for a type whose gain is not real: as flat as the grid goes
 
 
-def gain_is_real(distributions: Sequence[np.ndarray], golds: Sequence[int], temperature: float, draws: int = 2000,
-                 seed: int = 0) -> bool:
-    """True when these answers, at this temperature, beat the uniform answer's NLL with 95%
-    confidence: a paired bootstrap over the items of their per-item NLL minus log(n)."""
-    ps = at_temperature(distributions, temperature)
-    gains = np.array([-np.log(max(p[g], 1e-12)) - np.log(len(p)) for p, g in zip(ps, golds, strict=True)])
+def out_of_fold_losses(distributions: Sequence[np.ndarray], golds: Sequence[int], folds: int = 5,
+                       seed: int = 0) -> np.ndarray:
+    """Each item's NLL at the temperature fitted on the other folds (k-fold, seeded).
+
+    What a configuration and its fitted temperature are worth on items the fit never saw:
+    the in-sample NLL at a temperature fitted on the same items flatters every
+    configuration, and most the ones that carry no information."""
+    n = len(golds)
+    losses = np.zeros(n)
+    order = np.random.default_rng(seed).permutation(n)
+    for fold in np.array_split(order, min(folds, n)):
+        rest = np.setdiff1d(order, fold)
+        t = fit_temperature([distributions[i] for i in rest], [golds[i] for i in rest]) if len(rest) else 1.0
+        ps = at_temperature([distributions[i] for i in fold], t)
+        losses[fold] = [-np.log(max(p[golds[i]], 1e-12)) for p, i in zip(ps, fold, strict=True)]
+    return losses
+
+
+def gain_is_real(losses: Sequence[float], sizes: Sequence[int], draws: int = 2000, seed: int = 0) -> bool:
+    """True when these per-item NLLs beat the uniform answer's (log n) with 95% confidence:
+    a paired bootstrap over the items of each one's NLL minus log(n)."""
+    gains = np.asarray(losses, dtype=float) - np.log(np.asarray(sizes, dtype=float))
     if len(gains) < 10:
         return False
     rng = np.random.default_rng(seed)

@@ -17,8 +17,9 @@ uniform answer, ECE. On a sample of choice items it measures, per configuration:
 - duplicating: one option listed twice under two names: its probability should split
   between the two and the others' stay (the split error and the others' shift).
 
-The chosen configuration per model is the invariant one with the lowest dev NLL at its
-fitted temperature; it and the per-readout temperatures are written to
+The chosen configuration per model and question type is the invariant one with the lowest
+out-of-fold dev NLL (5 folds: each item at the temperature fitted without it), answered
+flat where even that gain is not real; it and the per-readout temperatures are written to
 evals/model_defaults.json, which `make setup` writes into each model's manifest.
 Probe scores are cached (evals/probing.py), so a second run decodes nothing it has seen.
 Writes reports/eval.json and reports/eval.png.
@@ -187,8 +188,8 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
 
     Stage 1 scores every configuration of `grid` on the dev sample and fits each one's
     temperature there, per question type too. The chosen answer is `per-type`: for each
-    question type the invariant configuration with the lowest dev NLL on that type, at
-    its own temperature. Stage 2 scores on the held-out sample (and its choice items'
+    question type the invariant configuration with the lowest out-of-fold dev NLL on that
+    type, at its own temperature (fitted on the whole dev split of that type). Stage 2 scores on the held-out sample (and its choice items'
     variants) the configurations `per-type` uses, the best single invariant
     configuration of each readout, and the declared-order configuration each replaces:
     the held-out split never picks anything."""
@@ -210,9 +211,9 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         results = {c.key: score_config(c, dev, [], found, set()) for c in grid}
         invariant = [c.key for c in grid if c.invariant]
         kinds = sorted({it.kind for it in dev})
-        by_type = {k: min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["nll"]) for k in kinds}
-        # A type whose best gain over the uniform answer is not real on dev (bootstrap, 95%)
-        # is answered flat: the model claims no knowledge it did not show.
+        by_type = {k: min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["cv_nll"]) for k in kinds}
+        # A type whose best out-of-fold gain over the uniform answer is not real on dev
+        # (bootstrap, 95%) is answered flat: the model claims no knowledge it did not show.
         flat = sorted(k for k, key in by_type.items() if not results[key]["dev_by_type"][k]["real_gain"])
         # A flat answer carries no information whatever the configuration: pay for the cheapest.
         counted = cost_per_decision(engine, dev, {key: Config.parse(key).settings() for key in invariant})
@@ -224,7 +225,7 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         variant_grid = []
         for readout in plan.readouts:
             best = Config.parse(min((k for k in invariant if k.startswith(readout + "/")),
-                                    key=lambda k: results[k]["dev_by_type"].get("choice", results[k]["dev"])["nll"]))
+                                    key=lambda k: results[k]["dev_by_type"].get("choice", {"cv_nll": results[k]["dev"]["nll"]})["cv_nll"]))
             variant_grid += [best, Config(readout, "declared", "reversal", best.prior)]
         variant_grid = list(dict.fromkeys([*variant_grid, before]))
         probe_all(prober, f"{name} stage 2 (held-out: per-type and {before.key})", heldout,
@@ -295,9 +296,13 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
         of_kind = [it for it in dev if it.kind == kind]
         t = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in of_kind],
                                     [it.gold for it in of_kind])
+        # Chosen on out-of-fold losses: each item at the temperature fitted without it.
+        losses = metrics.out_of_fold_losses([found[it.id]["by_config"][key]["sent"] for it in of_kind],
+                                            [it.gold for it in of_kind])
+        uniform = metrics.uniform([it.n_options for it in of_kind])["nll"]
         by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t)),
-                         "real_gain": metrics.gain_is_real([found[it.id]["by_config"][key]["sent"] for it in of_kind],
-                                                           [it.gold for it in of_kind], t)}
+                         "cv_nll": float(losses.mean()), "cv_nll_vs_uniform": float(losses.mean() / uniform - 1),
+                         "real_gain": metrics.gain_is_real(losses, [it.n_options for it in of_kind])}
     summary, n = invariance_summary(key, heldout, found, with_variants)
     out = {"temperature": temperature, "dev": split_report(dev, found, lambda it: (key, temperature)),
            "dev_by_type": by_type, "invariance": summary, "invariance_items": n}
@@ -384,8 +389,14 @@ def print_model(name: str, model: dict) -> None:
               + mark)
 
 
-def write_defaults(models: dict) -> None:
-    chosen = json.loads(DEFAULTS_FILE.read_text()) if DEFAULTS_FILE.exists() else {}
+# The keys of a model's defaults this eval chooses; `make eval-injection` (evals/attacked.py)
+# owns framing, quarantine and injection_probe in the same entry, and they are kept.
+QUALITY_KEYS = ("readout", "order_average", "prior", "averaging", "temperatures", "ordering", "by_type",
+                "heldout_accuracy", "heldout_nll_vs_uniform", "heldout_brier_vs_uniform", "accuracy")
+
+
+def write_defaults(models: dict, path: Path = DEFAULTS_FILE) -> None:
+    chosen = json.loads(path.read_text()) if path.exists() else {}
     for name, model in models.items():
         if model["plan"]["dev"] is not None and model["plan"]["dev"] < MIN_DEV_TO_CHOOSE:
             print(f"[eval] {name}: {model['plan']['dev']} dev items are too few to choose on; its defaults stay as"
@@ -407,14 +418,15 @@ def write_defaults(models: dict) -> None:
 
         base = entry("choice")
         held = results[PER_TYPE]["heldout"]
-        chosen[name] = {**base, "ordering": "canonical",
+        kept = {k: v for k, v in chosen.get(name, {}).items() if k not in QUALITY_KEYS}
+        chosen[name] = {**kept, **base, "ordering": "canonical",
                         "by_type": {k: {f: v for f, v in entry(k).items() if base.get(f) != v}
                                     for k in by_type if k != "choice"},
                         "heldout_accuracy": round(held["accuracy"], 4),
                         "heldout_nll_vs_uniform": round(held["nll_vs_uniform"], 4),
                         "heldout_brier_vs_uniform": round(held["brier_vs_uniform"], 4)}
         chosen[name]["by_type"] = {k: v for k, v in chosen[name]["by_type"].items() if v}
-    DEFAULTS_FILE.write_text(json.dumps(chosen, indent=2) + "\n")
+    path.write_text(json.dumps(chosen, indent=2) + "\n")
 
 
 def main() -> int:

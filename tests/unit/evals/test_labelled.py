@@ -126,3 +126,48 @@ def test_configuration_keys_round_trip_and_only_canonical_ones_count_as_invarian
         assert Config.parse(config.key) == config
     assert {c.invariant for c in configs() if c.ordering == "declared"} == {False}
     assert len(configs(("likelihood",))) == 10 and {c.key for c in configs(full=False)} == set(CORE)
+
+
+def test_out_of_fold_losses_do_not_reward_a_temperature_fitted_on_noise():
+    # Random distributions carry no information: fitted in sample, a temperature still
+    # scores below uniform; out of fold it cannot, and the gain is not real.
+    rng = np.random.default_rng(1)
+    golds = list(rng.integers(0, 4, 120))
+    noise = [rng.dirichlet(np.ones(4)) for _ in golds]
+    t = metrics.fit_temperature(noise, golds)
+    in_sample = metrics.nll(metrics.at_temperature(noise, t), golds)
+    losses = metrics.out_of_fold_losses(noise, golds)
+    assert losses.shape == (120,) and losses.mean() > in_sample
+    assert not metrics.gain_is_real(losses, [4] * len(golds))
+
+
+def test_out_of_fold_losses_keep_a_real_signal_real():
+    rng = np.random.default_rng(2)
+    golds = list(rng.integers(0, 4, 120))
+    informed = [0.55 * np.eye(4)[g] + 0.45 * rng.dirichlet(np.ones(4)) for g in golds]
+    losses = metrics.out_of_fold_losses(informed, golds)
+    assert losses.mean() < np.log(4)
+    assert metrics.gain_is_real(losses, [4] * len(golds))
+    assert not metrics.gain_is_real(losses[:9], [4] * 9)  # too few items to say
+
+
+def test_writing_the_quality_defaults_keeps_what_the_attack_eval_chose(tmp_path):
+    path = tmp_path / "defaults.json"
+    path.write_text(json.dumps({"m": {"framing": "spotlight", "quarantine": True, "injection_probe": False,
+                                      "readout": "letters", "accuracy": 0.81},
+                                "other": {"readout": "letters"}}))
+    key = "likelihood/canonical+reversal/prior"
+    dev_by_type = {"choice": {"temperature": 1.5}, "noul": {"temperature": 2.0}}
+    held = {"accuracy": 0.4, "nll_vs_uniform": -0.03, "brier_vs_uniform": -0.02}
+    model = {"plan": {"dev": None}, "by_type": {"choice": key, "noul": key}, "flat": ["noul"],
+             "results": {key: {"dev_by_type": dev_by_type}, "per-type": {"heldout": held}}}
+    from evals.run import write_defaults
+
+    write_defaults({"m": model}, path)
+    written = json.loads(path.read_text())
+    assert {k: written["m"][k] for k in ("framing", "quarantine", "injection_probe")} == {
+        "framing": "spotlight", "quarantine": True, "injection_probe": False}
+    assert written["m"]["readout"] == "likelihood" and "accuracy" not in written["m"]
+    assert written["m"]["temperatures"] == {"likelihood": 1.5}
+    assert written["m"]["by_type"]["noul"]["temperatures"]["likelihood"] == round(metrics.FLAT, 3)
+    assert written["other"] == {"readout": "letters"}
