@@ -32,6 +32,7 @@ import hashlib
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -52,6 +53,10 @@ CACHE = ROOT / "build" / "eval-cache"
 READOUTS = ("letters", "likelihood")
 PER_TYPE = "per-type"
 MIN_DEV_TO_CHOOSE = 40  # fewer dev items and no type's gain can show as real: measured, not chosen
+# A type with fewer dev items than this is answered with the configuration and temperature
+# chosen on all dev items pooled: 13 items of a type cannot show a real gain on their own,
+# and answering them flat would throw away what the pooled set shows.
+MIN_TYPE_TO_CHOOSE = 30
 LISTINGS = (("declared", "reversal"), ("declared", None), ("canonical", None), ("canonical", "reversal"),
             ("canonical", "rotations"))
 
@@ -81,7 +86,7 @@ CORE = ("letters/canonical+reversal/raw", "letters/canonical+reversal/prior", "l
 MODELS = {
     "gemma-3-270m-q4_k_m": Plan(dev=None, heldout=None, invariance=20),
     "smollm2-135m-instruct-q4_1": Plan(dev=48, heldout=48, invariance=6),
-    "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=10, heldout=12, invariance=2, readouts=("likelihood",),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": Plan(dev=MIN_DEV_TO_CHOOSE, heldout=12, invariance=2, readouts=("likelihood",),
                                                rotations=False, timed=2),
 }
 
@@ -210,16 +215,9 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
                   found)
         results = {c.key: score_config(c, dev, [], found, set()) for c in grid}
         invariant = [c.key for c in grid if c.invariant]
-        kinds = sorted({it.kind for it in dev})
-        by_type = {k: min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["cv_nll"]) for k in kinds}
-        # A type whose best out-of-fold gain over the uniform answer is not real on dev
-        # (bootstrap, 95%) is answered flat: the model claims no knowledge it did not show.
-        flat = sorted(k for k, key in by_type.items() if not results[key]["dev_by_type"][k]["real_gain"])
-        # A flat answer carries no information whatever the configuration: pay for the cheapest.
         counted = cost_per_decision(engine, dev, {key: Config.parse(key).settings() for key in invariant})
-        by_type.update({k: min(invariant, key=counted.get) for k in flat})
-        temperatures = {k: metrics.FLAT if k in flat else results[key]["dev_by_type"][k]["temperature"]
-                        for k, key in by_type.items()}
+        by_type, flat, pooled, temperatures = choose_per_type(
+            results, Counter(it.kind for it in dev), invariant, counted)
         # Invariance, per readout: the best invariant configuration for choice items, and
         # the declared-order configuration it replaces.
         variant_grid = []
@@ -241,9 +239,34 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         cache.close()
         engine.runtime.close()
     return {"plan": plan.__dict__, "results": results, "chosen": PER_TYPE, "by_type": by_type, "flat": flat,
+            "pooled": pooled,
             "temperatures": temperatures, "before": before.key,
             "heldout_configs": list(dict.fromkeys([PER_TYPE, before.key, *(c.key for c in variant_grid)])),
             "costs": costs, "seconds_per_decision": seconds, "decoded_tokens": prober.decoded_tokens}
+
+
+def choose_per_type(results: dict, counts: Counter, invariant: list[str], cost: dict[str, float]) -> tuple[
+        dict[str, str], list[str], list[str], dict[str, float]]:
+    """Per question type: (configuration, flat types, types chosen on all dev pooled, temperature).
+
+    Each type gets the invariant configuration with the lowest out-of-fold dev NLL on it;
+    a type with fewer than MIN_TYPE_TO_CHOOSE dev items gets the one best on all dev items
+    pooled, at the pooled temperature. A type whose best out-of-fold gain over the uniform
+    answer is not real (bootstrap, 95%) is answered flat: the model claims no knowledge it
+    did not show, and a flat answer pays for the cheapest configuration."""
+    kinds = sorted(counts)
+    pooled = sorted(k for k in kinds if counts[k] < MIN_TYPE_TO_CHOOSE)
+    best_pooled = min(invariant, key=lambda key: results[key]["dev_pooled"]["cv_nll"])
+    by_type = {k: best_pooled if k in pooled else
+               min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["cv_nll"]) for k in kinds}
+
+    def judged(kind: str, key: str) -> dict:  # what a type's answer is chosen and judged on
+        return results[key]["dev_pooled"] if kind in pooled else results[key]["dev_by_type"][kind]
+
+    flat = sorted(k for k, key in by_type.items() if not judged(k, key)["real_gain"])
+    temperatures = {k: metrics.FLAT if k in flat else judged(k, key)["temperature"] for k, key in by_type.items()}
+    by_type.update({k: min(invariant, key=cost.get) for k in flat})
+    return by_type, flat, pooled, temperatures
 
 
 def probe_all(prober: Prober, what: str, items: list[Item], grid_for, variant_grid: list[Config],
@@ -303,9 +326,13 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
         by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t)),
                          "cv_nll": float(losses.mean()), "cv_nll_vs_uniform": float(losses.mean() / uniform - 1),
                          "real_gain": metrics.gain_is_real(losses, [it.n_options for it in of_kind])}
+    losses = metrics.out_of_fold_losses([found[it.id]["by_config"][key]["sent"] for it in dev], [it.gold for it in dev])
+    pooled = {"temperature": temperature, "cv_nll": float(losses.mean()),
+              "cv_nll_vs_uniform": float(losses.mean() / metrics.uniform([it.n_options for it in dev])["nll"] - 1),
+              "real_gain": metrics.gain_is_real(losses, [it.n_options for it in dev])}
     summary, n = invariance_summary(key, heldout, found, with_variants)
     out = {"temperature": temperature, "dev": split_report(dev, found, lambda it: (key, temperature)),
-           "dev_by_type": by_type, "invariance": summary, "invariance_items": n}
+           "dev_by_type": by_type, "dev_pooled": pooled, "invariance": summary, "invariance_items": n}
     if heldout and all(key in found[it.id]["by_config"] for it in heldout):
         out["heldout"] = split_report(heldout, found, lambda it: (key, temperature))
         out["heldout_t1"] = split_report(heldout, found, lambda it: (key, 1.0))
@@ -360,16 +387,18 @@ def print_model(name: str, model: dict) -> None:
     results = model["results"]
     print(f"\n{name}: chosen {model['chosen']} ({model['seconds_per_decision']:.2f} s per decision here)")
     print(f"  stage 1, dev (n={next(iter(results.values()))['dev']['n']}): {'':<14} {'T':>5} {'acc':>5} {'NLL±u':>6}"
-          f" {'Bri±u':>6} {'ECE':>5} {'tokens':>6}")
+          f" {'Bri±u':>6} {'ECE':>5} {'tokens':>6} {'oofNLL':>6}")
     for key, r in results.items():
         if key == PER_TYPE or "dev" not in r:
             continue
         d = r["dev"]
         mark = " *" if key == model["chosen"] else ""
         print(f"  {key:<41} {r['temperature']:>5.2f} {d['accuracy']:>5.0%} {d['nll_vs_uniform']:>+6.1%}"
-              f" {d['brier_vs_uniform']:>+6.1%} {d['ece']:>5.3f} {model['costs'][key]:>6.0f}{mark}")
+              f" {d['brier_vs_uniform']:>+6.1%} {d['ece']:>5.3f} {model['costs'][key]:>6.0f}"
+              f" {r.get('dev_pooled', {}).get('cv_nll_vs_uniform', float('nan')):>+6.1%}{mark}")
     per_type = results[PER_TYPE]
     print("  per-type: " + ", ".join(f"{k} {v} (T {per_type['temperatures'][k]:.2f}"
+                                     f"{', chosen on all dev types pooled' if k in model.get('pooled', ()) else ''}"
                                      f"{', flat: no real gain on dev' if k in model['flat'] else ''})"
                                      for k, v in per_type["by_type"].items()))
     held = model["heldout_configs"]
@@ -411,6 +440,8 @@ def write_defaults(models: dict, path: Path = DEFAULTS_FILE) -> None:
                 key = Config(readout, config.ordering, config.averaging, config.prior).key
                 if kind in model["flat"]:
                     temperatures[readout] = round(metrics.FLAT, 3)
+                elif kind in model.get("pooled", ()) and "dev_pooled" in results.get(key, {}):
+                    temperatures[readout] = round(results[key]["dev_pooled"]["temperature"], 3)
                 elif "dev_by_type" in results.get(key, {}):
                     temperatures[readout] = round(results[key]["dev_by_type"][kind]["temperature"], 3)
             return {"readout": config.readout, "order_average": config.averaging is not None, "prior": config.prior,

@@ -1,6 +1,7 @@
 """The labelled set's loader and the eval's own arithmetic (no model)."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -171,3 +172,37 @@ def test_writing_the_quality_defaults_keeps_what_the_attack_eval_chose(tmp_path)
     assert written["m"]["temperatures"] == {"likelihood": 1.5}
     assert written["m"]["by_type"]["noul"]["temperatures"]["likelihood"] == round(metrics.FLAT, 3)
     assert written["other"] == {"readout": "letters"}
+
+
+def judged(cv_nll, real, t=1.5):
+    return {"cv_nll": cv_nll, "real_gain": real, "temperature": t}
+
+
+def test_each_type_is_chosen_on_its_own_out_of_fold_loss_and_flat_where_its_gain_is_not_real():
+    from evals.run import choose_per_type
+
+    a, b = "likelihood/canonical+reversal/prior", "letters/canonical+reversal/raw"
+    results = {a: {"dev_by_type": {"choice": judged(1.0, True, 1.2), "score": judged(1.5, False)},
+                   "dev_pooled": judged(1.2, True)},
+               b: {"dev_by_type": {"choice": judged(1.1, True), "score": judged(1.4, False)},
+                   "dev_pooled": judged(1.3, True)}}
+    by_type, flat, pooled, temperatures = choose_per_type(results, Counter(choice=100, score=100), [a, b],
+                                                          {a: 400.0, b: 240.0})
+    assert by_type == {"choice": a, "score": b} and flat == ["score"] and pooled == []
+    assert temperatures == {"choice": 1.2, "score": metrics.FLAT}
+
+
+def test_a_type_with_few_dev_items_takes_the_pooled_choice_and_its_temperature():
+    from evals.run import MIN_TYPE_TO_CHOOSE, choose_per_type
+
+    a, b = "likelihood/canonical+reversal/raw", "likelihood/canonical+reversal/prior"
+    results = {a: {"dev_by_type": {"noul": judged(0.6, False), "choice": judged(1.0, True)},
+                   "dev_pooled": judged(0.9, True, 1.32)},
+               b: {"dev_by_type": {"noul": judged(0.5, False), "choice": judged(1.2, True)},
+                   "dev_pooled": judged(1.0, True)}}
+    counts = Counter(noul=MIN_TYPE_TO_CHOOSE - 1, choice=MIN_TYPE_TO_CHOOSE)
+    by_type, flat, pooled, temperatures = choose_per_type(results, counts, [a, b], {a: 1.0, b: 2.0})
+    assert pooled == ["noul"] and flat == []
+    assert by_type == {"noul": a, "choice": a} and temperatures["noul"] == 1.32
+    results[a]["dev_pooled"]["real_gain"] = False  # nor does the pooled set show a gain: flat
+    assert choose_per_type(results, counts, [a, b], {a: 1.0, b: 2.0})[1] == ["noul"]
