@@ -225,7 +225,9 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
             best = Config.parse(min((k for k in invariant if k.startswith(readout + "/")),
                                     key=lambda k: results[k]["dev_by_type"].get("choice", {"cv_nll": results[k]["dev"]["nll"]})["cv_nll"]))
             variant_grid += [best, Config(readout, "declared", "reversal", best.prior)]
-        variant_grid = list(dict.fromkeys([*variant_grid, before]))
+        # ... and what per-type answers choice items with (a flat type's cheapest one too).
+        chosen_choice = [Config.parse(by_type["choice"])] if "choice" in by_type else []
+        variant_grid = list(dict.fromkeys([*variant_grid, before, *chosen_choice]))
         probe_all(prober, f"{name} stage 2 (held-out: per-type and {before.key})", heldout,
                   lambda it: list(dict.fromkeys([Config.parse(by_type[it.kind]), before])), variant_grid,
                   with_variants, found)
