@@ -102,7 +102,21 @@ def report(distributions: Sequence[np.ndarray], golds: Sequence[int], kinds: Seq
     # Below 0: better than answering uniformly (the requirement is at most -2%).
     out["nll_vs_uniform"] = out["nll"] / base["nll"] - 1
     out["brier_vs_uniform"] = out["brier"] / base["brier"] - 1
+    out["nll_vs_uniform_95"] = nll_ratio_interval(distributions, golds)
     return out
+
+
+def nll_ratio_interval(distributions: Sequence[np.ndarray], golds: Sequence[int], draws: int = 2000,
+                       seed: int = 0) -> list[float]:
+    """A 95% bootstrap interval (over the items) of NLL against the uniform answer's, minus 1:
+    how far a split's figure can be trusted to say the answers beat uniform."""
+    losses = np.array([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)])
+    sizes = np.log([len(p) for p in distributions])
+    if len(losses) < 2:
+        return [float("nan"), float("nan")]
+    picks = np.random.default_rng(seed).integers(0, len(losses), (draws, len(losses)))
+    ratios = losses[picks].mean(axis=1) / sizes[picks].mean(axis=1) - 1
+    return [float(q) for q in np.quantile(ratios, [0.025, 0.975])]
 
 
 def baselines(golds: Sequence[int], kinds: Sequence[str]) -> dict[str, float]:

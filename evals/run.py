@@ -194,7 +194,8 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
     Stage 1 scores every configuration of `grid` on the dev sample and fits each one's
     temperature there, per question type too. The chosen answer is `per-type`: for each
     question type the invariant configuration with the lowest out-of-fold dev NLL on that
-    type, at its own temperature (fitted on the whole dev split of that type). Stage 2 scores on the held-out sample (and its choice items'
+    type, at its own temperature (fitted on the whole dev split of that type; a type with
+    few dev items takes the pooled choice and temperature, see `choose_per_type`). Stage 2 scores on the held-out sample (and its choice items'
     variants) the configurations `per-type` uses, the best single invariant
     configuration of each readout, and the declared-order configuration each replaces:
     the held-out split never picks anything."""
@@ -254,8 +255,9 @@ def choose_per_type(results: dict, counts: Counter, invariant: list[str], cost: 
     Each type gets the invariant configuration with the lowest out-of-fold dev NLL on it;
     a type with fewer than MIN_TYPE_TO_CHOOSE dev items gets the one best on all dev items
     pooled, at the pooled temperature. A type whose best out-of-fold gain over the uniform
-    answer is not real (bootstrap, 95%) is answered flat: the model claims no knowledge it
-    did not show, and a flat answer pays for the cheapest configuration."""
+    answer is not real (bootstrap, 95%; for a pooled type, the pooled gain, and its own
+    out-of-fold loss below uniform) is answered flat: the model claims no knowledge it did
+    not show, and a flat answer pays for the cheapest configuration."""
     kinds = sorted(counts)
     pooled = sorted(k for k in kinds if counts[k] < MIN_TYPE_TO_CHOOSE)
     best_pooled = min(invariant, key=lambda key: results[key]["dev_pooled"]["cv_nll"])
@@ -265,7 +267,14 @@ def choose_per_type(results: dict, counts: Counter, invariant: list[str], cost: 
     def judged(kind: str, key: str) -> dict:  # what a type's answer is chosen and judged on
         return results[key]["dev_pooled"] if kind in pooled else results[key]["dev_by_type"][kind]
 
-    flat = sorted(k for k, key in by_type.items() if not judged(k, key)["real_gain"])
+    def shows_nothing(kind: str, key: str) -> bool:
+        if not judged(kind, key)["real_gain"]:
+            return True
+        # A pooled gain may come from the other types alone: the type's own out-of-fold
+        # loss must be below uniform too.
+        return kind in pooled and results[key]["dev_by_type"][kind]["cv_nll_vs_uniform"] >= 0
+
+    flat = sorted(k for k, key in by_type.items() if shows_nothing(k, key))
     temperatures = {k: metrics.FLAT if k in flat else judged(k, key)["temperature"] for k, key in by_type.items()}
     by_type.update({k: min(invariant, key=cost.get) for k in flat})
     return by_type, flat, pooled, temperatures
@@ -404,6 +413,9 @@ def print_model(name: str, model: dict) -> None:
                                      f"{', flat: no real gain on dev' if k in model['flat'] else ''})"
                                      for k, v in per_type["by_type"].items()))
     held = model["heldout_configs"]
+    low, high = results[PER_TYPE]["heldout"].get("nll_vs_uniform_95", [float("nan")] * 2)
+    print(f"  per-type held-out NLL vs uniform {results[PER_TYPE]['heldout']['nll_vs_uniform']:+.1%}"
+          f" (95% bootstrap interval over the items: {low:+.1%} to {high:+.1%})")
     print(f"  stage 2, held-out (n={results[PER_TYPE]['heldout']['n']}; invariance on"
           f" {results[PER_TYPE]['invariance_items']} choice items; {model['before']} is what the engine did before):")
     print(f"  {'configuration':<36} {'acc':>5} {'noul':>5} {'choi':>5} {'scor':>5} {'NLL±u':>6} {'Bri±u':>6}"

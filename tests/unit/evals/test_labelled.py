@@ -174,8 +174,8 @@ def test_writing_the_quality_defaults_keeps_what_the_attack_eval_chose(tmp_path)
     assert written["other"] == {"readout": "letters"}
 
 
-def judged(cv_nll, real, t=1.5):
-    return {"cv_nll": cv_nll, "real_gain": real, "temperature": t}
+def judged(cv_nll, real, t=1.5, vs_uniform=-0.1):
+    return {"cv_nll": cv_nll, "real_gain": real, "temperature": t, "cv_nll_vs_uniform": vs_uniform}
 
 
 def test_each_type_is_chosen_on_its_own_out_of_fold_loss_and_flat_where_its_gain_is_not_real():
@@ -187,8 +187,9 @@ def test_each_type_is_chosen_on_its_own_out_of_fold_loss_and_flat_where_its_gain
                b: {"dev_by_type": {"choice": judged(1.1, True), "score": judged(1.4, False)},
                    "dev_pooled": judged(1.3, True)}}
     by_type, flat, pooled, temperatures = choose_per_type(results, Counter(choice=100, score=100), [a, b],
-                                                          {a: 400.0, b: 240.0})
-    assert by_type == {"choice": a, "score": b} and flat == ["score"] and pooled == []
+                                                          {a: 240.0, b: 400.0})
+    # score is flat, so it pays for the cheapest configuration, not its best one (b)
+    assert by_type == {"choice": a, "score": a} and flat == ["score"] and pooled == []
     assert temperatures == {"choice": 1.2, "score": metrics.FLAT}
 
 
@@ -204,5 +205,36 @@ def test_a_type_with_few_dev_items_takes_the_pooled_choice_and_its_temperature()
     by_type, flat, pooled, temperatures = choose_per_type(results, counts, [a, b], {a: 1.0, b: 2.0})
     assert pooled == ["noul"] and flat == []
     assert by_type == {"noul": a, "choice": a} and temperatures["noul"] == 1.32
+    # a pooled gain that comes from the other types alone does not carry a type: flat
+    results[a]["dev_by_type"]["noul"]["cv_nll_vs_uniform"] = 0.01
+    assert choose_per_type(results, counts, [a, b], {a: 1.0, b: 2.0})[1] == ["noul"]
+    results[a]["dev_by_type"]["noul"]["cv_nll_vs_uniform"] = -0.01
     results[a]["dev_pooled"]["real_gain"] = False  # nor does the pooled set show a gain: flat
     assert choose_per_type(results, counts, [a, b], {a: 1.0, b: 2.0})[1] == ["noul"]
+
+
+def test_a_pooled_type_is_written_with_the_pooled_temperature(tmp_path):
+    from evals.run import write_defaults
+
+    path = tmp_path / "defaults.json"
+    key = "likelihood/canonical+reversal/raw"
+    model = {"plan": {"dev": None}, "by_type": {"choice": key, "noul": key}, "flat": [], "pooled": ["noul"],
+             "results": {key: {"dev_by_type": {"choice": {"temperature": 1.5}, "noul": {"temperature": 3.0}},
+                               "dev_pooled": {"temperature": 1.32}},
+                         "per-type": {"heldout": {"accuracy": 0.5, "nll_vs_uniform": -0.1, "brier_vs_uniform": -0.1}}}}
+    write_defaults({"m": model}, path)
+    written = json.loads(path.read_text())["m"]
+    assert written["temperatures"] == {"likelihood": 1.5}
+    assert written["by_type"]["noul"]["temperatures"] == {"likelihood": 1.32}
+
+
+def test_the_held_out_interval_brackets_the_figure_and_narrows_with_more_items():
+    rng = np.random.default_rng(3)
+    golds = list(rng.integers(0, 4, 400))
+    informed = [0.3 * np.eye(4)[g] + 0.7 * rng.dirichlet(np.ones(4) * 5) for g in golds]
+    wide = metrics.report(informed[:40], golds[:40], ["choice"] * 40)
+    narrow = metrics.report(informed, golds, ["choice"] * 400)
+    for r in (wide, narrow):
+        low, high = r["nll_vs_uniform_95"]
+        assert low < r["nll_vs_uniform"] < high
+    assert np.diff(narrow["nll_vs_uniform_95"])[0] < np.diff(wide["nll_vs_uniform_95"])[0]
