@@ -18,8 +18,13 @@ KINDS = ("noul", "choice", "score")
 TEMPERATURES = np.exp(np.linspace(*np.log(TEMPERATURE_RANGE), 241))
 
 
+def item_losses(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> np.ndarray:
+    """Each answer's NLL: minus the log of the probability it gave its gold option."""
+    return np.array([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)], dtype=float)
+
+
 def nll(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:
-    return float(np.mean([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)]))
+    return float(item_losses(distributions, golds).mean())
 
 
 def brier(distributions: Sequence[np.ndarray], golds: Sequence[int]) -> float:
@@ -68,8 +73,7 @@ def out_of_fold_losses(distributions: Sequence[np.ndarray], golds: Sequence[int]
     for fold in np.array_split(order, min(folds, n)):
         rest = np.setdiff1d(order, fold)
         t = fit_temperature([distributions[i] for i in rest], [golds[i] for i in rest]) if len(rest) else 1.0
-        ps = at_temperature([distributions[i] for i in fold], t)
-        losses[fold] = [-np.log(max(p[golds[i]], 1e-12)) for p, i in zip(ps, fold, strict=True)]
+        losses[fold] = item_losses(at_temperature([distributions[i] for i in fold], t), [golds[i] for i in fold])
     return losses
 
 
@@ -110,7 +114,7 @@ def nll_ratio_interval(distributions: Sequence[np.ndarray], golds: Sequence[int]
                        seed: int = 0) -> list[float]:
     """A 95% bootstrap interval (over the items) of NLL against the uniform answer's, minus 1:
     how far a split's figure can be trusted to say the answers beat uniform."""
-    losses = np.array([-np.log(max(p[g], 1e-12)) for p, g in zip(distributions, golds, strict=True)])
+    losses = item_losses(distributions, golds)
     sizes = np.log([len(p) for p in distributions])
     if len(losses) < 2:
         return [float("nan"), float("nan")]

@@ -195,8 +195,8 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
     temperature there, per question type too. The chosen answer is `per-type`: for each
     question type the invariant configuration with the lowest out-of-fold dev NLL on that
     type, at its own temperature (fitted on the whole dev split of that type; a type with
-    few dev items takes the pooled choice and temperature, see `choose_per_type`). Stage 2 scores on the held-out sample (and its choice items'
-    variants) the configurations `per-type` uses, the best single invariant
+    few dev items takes the pooled choice and temperature, see `choose_per_type`). Stage 2
+    scores on the held-out sample (and its choice items' variants) the configurations `per-type` uses, the best single invariant
     configuration of each readout, and the declared-order configuration each replaces:
     the held-out split never picks anything."""
     engine, manifest = load_engine(name)
@@ -260,24 +260,27 @@ def choose_per_type(results: dict, counts: Counter, invariant: list[str], cost: 
     not show, and a flat answer pays for the cheapest configuration."""
     kinds = sorted(counts)
     pooled = sorted(k for k in kinds if counts[k] < MIN_TYPE_TO_CHOOSE)
-    best_pooled = min(invariant, key=lambda key: results[key]["dev_pooled"]["cv_nll"])
-    by_type = {k: best_pooled if k in pooled else
-               min(invariant, key=lambda key, k=k: results[key]["dev_by_type"][k]["cv_nll"]) for k in kinds}
-
-    def judged(kind: str, key: str) -> dict:  # what a type's answer is chosen and judged on
-        return results[key]["dev_pooled"] if kind in pooled else results[key]["dev_by_type"][kind]
+    by_type = {k: min(invariant, key=lambda key, k=k: judged_on(results, key, k, pooled)["cv_nll"]) for k in kinds}
 
     def shows_nothing(kind: str, key: str) -> bool:
-        if not judged(kind, key)["real_gain"]:
+        if not judged_on(results, key, kind, pooled)["real_gain"]:
             return True
         # A pooled gain may come from the other types alone: the type's own out-of-fold
         # loss must be below uniform too.
         return kind in pooled and results[key]["dev_by_type"][kind]["cv_nll_vs_uniform"] >= 0
 
     flat = sorted(k for k, key in by_type.items() if shows_nothing(k, key))
-    temperatures = {k: metrics.FLAT if k in flat else judged(k, key)["temperature"] for k, key in by_type.items()}
+    temperatures = {k: metrics.FLAT if k in flat else judged_on(results, key, k, pooled)["temperature"]
+                    for k, key in by_type.items()}
     by_type.update({k: min(invariant, key=cost.get) for k in flat})
     return by_type, flat, pooled, temperatures
+
+
+def judged_on(results: dict, key: str, kind: str, pooled) -> dict | None:
+    """What a type's answer under `key` is chosen and judged on: that type's dev items, or
+    all dev items pooled (`pooled`: the types chosen that way); None where not measured."""
+    measured = results.get(key, {})
+    return measured.get("dev_pooled") if kind in pooled else measured.get("dev_by_type", {}).get(kind)
 
 
 def probe_all(prober: Prober, what: str, items: list[Item], grid_for, variant_grid: list[Config],
@@ -323,24 +326,13 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
     if any(key not in found[it.id]["by_config"] for it in dev):  # measured for its variants only, at T = 1
         summary, n = invariance_summary(key, heldout, found, with_variants)
         return {"temperature": 1.0, "invariance": summary, "invariance_items": n}
-    temperature = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in dev],
-                                          [it.gold for it in dev])
+    pooled = out_of_fold(dev, key, found)
+    temperature = pooled["temperature"]
     by_type = {}
     for kind in sorted({it.kind for it in dev}):
         of_kind = [it for it in dev if it.kind == kind]
-        t = metrics.fit_temperature([found[it.id]["by_config"][key]["sent"] for it in of_kind],
-                                    [it.gold for it in of_kind])
-        # Chosen on out-of-fold losses: each item at the temperature fitted without it.
-        losses = metrics.out_of_fold_losses([found[it.id]["by_config"][key]["sent"] for it in of_kind],
-                                            [it.gold for it in of_kind])
-        uniform = metrics.uniform([it.n_options for it in of_kind])["nll"]
-        by_type[kind] = {"temperature": t, **split_report(of_kind, found, lambda it, t=t: (key, t)),
-                         "cv_nll": float(losses.mean()), "cv_nll_vs_uniform": float(losses.mean() / uniform - 1),
-                         "real_gain": metrics.gain_is_real(losses, [it.n_options for it in of_kind])}
-    losses = metrics.out_of_fold_losses([found[it.id]["by_config"][key]["sent"] for it in dev], [it.gold for it in dev])
-    pooled = {"temperature": temperature, "cv_nll": float(losses.mean()),
-              "cv_nll_vs_uniform": float(losses.mean() / metrics.uniform([it.n_options for it in dev])["nll"] - 1),
-              "real_gain": metrics.gain_is_real(losses, [it.n_options for it in dev])}
+        judged = out_of_fold(of_kind, key, found)
+        by_type[kind] = {**judged, **split_report(of_kind, found, lambda it, t=judged["temperature"]: (key, t))}
     summary, n = invariance_summary(key, heldout, found, with_variants)
     out = {"temperature": temperature, "dev": split_report(dev, found, lambda it: (key, temperature)),
            "dev_by_type": by_type, "dev_pooled": pooled, "invariance": summary, "invariance_items": n}
@@ -348,6 +340,18 @@ def score_config(config: Config, dev: list[Item], heldout: list[Item], found: di
         out["heldout"] = split_report(heldout, found, lambda it: (key, temperature))
         out["heldout_t1"] = split_report(heldout, found, lambda it: (key, 1.0))
     return out
+
+
+def out_of_fold(items: list[Item], key: str, found: dict) -> dict:
+    """A configuration on these dev items: its fitted temperature, and what it is worth on
+    items the fit never saw (each item at the temperature fitted without it), which is
+    what it is chosen and judged on."""
+    ps = [found[it.id]["by_config"][key]["sent"] for it in items]
+    golds, sizes = [it.gold for it in items], [it.n_options for it in items]
+    losses = metrics.out_of_fold_losses(ps, golds)
+    return {"temperature": metrics.fit_temperature(ps, golds), "cv_nll": float(losses.mean()),
+            "cv_nll_vs_uniform": float(losses.mean() / metrics.uniform(sizes)["nll"] - 1),
+            "real_gain": metrics.gain_is_real(losses, sizes)}
 
 
 def score_per_type(by_type: dict[str, str], temperatures: dict[str, float], dev: list[Item], heldout: list[Item],
@@ -452,12 +456,11 @@ def write_defaults(models: dict, path: Path = DEFAULTS_FILE) -> None:
             temperatures = {}
             for readout in READOUTS:  # the same debiasing with either readout (a request may switch readout)
                 key = Config(readout, config.ordering, config.averaging, config.prior).key
+                judged = judged_on(results, key, kind, model.get("pooled", ()))
                 if kind in model["flat"]:
                     temperatures[readout] = round(metrics.FLAT, 3)
-                elif kind in model.get("pooled", ()) and "dev_pooled" in results.get(key, {}):
-                    temperatures[readout] = round(results[key]["dev_pooled"]["temperature"], 3)
-                elif "dev_by_type" in results.get(key, {}):
-                    temperatures[readout] = round(results[key]["dev_by_type"][kind]["temperature"], 3)
+                elif judged is not None:
+                    temperatures[readout] = round(judged["temperature"], 3)
             return {"readout": config.readout, "order_average": config.averaging is not None, "prior": config.prior,
                     "averaging": config.averaging or "reversal", "temperatures": temperatures}
 
