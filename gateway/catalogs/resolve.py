@@ -22,8 +22,8 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
                       may_override_policy: bool = True) -> Decision:
     """The decision with every catalog reference replaced by the question its entry holds."""
     questions: list[Question] = []
-    declared: dict[str, set[Any]] = {}
-    enforcing_entries: list[Entry] = []
+    declared: dict[str, dict[Any, str]] = {}  # option -> {value: the entry declaring it}
+    enforcing: list[tuple[str, Entry]] = []
     for question in decision.questions:
         if not isinstance(question, CatalogReference):
             if catalog_only:
@@ -33,27 +33,24 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
         version = _version(catalogs, tenant_id, question)
         entry = version.entry()
         questions.append(from_entry(question.id, question.name, version, entry))
-        if not may_override_policy:
-            _hold_to_policy(catalogs, tenant_id, decision, version, entry, enforcing_entries)
+        if not may_override_policy and _held_to_policy(catalogs, tenant_id, decision, version, entry):
+            enforcing.append((version.name, entry))
         for field, option in _READOUT_FIELDS.items():
             value = getattr(entry.readout, field)
             if value is not None:
-                declared.setdefault(option, set()).add(value)
+                declared.setdefault(option, {}).setdefault(value, version.name)
     engine = dict(decision.engine_options)
-    for entry in enforcing_entries:
-        # The readout an enforcing entry's thresholds were set for: its own settings, the
-        # model's defaults for those it leaves out. A caller cannot choose another.
-        for field, option in _READOUT_FIELDS.items():
-            if option in engine and engine[option] != getattr(entry.readout, field):
-                raise Forbidden(f"an enforcing catalog entry fixes {option[2:]} (its thresholds were set for its own"
-                                f" readout): setting it needs the {POLICY_OVERRIDE_SCOPE!r} scope")
     for option, values in declared.items():
         if option in engine:
             continue  # the request's own setting wins
         if len(values) > 1:
             raise InvalidRequest.at(["questions"], f"these catalog entries declare different {option[2:]} settings; "
                                     "ask them in separate requests or set it on the request", "catalog_conflict")
-        engine[option] = values.pop()
+        engine[option] = next(iter(values))
+    # Checked on the settings the scorer will be asked with, every entry's merged in: another
+    # entry in the same request must not change an enforcing entry's readout either.
+    for name, entry in enforcing:
+        _hold_to_readout(name, entry, engine, decision.engine_options, declared)
     return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)
 
 
@@ -70,20 +67,39 @@ def _enforcing(entry: Entry) -> bool:
     return entry.policy is not None and entry.policy.mode == "enforcing"
 
 
-def _hold_to_policy(catalogs: CatalogService, tenant_id: str, decision: Decision, version: CatalogVersion,
-                    entry: Entry, enforcing_entries: list[Entry]) -> None:
-    """For a caller who may not read past policies: an entry whose latest version enforces
-    is answered by that latest version, with its verdict, its own way."""
+def _held_to_policy(catalogs: CatalogService, tenant_id: str, decision: Decision, version: CatalogVersion,
+                    entry: Entry) -> bool:
+    """For a caller who may not read past policies: whether the entry enforces (its latest
+    version does), refusing a request that would escape its verdict (an earlier version, or
+    raw probabilities)."""
     latest = version if _enforcing(entry) else catalogs.get(tenant_id, version.name)
     if not _enforcing(latest.entry()):
-        return
+        return False
     if latest.version != version.version:
         raise Forbidden(f"the catalog entry {version.name!r} enforces its policy from version {latest.version}: an"
                         f" earlier version needs the {POLICY_OVERRIDE_SCOPE!r} scope")
     if not decision.calibrate:
         raise Forbidden(f"the catalog entry {version.name!r} enforces its policy: x_calibrate false (raw probabilities,"
                         f" no verdict) needs the {POLICY_OVERRIDE_SCOPE!r} scope")
-    enforcing_entries.append(entry)
+    return True
+
+
+def _hold_to_readout(name: str, entry: Entry, engine: dict[str, Any], asked: dict[str, Any],
+                     declared: dict[str, dict[Any, str]]) -> None:
+    """The readout an enforcing entry's thresholds were set for: its own settings, the model's
+    defaults for those it leaves out (absent from `engine`). Neither the caller (403) nor
+    another entry of the request (422) may choose another."""
+    for field, option in _READOUT_FIELDS.items():
+        own = getattr(entry.readout, field)
+        if engine.get(option) == own:
+            continue
+        if option in asked:
+            raise Forbidden(f"an enforcing catalog entry fixes {option[2:]} (its thresholds were set for its own"
+                            f" readout): setting it needs the {POLICY_OVERRIDE_SCOPE!r} scope")
+        others = sorted(n for n in declared.get(option, {}).values() if n != name)
+        raise InvalidRequest.at(["questions"], f"the catalog entry {name!r} enforces its policy with its own"
+                                f" {option[2:]} setting, and {', '.join(map(repr, others))} declares another: ask them"
+                                " in separate requests", "catalog_conflict")
 
 
 def from_entry(question_id: str, name: str | None, version: CatalogVersion,

@@ -244,6 +244,60 @@ def test_an_enforcing_entry_cannot_be_escaped_by_pinning_an_older_version_or_an_
     assert decide({"catalog": "support-routing", "version": 1}, x_calibrate=False)[0] == 200  # ACME may
 
 
+# Readout declarations an entry can make, and what a request can set on top.
+_READOUTS = ({}, {"readout": "letters"}, {"readout": "likelihood"}, {"prior": True}, {"order_average": False},
+             {"readout": "letters", "prior": False})
+_REQUEST_SETTINGS = ({}, {"x_readout": "letters"}, {"x_prior": True})
+
+
+@pytest.mark.parametrize("own", _READOUTS)
+@pytest.mark.parametrize("other", _READOUTS)
+@pytest.mark.parametrize("other_enforces", (False, True))
+@pytest.mark.parametrize("asked", _REQUEST_SETTINGS)
+def test_no_combination_of_entries_changes_an_enforcing_entrys_readout(store, own, other, other_enforces, asked):
+    # Given an enforcing entry and a second entry (advisory or enforcing) each declaring a
+    # readout or none, when a decide-only caller names both in one request, with or without
+    # settings of its own, then the scorer is asked with exactly the settings each enforcing
+    # entry declares (the model's defaults for those it leaves out), or nothing is asked:
+    # a setting of the caller's own is 403, another entry's is 422.
+    backend = stack(store, choice={"billing": 0.9})
+    register_credentials(store, DECIDER)
+    put({**ROUTING, "readout": own}, name="routing")
+    other_policy = ROUTING["policy"] if other_enforces else {**ROUTING["policy"], "mode": "advisory"}
+    put({**ROUTING, "readout": other, "policy": other_policy}, name="second")
+    calls = len(backend.calls)
+    status, _, body = call(event("POST", "/v1/systemone", {
+        "model": "jev-latest", "state": STATE, "questions": {"a": {"catalog": "routing"}, "b": {"catalog": "second"}},
+        **asked}, principal=DECIDER))
+    if status != 200:
+        assert status in (403, 422), body
+        assert len(backend.calls) == calls  # refused before any backend call
+        return
+    sent = backend.calls[-1][1]
+    enforced = [own, other] if other_enforces else [own]
+    for declared in enforced:
+        for field in ("readout", "order_average", "prior"):
+            assert sent.get(f"x_{field}") == declared.get(field), (field, declared, sent)
+
+
+def test_a_second_entry_cannot_change_an_enforcing_entrys_readout(store):
+    # Given an enforcing entry that leaves its readout to the model and an advisory one that
+    # declares letters, a decide-only caller naming both gets 422 (it used to be asked with
+    # letters, which the enforcing entry's thresholds were never set for).
+    backend = stack(store, choice={"billing": 0.9})
+    register_credentials(store, DECIDER)
+    put(ROUTING, name="routing")
+    put({**ROUTING, "readout": {"readout": "letters"}, "policy": {**ROUTING["policy"], "mode": "advisory"}},
+        name="second")
+    calls = len(backend.calls)
+    status, _, body = call(event("POST", "/v1/systemone", {
+        "model": "jev-latest", "state": STATE, "questions": {"a": {"catalog": "routing"}, "b": {"catalog": "second"}}},
+        principal=DECIDER))
+    assert status == 422 and body["detail"][0]["type"] == "catalog_conflict", body
+    assert "'routing'" in body["detail"][0]["msg"] and "'second'" in body["detail"][0]["msg"]
+    assert len(backend.calls) == calls
+
+
 def test_the_openai_answer_id_names_its_record_for_outcomes_and_reads(store):
     # The id an OpenAI SDK caller is given (decision_<hex>) reports the outcome (it was a 422).
     stack(store, choice={"billing": 0.9})
