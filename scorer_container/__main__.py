@@ -11,6 +11,10 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scorer_container.model_files import ModelPins
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     pack = commands.add_parser("pack", help="write model.tar.gz (GGUF + model-manifest.json) for ModelDataUrl")
     pack.add_argument("model", type=Path)
     pack.add_argument("--output", type=Path, default=Path("model.tar.gz"))
-    verify = commands.add_parser("verify", help="check a GGUF against its model-manifest.json")
+    verify = commands.add_parser("verify", help="check a GGUF against its model-manifest.json (and the pins, if given)")
     verify.add_argument("model", type=Path)
+    verify.add_argument("--sha256", help="the model file's pinned sha256 (the stack's ModelSha256)")
+    verify.add_argument("--manifest-sha256", help="the manifest's pinned hash (the stack's ModelManifestSha256)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("SCORER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -34,17 +40,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
-        from scorer_container.model_files import pack_model, verify_model
+        from scorer_container.model_files import artifact_pins, model_pins, pack_model
 
         if args.command == "pack":
-            print(pack_model(args.model, args.output))
+            artifact = pack_model(args.model, args.output)
+            _print_pins(str(artifact), artifact_pins(artifact))
         else:
-            manifest = verify_model(args.model)
-            print(f"{args.model}: {manifest.size} bytes, sha256 {manifest.sha256}: matches its manifest")
+            pins = model_pins(args.model, args.sha256, args.manifest_sha256)
+            pinned = " and the given pins" if args.sha256 or args.manifest_sha256 else ""
+            _print_pins(f"{args.model}: {args.model.stat().st_size} bytes, matches its manifest{pinned}", pins)
     except (ScorerError, ValueError) as exc:
         print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _print_pins(headline: str, pins: ModelPins) -> None:
+    """What a deployment pins, printed for the stack's parameters."""
+    print(headline)
+    print(f"  model sha256     {pins.sha256}")
+    print(f"  manifest sha256  {pins.manifest_sha256}")
+    print(f"  stack parameters {pins.parameter_overrides()}")
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -2,14 +2,21 @@
 
 The manifest (`model-manifest.json`, next to the model) pins what runs: a model whose
 size or sha256 differs from its manifest is refused, so a container never serves a
-file nobody reviewed. Lookup follows the AWS llama.cpp container's conventions:
-`SM_LLAMA_CPP_MODEL`, else the first `*.gguf` at most two levels under
-`SM_LLAMA_CPP_MODEL_DIR` (default `/opt/ml/model`).
+file nobody reviewed. The manifest also carries the model's defenses and calibration
+(quarantine, framing, injection probe, readout, temperatures...), so the deployment
+pins the manifest itself too: `manifest_sha256` (defined there, once) is what the pack
+command prints and what a stack passes as the expected manifest hash. Whoever can
+rewrite the artifact in S3 can rewrite both files, never the stack's pins.
+
+Lookup follows the AWS llama.cpp container's conventions: `SM_LLAMA_CPP_MODEL`, else
+the first `*.gguf` at most two levels under `SM_LLAMA_CPP_MODEL_DIR` (default
+`/opt/ml/model`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import tarfile
 from collections.abc import Mapping
@@ -96,6 +103,44 @@ class ModelManifest:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
 
+    def canonical_sha256(self) -> str:
+        """The pin of the manifest file `write_manifest` writes for this manifest."""
+        return manifest_sha256(json.loads(self.to_json()))
+
+
+@dataclass(frozen=True)
+class ModelPins:
+    """What a deployment pins: the GGUF file's sha256 and its manifest's canonical hash."""
+
+    sha256: str
+    manifest_sha256: str
+
+    def parameter_overrides(self) -> str:
+        """The stack parameters that carry the pins (`sam deploy --parameter-overrides ...`)."""
+        return f"ModelSha256={self.sha256} ModelManifestSha256={self.manifest_sha256}"
+
+
+def manifest_sha256(document: Mapping[str, object]) -> str:
+    """The manifest's pin: the sha256 of its canonical JSON, as 64 lowercase hex digits.
+
+    The one definition of the canonical form (the pack command, the stack parameter
+    `ModelManifestSha256` and the check at load all use this function): the manifest
+    file parsed as JSON (a key given twice counts once, with its last value, as the
+    loader reads it), written back with the keys of every object sorted by code point,
+    no whitespace (`,` and `:` as separators), strings as UTF-8 with only the escapes
+    JSON requires, integers as integers and other numbers in Python's shortest
+    round-trip form; NaN and infinities are refused. Every key counts, including keys
+    this version does not read, so the pin covers what a later version may read too.
+    Reformatting or reordering the file keeps its pin; any change of a value does not
+    (1.0 rewritten as 1 is a change too: the pin fails closed).
+    """
+    try:
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                               allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ModelFileError("the manifest is not plain JSON (NaN, infinity or a non-JSON value)") from exc
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
 
 # Where a model temperature may lie: the manifest's fitted ones, SCORER_TEMPERATURE and
 # the grid `make eval` fits on all share it.
@@ -144,26 +189,66 @@ def locate_model(model: str | None, model_dir: str | None) -> Path:
     raise ModelFileError(f"no *.gguf file within two levels of {root}")
 
 
-def load_manifest(model_path: Path) -> ModelManifest:
-    where = model_path.parent / MANIFEST_NAME
-    if not where.is_file():
-        raise ModelFileError(f"{where} is missing: every model must ship its manifest")
+def _manifest_document(where: Path, raw: bytes | None = None) -> dict:
+    """The manifest file as parsed JSON: what both the loader and the pin read."""
+    if raw is None:
+        if not where.is_file():
+            raise ModelFileError(f"{where} is missing: every model must ship its manifest")
+        try:
+            raw = where.read_bytes()
+        except OSError as exc:
+            raise ModelFileError(f"{where} is not readable JSON") from exc
     try:
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
         raise ModelFileError(f"{where} is not readable JSON") from exc
     if not isinstance(data, dict):
         raise ModelFileError(f"{where} must hold a JSON object")
-    return ModelManifest.from_json(data, where)
+    return data
 
 
-def verify_model(model_path: Path, expected_sha256: str | None = None) -> ModelManifest:
-    """Check the file against its manifest, and against `expected_sha256` when the
-    deployment pins one (a stack parameter: whoever can rewrite the artifact can rewrite
-    its manifest too, but not the stack); raise ModelFileError naming the mismatch."""
-    manifest = load_manifest(model_path)
+def load_manifest(model_path: Path) -> ModelManifest:
+    where = model_path.parent / MANIFEST_NAME
+    return ModelManifest.from_json(_manifest_document(where), where)
+
+
+def verify_model(model_path: Path, expected_sha256: str | None = None,
+                 expected_manifest_sha256: str | None = None) -> ModelManifest:
+    """Check the file against its manifest, and both against the deployment's pins (stack
+    parameters: whoever can rewrite the artifact can rewrite its manifest too, but not the
+    stack); raise ModelFileError naming the mismatch.
+
+    A pinned file with an unpinned manifest is refused: the manifest carries the model's
+    defenses (quarantine, framing, probe) and calibration, and pinning only the file
+    would leave those to whoever can write the artifact. The manifest's pin alone is
+    enough (the manifest names the file's sha256, checked against the file)."""
+    return _verified(model_path, expected_sha256, expected_manifest_sha256)[0]
+
+
+def model_pins(model_path: Path, expected_sha256: str | None = None,
+               expected_manifest_sha256: str | None = None) -> ModelPins:
+    """What a deployment pins for this model, once it is verified as `verify_model` does."""
+    return _verified(model_path, expected_sha256, expected_manifest_sha256)[1]
+
+
+def _verified(model_path: Path, expected_sha256: str | None,
+              expected_manifest_sha256: str | None) -> tuple[ModelManifest, ModelPins]:
+    where = model_path.parent / MANIFEST_NAME
+    document = _manifest_document(where)
+    pin = manifest_sha256(document)
+    if expected_manifest_sha256 and pin != expected_manifest_sha256.strip().lower():
+        raise ModelFileError(f"{MANIFEST_NAME}: its canonical sha256 {pin} is not the deployment's pinned manifest"
+                             f" hash {expected_manifest_sha256}")
+    manifest = ModelManifest.from_json(document, where)
     if expected_sha256 and manifest.sha256 != expected_sha256.strip().lower():
         raise ModelFileError(f"the manifest's sha256 {manifest.sha256} is not the deployment's pinned {expected_sha256}")
+    if expected_sha256 and not expected_manifest_sha256:
+        raise ModelFileError("the deployment pinned the model file's sha256 but not its manifest's hash: pin both"
+                             " (SCORER_MODEL_SHA256 and SCORER_MANIFEST_SHA256, as the pack command prints them)")
+    return _verify_file(model_path, manifest), ModelPins(manifest.sha256, pin)
+
+
+def _verify_file(model_path: Path, manifest: ModelManifest) -> ModelManifest:
     if manifest.file != model_path.name:
         raise ModelFileError(f"manifest names {manifest.file!r} but the model file is {model_path.name!r}")
     size = model_path.stat().st_size
@@ -186,13 +271,41 @@ def write_manifest(model_path: Path, manifest: ModelManifest) -> Path:
 def pack_model(model_path: Path, output: Path) -> Path:
     """Write `model.tar.gz` for SageMaker's ModelDataUrl: the GGUF and its manifest at the root.
 
-    The model is verified first, so a tarball can only carry a file that matches its manifest.
+    The model is verified first, so a tarball can only carry a file that matches its
+    manifest; the manifest goes in as the bytes that were verified, and first, so that
+    `artifact_pins` reads it without decompressing the model.
     """
-    manifest = verify_model(model_path)
+    where = model_path.parent / MANIFEST_NAME
+    try:
+        raw = where.read_bytes()
+    except OSError as exc:
+        raise ModelFileError(f"{where} is missing: every model must ship its manifest") from exc
+    manifest = _verify_file(model_path, ModelManifest.from_json(_manifest_document(where, raw), where))
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".partial")
     with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+        info = tar.gettarinfo(where, arcname=MANIFEST_NAME)
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
         tar.add(model_path, arcname=manifest.file)
-        tar.add(model_path.parent / MANIFEST_NAME, arcname=MANIFEST_NAME)
     tmp.replace(output)
     return output
+
+
+def artifact_pins(artifact: Path) -> ModelPins:
+    """The pins of a packed `model.tar.gz`, read from the manifest inside it: what the
+    container will find, so what the stack must pin."""
+    try:
+        with tarfile.open(artifact, "r:gz") as tar:
+            for member in tar:
+                if member.name == MANIFEST_NAME and member.isfile():
+                    handle = tar.extractfile(member)
+                    raw = handle.read() if handle else b""
+                    break
+            else:
+                raise ModelFileError(f"{artifact} holds no {MANIFEST_NAME}")
+    except (OSError, tarfile.TarError) as exc:
+        raise ModelFileError(f"{artifact} is not a readable model.tar.gz") from exc
+    document = _manifest_document(artifact / MANIFEST_NAME, raw)
+    manifest = ModelManifest.from_json(document, artifact / MANIFEST_NAME)
+    return ModelPins(manifest.sha256, manifest_sha256(document))

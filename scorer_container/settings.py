@@ -54,6 +54,9 @@ class ScorerSettings:
     ignored_options: tuple[str, ...] = ()
     image_digest: str | None = None  # the image this runs in (set by the deployment), reported with each decision
     expected_sha256: str | None = None  # the model file's sha256 the deployment pins (SCORER_MODEL_SHA256)
+    # The manifest's canonical hash the deployment pins (SCORER_MANIFEST_SHA256; see
+    # model_files.manifest_sha256). A file pinned without its manifest is refused at load.
+    expected_manifest_sha256: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ScorerSettings:
@@ -95,6 +98,7 @@ class ScorerSettings:
             deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
             image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
             expected_sha256=_sha256("SCORER_MODEL_SHA256", env.get("SCORER_MODEL_SHA256")),
+            expected_manifest_sha256=_sha256("SCORER_MANIFEST_SHA256", env.get("SCORER_MANIFEST_SHA256")),
             ignored_options=tuple(ignored),
         )
 

@@ -115,12 +115,24 @@ def test_the_secrets_are_readable_by_the_functions_only(template):
         assert "GatewayFunctionRole" in allowed
 
 
-def test_the_models_are_network_isolated_and_pin_the_model_sha(template):
+def test_the_models_are_network_isolated_and_pin_the_model_and_its_manifest(template):
     for name in ("CpuModel", "GpuModel"):
         model = template["Resources"][name]["Properties"]
         assert model["EnableNetworkIsolation"] is True
-        assert model["PrimaryContainer"]["Environment"]["SCORER_MODEL_SHA256"] == {"Ref": "ModelSha256"}
-    assert template["Parameters"]["ModelSha256"]["AllowedPattern"] == "^$|^[0-9a-f]{64}$"
+        env = model["PrimaryContainer"]["Environment"]
+        assert env["SCORER_MODEL_SHA256"] == {"Ref": "ModelSha256"}
+        assert env["SCORER_MANIFEST_SHA256"] == {"Ref": "ModelManifestSha256"}
+    for parameter in ("ModelSha256", "ModelManifestSha256"):
+        assert template["Parameters"][parameter]["AllowedPattern"] == "^$|^[0-9a-f]{64}$"
+
+
+def test_every_endpoint_requires_both_pins_together(template):
+    # A stack that pins the file but not its manifest would leave the model's defenses
+    # (quarantine, framing) to whoever can write the artifact: the rules refuse it.
+    for rule in ("ImagesForEndpoints", "GpuImage"):
+        asserted = [json.dumps(a["Assert"]) for a in template["Rules"][rule]["Assertions"]]
+        for parameter in ("ModelSha256", "ModelManifestSha256"):
+            assert json.dumps({"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]}) in asserted, (rule, parameter)
 
 
 def test_bearer_routes_are_throttled_per_tenant_by_usage_plans(template):

@@ -5,7 +5,17 @@ import tarfile
 import pytest
 
 from scorer_container.errors import ModelFileError
-from scorer_container.model_files import ModelManifest, locate_model, pack_model, verify_model, write_manifest
+from scorer_container.model_files import (
+    MANIFEST_NAME,
+    ModelManifest,
+    artifact_pins,
+    locate_model,
+    manifest_sha256,
+    model_pins,
+    pack_model,
+    verify_model,
+    write_manifest,
+)
 
 
 @pytest.fixture
@@ -118,17 +128,21 @@ def test_a_rewritten_artifact_with_a_matching_manifest_is_refused_by_the_pinned_
                                         sha256=hashlib.sha256(model.read_bytes()).hexdigest(), source="test", revision="1",
                                         quantization="Q4_0", readout="likelihood"))
     assert verify_model(model).name == "tiny"  # it matches its (rewritten) manifest
+    manifest_pin = manifest_sha256(json.loads((model.parent / MANIFEST_NAME).read_text()))
     with pytest.raises(ModelFileError, match="pinned"):
-        verify_model(model, pinned)
-    assert verify_model(model, hashlib.sha256(model.read_bytes()).hexdigest().upper()).name == "tiny"
+        verify_model(model, pinned, manifest_pin)
+    assert verify_model(model, hashlib.sha256(model.read_bytes()).hexdigest().upper(), manifest_pin.upper()).name == "tiny"
 
 
-def test_the_pinned_sha_setting_is_64_hex_digits():
+def test_the_pinned_sha_settings_are_64_hex_digits():
     from scorer_container.settings import ScorerSettings
 
-    assert ScorerSettings.from_env({"SCORER_MODEL_SHA256": "AB" * 32}).expected_sha256 == "ab" * 32
-    with pytest.raises(ValueError, match="64 hex"):
-        ScorerSettings.from_env({"SCORER_MODEL_SHA256": "abc"})
+    settings = ScorerSettings.from_env({"SCORER_MODEL_SHA256": "AB" * 32, "SCORER_MANIFEST_SHA256": "CD" * 32})
+    assert (settings.expected_sha256, settings.expected_manifest_sha256) == ("ab" * 32, "cd" * 32)
+    assert ScorerSettings.from_env({}).expected_manifest_sha256 is None
+    for name in ("SCORER_MODEL_SHA256", "SCORER_MANIFEST_SHA256"):
+        with pytest.raises(ValueError, match=f"{name} must be 64 hex"):
+            ScorerSettings.from_env({name: "abc"})
 
 
 def test_the_manifest_carries_ordering_averaging_and_fitted_temperatures(model):
@@ -195,3 +209,128 @@ def test_the_manifest_knows_every_framing_the_contract_has():
     from systemone.models import Framing
 
     assert MANIFEST_FRAMINGS == FRAMINGS == get_args(Framing) == tuple(PROMPT_VERSIONS)
+
+
+# -- the manifest's pin -------------------------------------------------------------------
+
+def _manifest(model) -> dict:
+    return json.loads((model.parent / MANIFEST_NAME).read_text())
+
+
+def _pins(model) -> tuple[str, str]:
+    return hashlib.sha256(model.read_bytes()).hexdigest(), manifest_sha256(_manifest(model))
+
+
+def test_the_manifest_pin_is_the_sha256_of_its_canonical_json(model):
+    # Given the manifest as written
+    document = _manifest(model)
+    # When it is pinned
+    pin = manifest_sha256(document)
+    # Then the pin is the sha256 of the document with sorted keys and no whitespace, as UTF-8
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert pin == hashlib.sha256(canonical.encode()).hexdigest()
+    assert ModelManifest.from_json(document, model).canonical_sha256() == pin
+
+
+def test_the_manifest_pin_is_stable_across_key_order_and_layout(model):
+    # Given the same manifest written in reverse key order, indented otherwise, with escapes
+    document = _manifest(model)
+    document["description"] = "modèle \u2014 tiny"
+    pin = manifest_sha256(document)
+    reordered = dict(reversed(list(document.items())))
+    (model.parent / MANIFEST_NAME).write_text(json.dumps(reordered, indent=7, ensure_ascii=True))
+    # When it is read back and pinned
+    # Then the pin is the same, and the pinned model still verifies
+    assert manifest_sha256(_manifest(model)) == pin
+    assert verify_model(model, hashlib.sha256(model.read_bytes()).hexdigest(), pin).name == "tiny"
+
+
+def test_any_changed_value_changes_the_manifest_pin(model):
+    document = _manifest(model)
+    pin = manifest_sha256(document)
+    for change in ({"quarantine": True}, {"temperatures": {"letters": 1.5}}, {"by_type": {"noul": {"prior": False}}},
+                   {"an_unknown_key": 1}):
+        assert manifest_sha256({**document, **change}) != pin, change
+    assert manifest_sha256({**document, "size": 104.0}) != pin  # 104.0 is not 104: the pin fails closed
+
+
+def test_a_tampered_manifest_with_the_pinned_hash_is_refused(model):
+    # Given a deployment that pinned the model with quarantine on
+    document = {**_manifest(model), "quarantine": True, "framing": "spotlight"}
+    (model.parent / MANIFEST_NAME).write_text(json.dumps(document))
+    sha, pin = _pins(model)
+    assert verify_model(model, sha, pin).quarantine is True  # the untampered one loads
+    # When whoever can write the artifact switches quarantine off (the file is untouched)
+    (model.parent / MANIFEST_NAME).write_text(json.dumps({**document, "quarantine": False}))
+    # Then the model is refused, and the reason names the manifest's pin
+    with pytest.raises(ModelFileError, match="pinned manifest hash"):
+        verify_model(model, sha, pin)
+    with pytest.raises(ModelFileError, match="pinned manifest hash"):
+        verify_model(model, None, pin)  # the manifest's pin alone is enough
+
+
+def test_the_manifest_pin_is_checked_before_the_manifest_is_read(model):
+    # A manifest that is not even valid is refused for its pin, not interpreted.
+    sha, pin = _pins(model)
+    (model.parent / MANIFEST_NAME).write_text(json.dumps({"name": "tiny"}))
+    with pytest.raises(ModelFileError, match="pinned manifest hash"):
+        verify_model(model, sha, pin)
+
+
+def test_a_pinned_model_file_with_an_unpinned_manifest_is_refused(model):
+    # Pinning only the file would leave the defenses to whoever writes the artifact.
+    sha, _ = _pins(model)
+    with pytest.raises(ModelFileError, match="not its manifest"):
+        verify_model(model, sha)
+
+
+def test_the_manifest_pin_alone_also_pins_the_model_file(model):
+    # The pinned manifest names the file's sha256: a rewritten file is refused.
+    _, pin = _pins(model)
+    model.write_bytes(b"GGUF" + bytes([7]) * 100)
+    with pytest.raises(ModelFileError, match="differs from the manifest"):
+        verify_model(model, None, pin)
+
+
+def test_a_manifest_with_nan_cannot_be_pinned(model):
+    with pytest.raises(ModelFileError, match="NaN"):
+        manifest_sha256({**_manifest(model), "size": float("nan")})
+
+
+def test_pack_puts_the_verified_manifest_first_and_its_pins_are_read_from_the_artifact(model, tmp_path):
+    # Given a model packed for SageMaker
+    out = pack_model(model, tmp_path / "model.tar.gz")
+    # When its pins are read from the artifact
+    pins = artifact_pins(out)
+    # Then they are the model's own, and what the container will verify against
+    assert (pins.sha256, pins.manifest_sha256) == _pins(model) == (model_pins(model).sha256, model_pins(model).manifest_sha256)
+    assert pins.parameter_overrides() == f"ModelSha256={pins.sha256} ModelManifestSha256={pins.manifest_sha256}"
+    with tarfile.open(out) as tar:
+        assert tar.getnames() == [MANIFEST_NAME, "tiny.gguf"]
+        unpacked = tmp_path / "unpacked"
+        tar.extractall(unpacked, filter="data")
+    assert verify_model(unpacked / "tiny.gguf", pins.sha256, pins.manifest_sha256).name == "tiny"
+
+
+def test_artifact_pins_of_something_else_is_a_model_file_error(tmp_path):
+    (tmp_path / "model.tar.gz").write_bytes(b"not a tarball")
+    with pytest.raises(ModelFileError, match="readable"):
+        artifact_pins(tmp_path / "model.tar.gz")
+    with tarfile.open(tmp_path / "empty.tar.gz", "w:gz"):
+        pass
+    with pytest.raises(ModelFileError, match="holds no"):
+        artifact_pins(tmp_path / "empty.tar.gz")
+
+
+def test_the_command_line_prints_both_pins_and_checks_them(model, tmp_path, capsys):
+    from scorer_container.__main__ import main
+
+    sha, pin = _pins(model)
+    assert main(["pack", str(model), "--output", str(tmp_path / "model.tar.gz")]) == 0
+    printed = capsys.readouterr().out
+    assert f"ModelSha256={sha} ModelManifestSha256={pin}" in printed
+    assert main(["verify", str(model), "--sha256", sha, "--manifest-sha256", pin]) == 0
+    assert pin in capsys.readouterr().out
+    (model.parent / MANIFEST_NAME).write_text(json.dumps({**_manifest(model), "quarantine": True}))
+    assert main(["verify", str(model), "--sha256", sha, "--manifest-sha256", pin]) == 2
+    assert "pinned manifest hash" in capsys.readouterr().err
