@@ -39,12 +39,19 @@ from gateway import authorizer as authorizers
 from gateway import handler
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS
 from gateway.auth.store import DEFAULT_LIMITS
+from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
 
 log = logging.getLogger("gateway.local")
 HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
 
-MAX_REQUEST_BYTES = 10 * 1024 * 1024
-LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
+MAX_REQUEST_BYTES = API_GATEWAY_MAX_REQUEST_BYTES
+# API Gateway's answer to a request over its 10 MB, and to one whose event Lambda refuses
+# (over 6 MB): its default REQUEST_TOO_LARGE response, which a REST API cannot customise
+# ("Customizing the default gateway response for 413 REQUEST_TOO_LARGE isn't currently
+# supported", API Gateway important notes), so template.yaml's body for it never reaches
+# a caller. Status, header and body as a deployed REST API sent them for an event Lambda
+# refused (github.com/koki-develop/lgtm-generator/issues/10).
+REQUEST_TOO_LONG = (413, "Request Too Long", "BadRequestException")
 # What the deployed API answers when a tenant (or the refused callers' shared key) is
 # over its usage plan: its THROTTLED gateway response (template.yaml).
 THROTTLED_BODY = {
@@ -250,7 +257,7 @@ class LocalApiGateway:
 
     def handle(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> HttpReply:
         if len(body) > MAX_REQUEST_BYTES:
-            return _api_gateway_error(413, "Request Too Long")
+            return _api_gateway_error(*REQUEST_TOO_LONG)
         iam_principal = next((v for k, v in headers if k.lower() == LOCAL_IAM_HEADER), None)
         event = proxy_event(method, target, [(k, v) for k, v in headers if k.lower() != LOCAL_IAM_HEADER], body, source_ip)
         if iam_principal:
@@ -276,10 +283,10 @@ class LocalApiGateway:
                 return 429, [("Content-Type", "application/json"), ("Retry-After", str(max(1, math.ceil(wait))))], \
                     json.dumps(THROTTLED_BODY).encode()
         if len(json.dumps(event)) > LAMBDA_INVOKE_PAYLOAD_BYTES:
-            # Lambda refuses the invocation (RequestEntityTooLargeException); what API
-            # Gateway then answers is not measured here: this runner answers 413.
-            return _shaped(413, "invalid_request_error", "api_usage_error", "request_too_large",
-                           "the request is too large for one Lambda invocation (6 MB once base64-encoded)")
+            # Lambda refuses the invocation (RequestEntityTooLargeException) and API Gateway
+            # answers for it. Measured with json.dumps' spaced separators, a little more than
+            # the event's compact JSON: what passes here passes in AWS.
+            return _api_gateway_error(*REQUEST_TOO_LONG)
         try:
             result = self.function.invoke(event, INTEGRATION_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
@@ -426,7 +433,7 @@ def make_server(host: str, port: int, gateway: LocalApiGateway | None = None) ->
         def _serve(self) -> None:
             length = self.headers.get("Content-Length")
             if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
-                status, headers, data = _api_gateway_error(413, "Request Too Long")
+                status, headers, data = _api_gateway_error(*REQUEST_TOO_LONG)
                 self.close_connection = True
             else:
                 body = self.rfile.read(int(length)) if length else b""

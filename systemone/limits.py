@@ -5,3 +5,19 @@ MAX_CHOICES = 255
 MAX_LEVELS = 10
 MAX_JSON_DEPTH = 64  # arrays and objects: a structured state is a record, not a tree of a million levels
 MAX_INT_DIGITS = 100
+
+# What AWS carries in front of the gateway; the gateway's own body limit
+# (gateway.settings.MAX_BODY_BYTES) must stay below the last figure, so that its clear 413
+# is the answer a caller gets, not AWS's.
+# - API Gateway (REST) takes a request payload of at most 10 MB (REST API quotas,
+#   "Payload size", not adjustable).
+# - Lambda takes a synchronous invocation of at most 6 MB: the whole proxy event as JSON,
+#   headers, request context and authorizer context included ("Request must be smaller
+#   than 6291456 bytes for the InvokeFunction operation", RequestEntityTooLargeException).
+# - The event carries the body base64-encoded (binary media type */*): 4 bytes for every 3.
+# So no body over 6,291,456 * 3 / 4 = 4,718,592 bytes can reach the function whatever its
+# headers: the largest body API Gateway and Lambda can carry. (A real event's headers and
+# context lower it further; the gateway's limit leaves 64 KiB of event for them.)
+API_GATEWAY_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
+MAX_CARRIED_BODY_BYTES = LAMBDA_INVOKE_PAYLOAD_BYTES * 3 // 4

@@ -12,8 +12,9 @@ from gateway import authorizer, local
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
+from systemone import limits
 from tests.fakes import ManualClock, UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, event, install, settings_for, tenant_store
+from tests.gateway_helpers import PRINCIPAL, call, call_installed, event, install, settings_for, tenant_store
 
 
 def test_the_largest_accepted_body_fits_a_lambda_invocation_once_base64_encoded():
@@ -40,10 +41,65 @@ def test_no_setting_can_raise_the_body_limit_past_what_fits():
         settings_for(max_body_bytes=MAX_BODY_BYTES + 1)
 
 
-def test_the_local_runner_refuses_an_event_lambda_would_refuse():
-    gateway = LocalApiGateway()
-    status, _, body = gateway.handle("POST", "/health", [], b"a" * (LAMBDA_INVOKE_PAYLOAD_BYTES * 3 // 4 + 1), "127.0.0.1")
-    assert status == 413 and json.loads(body)["detail"]["error_type"] == "api_usage_error"
+def test_the_gateways_limit_is_below_what_api_gateway_and_lambda_can_carry():
+    # AWS's figures, stated once (systemone.limits): the local runner uses them, the settings agree.
+    assert limits.LAMBDA_INVOKE_PAYLOAD_BYTES == LAMBDA_INVOKE_PAYLOAD_BYTES == 6_291_456
+    assert limits.MAX_CARRIED_BODY_BYTES == 4_718_592 and MAX_BODY_BYTES < limits.MAX_CARRIED_BODY_BYTES
+    assert local.MAX_REQUEST_BYTES == limits.API_GATEWAY_MAX_REQUEST_BYTES == 10 * 1024 * 1024
+
+
+class _Invoked:
+    """The installed function behind the local runner, remembering whether it was reached."""
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def invoke(self, ev, timeout_s):
+        self.events += 1
+        return call_installed(ev, None)
+
+
+def _runner() -> tuple[LocalApiGateway, _Invoked]:
+    install(UniformBackend())
+    function = _Invoked()
+    accept = lambda ev, context: {"principalId": "acme", "context": dict(PRINCIPAL)}  # noqa: E731
+    return LocalApiGateway(function, authorizer=accept), function
+
+
+# API Gateway's most headers (10 KiB of them), so the largest accepted body is tried in the fullest event.
+FULL_HEADERS = [("Content-Type", "application/json"), ("Authorization", "Bearer " + "x" * 400)]
+FULL_HEADERS += [(f"X-Filler-{i}", "v" * 90) for i in range(100)]
+DECISION = b'{"model": "jev-latest", "state": "Where is my parcel?", "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}'
+
+
+def test_the_largest_accepted_body_reaches_the_function_through_the_local_runner():
+    # Given a valid request padded with trailing whitespace to exactly the gateway's limit
+    runner, function = _runner()
+    body = DECISION + b" " * (MAX_BODY_BYTES - len(DECISION))
+    # When it goes through API Gateway's steps with the most headers API Gateway takes
+    status, _, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1")
+    # Then the function decides it
+    assert (status, function.events) == (200, 1), reply
+    assert set(json.loads(reply)["answers"]) == {"late"}
+
+
+def test_one_byte_over_the_gateways_limit_is_the_gateways_own_413_through_the_local_runner():
+    runner, function = _runner()
+    body = DECISION + b" " * (MAX_BODY_BYTES + 1 - len(DECISION))
+    status, _, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1")
+    assert (status, function.events) == (413, 1)
+    assert str(MAX_BODY_BYTES) in json.loads(reply)["detail"]["message"]
+
+
+@pytest.mark.parametrize("size", [limits.MAX_CARRIED_BODY_BYTES + 1, limits.API_GATEWAY_MAX_REQUEST_BYTES + 1])
+def test_a_body_api_gateway_cannot_carry_gets_its_own_refusal_from_the_local_runner(size):
+    # Given a body whose event Lambda would refuse (over 6 MB once base64-encoded), or one
+    # over API Gateway's 10 MB: API Gateway answers itself, with its default (uncustomisable) body
+    runner, function = _runner()
+    status, headers, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS[:2], b" " * size, "127.0.0.1")
+    assert status == 413 and function.events == 0
+    assert reply == b'{"message": "Request Too Long"}'
+    assert dict(headers) == {"Content-Type": "application/json", "x-amzn-ErrorType": "BadRequestException"}
 
 
 def Clock() -> ManualClock:
