@@ -21,6 +21,12 @@ records store. A decision is answered only once its record is stored: the write 
 tried `WRITE_ATTEMPTS` times, and if every try fails the request fails with 503
 (`RecordNotStored`, Retry-After), so no caller acts on a decision nobody can audit.
 The log line (marked `stored: false`) still holds what was decided.
+
+A record is one DynamoDB item, whose size AWS caps (`MAX_RECORD_ITEM_BYTES`). Both stores
+hold a record, its outcome included, to that cap before they write, and refuse what
+would pass it with `RecordTooLarge` (413, with the figures): a decision whose record
+would not fit is not answered (retrying cannot help, so it is not retried), an outcome
+that would not fit is not attached, and the record stays as it was.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -48,24 +54,73 @@ from gateway.decisions.model import (
     render_json,
     shown_choice,
 )
-from gateway.errors import RecordNotStored
+from gateway.errors import PayloadTooLarge, RecordNotStored
 
 log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90
 WRITE_ATTEMPTS = 3
 WRITE_BACKOFF_S = 0.05
+# DynamoDB's largest item is 400 KB of 1,024 bytes (409,600), attribute names and values
+# together ("Constraints in Amazon DynamoDB", "DynamoDB item sizes and formats"). A record
+# is held to 400,000 by the figure below, so that no difference in counting (UpdateItem's
+# own overhead; moto counts numbers by their digits and stops at 405,000) can fail a write
+# the check let through. The decision-time estimate (`decisions/budget.py`,
+# MAX_RECORD_BYTES = 300,000) leaves about 100 KB of it for the outcome.
+MAX_RECORD_ITEM_BYTES = 400_000
+# The rest of a record's item, bounded: its attribute names (70 bytes), four numbers (at
+# most 21 bytes each), the catalog list's 3, and what an UpdateItem counts on top (3, and
+# 19 for its SET).
+RECORD_ITEM_FIXED_BYTES = 256
+
+
+class RecordTooLarge(PayloadTooLarge):
+    """A record, with its outcome, larger than one stored item may be (413, with the figures)."""
+
+    error_type = "api_usage_error"
+    openai_code = "request_too_large"
+
+    def __init__(self, size: int | None, *, outcome: bool) -> None:
+        figure = f"{size} bytes" if size is not None else f"more than {MAX_RECORD_ITEM_BYTES} bytes"
+        if outcome:
+            message = (f"with this outcome the decision's record would take {figure}; a record holds at most"
+                       f" {MAX_RECORD_ITEM_BYTES} bytes, its outcome included: send fewer or shorter answers, or a"
+                       " shorter note")
+        else:
+            message = (f"this decision's audit record would take {figure}; a record holds at most"
+                       f" {MAX_RECORD_ITEM_BYTES} bytes: use shorter question names or option keys, or fewer questions")
+        super().__init__(message)
+        self.size = size
+
+
+def record_item_bytes(tenant_id: str, record_id: str, catalogs: Iterable[str], body: str,
+                      outcome: str | None = None) -> int:
+    """What a stored record takes, its outcome included, by DynamoDB's rules (strings by their
+    UTF-8 bytes, a list's elements one byte more each): `body` and `outcome` as the store
+    writes them (JSON text). Both stores hold a record to MAX_RECORD_ITEM_BYTES by this figure."""
+    names = list(catalogs)
+    texts = [tenant_id, record_id, body, outcome or "", *names]
+    return RECORD_ITEM_FIXED_BYTES + len(names) + sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+
+
+def check_record_item(size: int, *, outcome: bool) -> None:
+    """RecordTooLarge when a record of `size` (record_item_bytes) would not fit one item."""
+    if size > MAX_RECORD_ITEM_BYTES:
+        raise RecordTooLarge(size, outcome=outcome)
 
 
 class RecordStore(Protocol):
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
-                   expires_at: float) -> None: ...
+                   expires_at: float) -> None:
+        """Store a new record; RecordTooLarge (nothing written) past MAX_RECORD_ITEM_BYTES."""
+        ...
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
         """The record body with its `outcome` (or None), only if it belongs to the tenant."""
         ...
 
     def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
-        """Attach (or replace) the outcome; False when the tenant has no such record."""
+        """Attach (or replace) the outcome; False when the tenant has no such record;
+        RecordTooLarge (the record unchanged) when the record with it would pass MAX_RECORD_ITEM_BYTES."""
         ...
 
     def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
@@ -219,7 +274,11 @@ class DecisionRecorder:
             questions=[_question_record(answer) for answer in result.answers])
         body = record.stored()
         catalogs = sorted({a.question.binding.name for a in result.answers if a.question.binding is not None})
-        stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
+        try:
+            stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
+        except RecordTooLarge:
+            log.info("decision record", extra={"record": body, "stored": False})
+            raise
         log.info("decision record", extra={"record": body, "stored": stored})
         if not stored:
             self.on_failure()
@@ -231,6 +290,8 @@ class DecisionRecorder:
             try:
                 self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
                 return True
+            except RecordTooLarge:
+                raise  # the same record never fits: the caller's request has to change
             except Exception:
                 log.warning("decision record write failed", exc_info=True,
                             extra={"record_id": record_id, "attempt": attempt + 1})

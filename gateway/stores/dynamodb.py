@@ -10,7 +10,9 @@ Tenants and keys: two tables, each with a string partition key `pk` and sort key
   (`COUNTER` / `<name>`, expired by TTL). Every read of the hot path is a GetItem by key.
 Catalogs: partition `pk` = `<tenant>#<name>`, numeric sort key `version`; the
 `by_tenant` index (`tenant_id`, `name_version`) lists a tenant's entries.
-Records: partition `tenant_id`, sort key `record_id` (time-ordered ids), expired by TTL.
+Records: partition `tenant_id`, sort key `record_id` (time-ordered ids), expired by TTL;
+`item_bytes` is what the record takes before its outcome (`record_item_bytes`), so that
+attaching an outcome is held to the item limit by the write's own condition, with no read.
 Writes that must not overwrite are conditional, so a race never loses a record.
 """
 
@@ -24,6 +26,12 @@ from typing import Any
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.decisions.records import (
+    MAX_RECORD_ITEM_BYTES,
+    RecordTooLarge,
+    check_record_item,
+    record_item_bytes,
+)
 from gateway.stores import Stores
 
 _REVOKED = "REVOKED"
@@ -253,29 +261,59 @@ class DynamoDBStore:
 
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
                    expires_at: float) -> None:
+        text = json.dumps(body)
+        size = record_item_bytes(tenant_id, record_id, catalogs, text)
+        check_record_item(size, outcome=False)
         item = {"tenant_id": tenant_id, "record_id": record_id, "created_at": created_at, "catalogs": catalogs or None,
-                "body": json.dumps(body), "ttl": int(expires_at), "expires_at": expires_at}
-        self.client.put_item(TableName=self.records_table, Item=_item(item),
-                             ConditionExpression="attribute_not_exists(record_id)")
+                "body": text, "ttl": int(expires_at), "expires_at": expires_at, "item_bytes": size}
+        try:
+            self.client.put_item(TableName=self.records_table, Item=_item(item),
+                                 ConditionExpression="attribute_not_exists(record_id)")
+        except self.client.exceptions.ClientError as exc:
+            if _item_too_large(exc):  # DynamoDB counted more than record_item_bytes: still the caller's 413
+                raise RecordTooLarge(None, outcome=False) from exc
+            raise
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
+        item = self._live_record(tenant_id, record_id)
+        return None if item is None else _record(item)
+
+    def _live_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
         reply = self.client.get_item(TableName=self.records_table, Key=_item({"tenant_id": tenant_id, "record_id": record_id}),
                                      ConsistentRead=True)
         if "Item" not in reply:
             return None
         item = _plain(reply["Item"])
-        return _record(item) if item["expires_at"] > time.time() else None  # TTL deletion lags; expiry does not
+        return item if item["expires_at"] > time.time() else None  # TTL deletion lags; expiry does not
 
     def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+        text = json.dumps(outcome)
+        room = MAX_RECORD_ITEM_BYTES - len(text.encode("utf-8", "surrogatepass"))
         try:
             self.client.update_item(
                 TableName=self.records_table, Key=_item({"tenant_id": tenant_id, "record_id": record_id}),
-                UpdateExpression="SET outcome = :o", ConditionExpression="attribute_exists(record_id) AND expires_at > :now",
-                ExpressionAttributeValues={":o": {"S": json.dumps(outcome)}, ":now": _value(time.time())},
+                UpdateExpression="SET outcome = :o",
+                # Records written before item_bytes are held to the limit by DynamoDB itself (below).
+                ConditionExpression="attribute_exists(record_id) AND expires_at > :now"
+                                    " AND (attribute_not_exists(item_bytes) OR item_bytes <= :room)",
+                ExpressionAttributeValues={":o": {"S": text}, ":now": _value(time.time()), ":room": _value(room)},
             )
         except self.client.exceptions.ConditionalCheckFailedException:
-            return False
+            return self._outcome_refused(tenant_id, record_id, text, None)
+        except self.client.exceptions.ClientError as exc:
+            if _item_too_large(exc):
+                return self._outcome_refused(tenant_id, record_id, text, exc)
+            raise
         return True
+
+    def _outcome_refused(self, tenant_id: str, record_id: str, outcome: str, error: Exception | None) -> bool:
+        """Why the outcome was not written: no such live record (False), or the record would pass
+        the item limit with it (RecordTooLarge, with the figure)."""
+        item = self._live_record(tenant_id, record_id)
+        if item is None:
+            return False
+        size = record_item_bytes(tenant_id, record_id, item.get("catalogs") or [], item["body"], outcome)
+        raise RecordTooLarge(size if size > MAX_RECORD_ITEM_BYTES else None, outcome=True) from error
 
     def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[dict[str, Any]]:
@@ -346,6 +384,12 @@ def _tuple_or_none(values: list[str] | None) -> tuple[str, ...] | None:
 def _catalog_version(item: dict[str, Any]) -> CatalogVersion:
     return CatalogVersion(item["tenant_id"], item["name"], int(item["version"]), item["content_hash"], item["content"],
                           item["created_at"])
+
+
+def _item_too_large(exc: Exception) -> bool:
+    """DynamoDB's refusal of an item over its size limit, as PutItem and UpdateItem word it."""
+    error = getattr(exc, "response", {}).get("Error", {})
+    return error.get("Code") == "ValidationException" and "Item size" in str(error.get("Message", ""))
 
 
 def _record(item: dict[str, Any]) -> dict[str, Any]:

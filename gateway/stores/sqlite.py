@@ -16,6 +16,7 @@ from typing import Any
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.decisions.records import check_record_item, record_item_bytes
 from gateway.stores import Stores
 
 _SCHEMA = """
@@ -257,10 +258,12 @@ class SQLiteStore:
 
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
                    expires_at: float) -> None:
+        text = json.dumps(body)
+        check_record_item(record_item_bytes(tenant_id, record_id, catalogs, text), outcome=False)
         with self._connect() as db:
             db.execute("INSERT INTO records (tenant_id, record_id, created_at, catalogs, body, expires_at)"
                        " VALUES (?, ?, ?, ?, ?, ?)",
-                       (tenant_id, record_id, created_at, " ".join(catalogs), json.dumps(body), expires_at))
+                       (tenant_id, record_id, created_at, " ".join(catalogs), text, expires_at))
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
         row = self._connect().execute("SELECT * FROM records WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
@@ -268,9 +271,17 @@ class SQLiteStore:
         return None if row is None else _record(row)
 
     def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+        text = json.dumps(outcome)
         with self._connect() as db:
+            # The body and catalogs never change once written: the figure holds until the update.
+            row = db.execute("SELECT body, catalogs FROM records WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
+                             (tenant_id, record_id, time.time())).fetchone()
+            if row is None:
+                return False
+            check_record_item(record_item_bytes(tenant_id, record_id, row["catalogs"].split(), row["body"], text),
+                              outcome=True)
             cursor = db.execute("UPDATE records SET outcome = ? WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
-                                (json.dumps(outcome), tenant_id, record_id, time.time()))
+                                (text, tenant_id, record_id, time.time()))
         return cursor.rowcount == 1
 
     def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,

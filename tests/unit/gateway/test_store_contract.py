@@ -153,3 +153,49 @@ def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(stor
     assert store.set_outcome("acme", "r1", {"expected": {"q": "billing"}})
     assert not store.set_outcome("globex", "r1", {"expected": {}}) and not store.set_outcome("acme", "nope", {})
     assert store.get_record("acme", "r1")["outcome"] == {"expected": {"q": "billing"}}
+
+
+def _outcome_of(size: int, body: dict, catalogs: list[str], record_id: str = "big") -> dict:
+    """An outcome that makes the record take exactly `size` bytes (record_item_bytes)."""
+    import json
+
+    from gateway.decisions.records import record_item_bytes
+
+    base = record_item_bytes("acme", record_id, catalogs, json.dumps(body), json.dumps({"note": ""}))
+    return {"note": "n" * (size - base)}
+
+
+def test_a_record_with_its_outcome_is_held_to_one_dynamodb_item(store):
+    import time as clock
+
+    from gateway.decisions.records import MAX_RECORD_ITEM_BYTES, RecordTooLarge
+
+    # Given a record of 300 KB, the most a decision's estimate lets through, with an outcome attached
+    far = clock.time() + 3600
+    body = {"id": "big", "questions": [{"name": "q" * 700, "kind": "noul"} for _ in range(400)]}
+    store.put_record("acme", "big", 1.0, ["routing"], body, far)
+    assert store.set_outcome("acme", "big", {"answers": {"first": True}})
+    # When an outcome would take the record one byte past the item limit, it is refused with
+    # the figures, and the record keeps the outcome it had
+    with pytest.raises(RecordTooLarge) as refused:
+        store.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
+    assert refused.value.status == 413 and refused.value.size == MAX_RECORD_ITEM_BYTES + 1
+    assert f"{MAX_RECORD_ITEM_BYTES + 1} bytes" in refused.value.message and str(MAX_RECORD_ITEM_BYTES) in refused.value.message
+    assert store.get_record("acme", "big")["outcome"] == {"answers": {"first": True}}
+    # Then one that fits exactly is attached
+    assert store.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES, body, ["routing"]))
+    assert len(store.get_record("acme", "big")["outcome"]["note"]) > 90_000
+    # And a missing record is still just missing, however large the outcome
+    assert not store.set_outcome("acme", "nope", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
+
+
+def test_a_record_too_large_for_one_item_is_refused_and_not_written(store):
+    import time as clock
+
+    from gateway.decisions.records import RecordTooLarge
+
+    body = {"id": "huge", "questions": [{"name": "q" * 1100, "kind": "noul"} for _ in range(400)]}
+    with pytest.raises(RecordTooLarge) as refused:
+        store.put_record("acme", "huge", 1.0, [], body, clock.time() + 3600)
+    assert refused.value.status == 413 and refused.value.size > 400 * 1024
+    assert store.get_record("acme", "huge") is None and store.list_records("acme") == []
