@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -103,6 +104,212 @@ def test_every_role_is_least_privilege(template):
     # ECR pull rights name the scorer's repositories, never repository/*.
     pull = [s for s in roles["ScorerExecutionRole"] if "ecr:BatchGetImage" in as_list(s["Action"])]
     assert len(pull) == 1 and "repository/*" not in json.dumps(pull[0]["Resource"])
+
+
+# -- a small policy evaluator, enough for the conditions this template uses -----------------
+#
+# A request is a dict: "action", and the context keys it carries (a missing key is absent
+# from the request context). Values of multivalued keys are lists. Conditions are read as
+# AWS documents them: every operator of a statement must hold; a ForAllValues operator holds
+# when every value of the key matches (and so when the key is absent); StringNotEquals
+# holds when the key is absent; StringEquals does not.
+
+def resolve(value, conditions: dict[str, bool]):
+    """The template value for one set of conditions: Fn::If taken, AWS::NoValue dropped,
+    references kept as readable names ("Ref:X", "X.Arn")."""
+    if isinstance(value, dict):
+        if "Fn::If" in value:
+            name, yes, no = value["Fn::If"]
+            return resolve(yes if conditions[name] else no, conditions)
+        if value == {"Ref": "AWS::NoValue"}:
+            return None
+        if set(value) == {"Ref"}:
+            return f"Ref:{value['Ref']}"
+        if set(value) == {"Fn::GetAtt"}:
+            return ".".join(value["Fn::GetAtt"])
+        return {k: v for k, v in ((k, resolve(v, conditions)) for k, v in value.items()) if v is not None}
+    if isinstance(value, list):
+        return [v for v in (resolve(v, conditions) for v in value) if v is not None]
+    return value
+
+
+def _holds(operator: str, wanted, found) -> bool:
+    wanted = as_list(wanted)
+    absent = found is None
+    values = as_list(found) if not absent else []
+    base = operator.split(":")[-1]
+    if_exists = base.endswith("IfExists")
+    base = base.removesuffix("IfExists")
+    match = {"StringEquals": lambda v: v in wanted, "StringNotEquals": lambda v: v not in wanted,
+             "StringLike": lambda v: any(fnmatch.fnmatchcase(v, w) for w in wanted),
+             "StringNotLike": lambda v: not any(fnmatch.fnmatchcase(v, w) for w in wanted)}[base]
+    if operator.startswith("ForAllValues:"):
+        return all(match(v) for v in values)
+    if absent:
+        return if_exists or base in ("StringNotEquals", "StringNotLike")
+    return all(match(v) for v in values)
+
+
+def applies(statement: dict, request: dict) -> bool:
+    actions = as_list(statement.get("Action", []))
+    if not any(fnmatch.fnmatchcase(request["action"], a) for a in actions):
+        return False
+    return all(_holds(operator, wanted, request.get(key))
+               for operator, keys in (statement.get("Condition") or {}).items() for key, wanted in keys.items())
+
+
+def allowed_by(granted: list[dict], request: dict) -> bool:
+    return any(s["Effect"] == "Allow" and applies(s, request) for s in granted)
+
+
+def denied_by(policy: list[dict], request: dict) -> bool:
+    return any(s["Effect"] == "Deny" and applies(s, request) for s in policy)
+
+
+def test_the_evaluator_reads_conditions_as_aws_documents_them():
+    deny = {"Effect": "Deny", "Action": "x:Put", "Condition": {
+        "StringNotEquals": {"aws:PrincipalArn": ["me"]},
+        "ForAllValues:StringNotEquals": {"aws:CalledVia": ["cloudformation.amazonaws.com"]}}}
+    assert denied_by([deny], {"action": "x:Put", "aws:PrincipalArn": "you"})
+    assert not denied_by([deny], {"action": "x:Put", "aws:PrincipalArn": "me"})
+    assert not denied_by([deny], {"action": "x:Put", "aws:PrincipalArn": "you",
+                                  "aws:CalledVia": ["cloudformation.amazonaws.com"]})
+    assert denied_by([deny], {"action": "x:Put", "aws:PrincipalArn": "you", "aws:CalledVia": ["athena.amazonaws.com"]})
+    assert not denied_by([deny], {"action": "x:Get", "aws:PrincipalArn": "you"})
+    allow = {"Effect": "Allow", "Action": "x:Put", "Condition": {"StringEquals": {"k": ["a"]}}}
+    assert allowed_by([allow], {"action": "x:Put", "k": "a"}) and not allowed_by([allow], {"action": "x:Put"})
+
+
+# -- the keys table: which function may write what --------------------------------------------
+
+class RecordingClient:
+    """A DynamoDB client that records the requests the store makes and answers nothing."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict]] = []
+
+    def __getattr__(self, operation: str):
+        def call(**kwargs):
+            self.requests.append((operation, kwargs))
+            return {}
+        return call
+
+
+_KEYWORDS = {"SET", "ADD", "REMOVE", "DELETE", "AND", "OR", "NOT", "BETWEEN", "IN", "attribute_exists",
+             "attribute_not_exists", "attribute_type", "if_not_exists", "size", "begins_with", "contains",
+             "list_append"}
+
+
+def dynamodb_request(operation: str, kwargs: dict) -> dict:
+    """The request context IAM sees for one DynamoDB call: its action, the partition key
+    (dynamodb:LeadingKeys), the attribute names it names (dynamodb:Attributes: the key, the
+    item, the expressions) and ReturnValues."""
+    names = dict(kwargs.get("ExpressionAttributeNames", {}))
+    attributes = set(kwargs.get("Key", {})) | set(kwargs.get("Item", {}))
+    for expression in ("UpdateExpression", "ConditionExpression", "ProjectionExpression"):
+        for token in re.findall(r"[#A-Za-z_][A-Za-z0-9_]*", re.sub(r":[A-Za-z0-9_]+", " ", kwargs.get(expression, ""))):
+            if token not in _KEYWORDS:
+                attributes.add(names.get(token, token))
+    key = kwargs.get("Key") or kwargs.get("Item")
+    action = "dynamodb:" + "".join(part.capitalize() for part in operation.split("_"))
+    request = {"action": action, "dynamodb:LeadingKeys": [key["pk"]["S"]], "dynamodb:Attributes": sorted(attributes)}
+    if action in ("dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem"):
+        request["dynamodb:ReturnValues"] = kwargs.get("ReturnValues", "NONE")
+    return request
+
+
+def keys_table_grants(template: dict, function: str) -> list[dict]:
+    policies = template["Resources"][function]["Properties"]["Policies"]
+    return [s for s in statements(policies) if "KeysTable" in json.dumps(s["Resource"])]
+
+
+def store_writes(call) -> list[dict]:
+    """The requests one store method sends to DynamoDB, as IAM sees them."""
+    from gateway.stores.dynamodb import DynamoDBStore
+
+    client = RecordingClient()
+    call(DynamoDBStore("tenants", "keys", client))
+    return [dynamodb_request(operation, kwargs) for operation, kwargs in client.requests]
+
+
+TOUCH = [lambda store: store.touch_api_key("0123456789abcdef", 1.7e9)]
+GATEWAY_WRITES = [
+    *TOUCH,
+    lambda store: store.revoke_token("t0k3n", "acme", 1.7e9),
+    lambda store: store.set_not_before("tenant:acme", 1.7e9),
+    lambda store: store.count_within("mints:acme:1", 600, 1.7e9),
+]
+READS = [lambda store: store.get_api_key("0123456789abcdef"), lambda store: store.token_revoked("acme", "t0k3n", 1.7e9),
+         lambda store: store.not_before("tenant:acme")]
+
+
+def forged(action: str, pk: str, *attributes: str, returns: str = "NONE") -> dict:
+    request = {"action": f"dynamodb:{action}", "dynamodb:LeadingKeys": [pk], "dynamodb:Attributes": ["pk", "sk", *attributes]}
+    if action != "GetItem":
+        request["dynamodb:ReturnValues"] = returns
+    return request
+
+
+# What a compromised function would try: mint a key, widen or un-revoke one, drop or
+# expire a revocation, read a key's other attributes back through an update.
+ATTACKS = {
+    "mint a key": forged("PutItem", "KEY#0123456789abcdef", "key_id", "tenant_id", "key_hash", "scopes"),
+    "mint a key by update": forged("UpdateItem", "KEY#0123456789abcdef", "tenant_id", "key_hash", "scopes"),
+    "un-revoke a key": forged("UpdateItem", "KEY#0123456789abcdef", "revoked_at"),
+    "extend a key": forged("UpdateItem", "KEY#0123456789abcdef", "expires_at"),
+    "widen a key": forged("UpdateItem", "KEY#0123456789abcdef", "scopes"),
+    "read a key back": forged("UpdateItem", "KEY#0123456789abcdef", "last_used_at", returns="ALL_OLD"),
+    "delete a key": forged("DeleteItem", "KEY#0123456789abcdef"),
+    "delete a revocation": forged("DeleteItem", "REVOKED"),
+    "edit a revocation": forged("UpdateItem", "REVOKED", "expires_at"),
+    "add to a revocation": forged("PutItem", "REVOKED", "tenant_id", "expires_at", "ttl", "created_at", "key_hash"),
+    "delete a not-before": forged("DeleteItem", "NOTBEFORE"),
+    "expire a not-before by TTL": forged("PutItem", "NOTBEFORE", "at", "ttl"),
+    "edit a not-before": forged("UpdateItem", "NOTBEFORE", "at"),
+    "write another item kind": forged("PutItem", "TENANT#acme", "limits"),
+    "batch write": {**forged("BatchWriteItem", "KEY#0123456789abcdef", "key_hash"), "action": "dynamodb:BatchWriteItem"},
+}
+
+
+def test_every_keys_table_write_the_gateway_function_makes_is_allowed_and_no_attack_is(template):
+    # Given the gateway function's grants on the keys table
+    granted = keys_table_grants(template, "GatewayFunction")
+    # When its code writes (a key's last use, a revocation, a "not before", a counter) and reads
+    # Then each request is allowed
+    for call in GATEWAY_WRITES + READS:
+        for request in store_writes(call):
+            assert allowed_by(granted, request), request
+    # And none of what a compromised function would try is
+    for attack, request in ATTACKS.items():
+        assert not allowed_by(granted, request), attack
+
+
+def test_the_authorizer_writes_a_keys_last_use_and_nothing_else(template):
+    granted = keys_table_grants(template, "AuthorizerFunction")
+    for call in TOUCH + READS:
+        for request in store_writes(call):
+            assert allowed_by(granted, request), request
+    # No revocation, "not before" or counter write: it never makes them.
+    for call in GATEWAY_WRITES[1:]:
+        for request in store_writes(call):
+            assert not allowed_by(granted, request), request
+    for attack, request in ATTACKS.items():
+        assert not allowed_by(granted, request), attack
+
+
+def test_no_function_may_put_or_delete_a_key_item(template):
+    for function in ("GatewayFunction", "AuthorizerFunction"):
+        for statement in keys_table_grants(template, function):
+            actions = set(as_list(statement["Action"]))
+            assert not actions & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
+            leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            if "dynamodb:PutItem" in actions:
+                assert not any(k.startswith("KEY") for k in leading), (function, statement)
+            if "dynamodb:UpdateItem" in actions and any(k.startswith("KEY") for k in leading):
+                assert leading == ["KEY#*"], (function, statement)  # never with another kind's looser grant
+                condition = statement["Condition"]
+                assert condition["ForAllValues:StringEquals"]["dynamodb:Attributes"] == ["pk", "sk", "last_used_at"]
+                assert set(condition["StringEquals"]["dynamodb:ReturnValues"]) <= {"NONE", "UPDATED_OLD", "UPDATED_NEW"}
 
 
 def test_the_secrets_are_readable_by_the_functions_only(template):
@@ -228,3 +435,4 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
                                  "POWERTOOLS_METRICS_DISABLED": "true"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "200"
+
