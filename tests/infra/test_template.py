@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -312,14 +313,81 @@ def test_no_function_may_put_or_delete_a_key_item(template):
                 assert set(condition["StringEquals"]["dynamodb:ReturnValues"]) <= {"NONE", "UPDATED_OLD", "UPDATED_NEW"}
 
 
-def test_the_secrets_are_readable_by_the_functions_only(template):
-    policies = resources(template, "AWS::SecretsManager::ResourcePolicy")
-    assert {p["Properties"]["SecretId"]["Ref"] for p in policies.values()} == {"SigningSecret", "RecordHashSecret"}
-    for policy in policies.values():
-        [deny] = policy["Properties"]["ResourcePolicy"]["Statement"]
-        assert deny["Effect"] == "Deny" and deny["Action"] == "secretsmanager:GetSecretValue"
-        allowed = json.dumps(deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"])
-        assert "GatewayFunctionRole" in allowed
+# -- the secrets' resource policies -------------------------------------------------------------
+
+ROLES = {"gateway": "GatewayFunctionRole.Arn", "authorizer": "AuthorizerFunctionRole.Arn",
+         "rotation": "RotationFunctionRole.Arn", "operator": "Ref:OperatorRoleArn",
+         "deployer": "Ref:DeploymentRoleArn", "stranger": "arn:aws:iam::123456789012:role/admin"}
+VALUE_WRITES = ["secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage", "secretsmanager:RotateSecret"]
+# Every Secrets Manager action that changes an existing secret (the service authorization
+# reference's Write, Permissions management and Tagging actions, less CreateSecret).
+CHANGES = ["secretsmanager:UpdateSecret", "secretsmanager:DeleteSecret", "secretsmanager:RestoreSecret",
+           "secretsmanager:CancelRotateSecret", "secretsmanager:PutResourcePolicy", "secretsmanager:DeleteResourcePolicy",
+           "secretsmanager:TagResource", "secretsmanager:UntagResource", "secretsmanager:ReplicateSecretToRegions",
+           "secretsmanager:RemoveRegionsFromReplication", "secretsmanager:StopReplicationToReplica"]
+VIA_CLOUDFORMATION = ["cloudformation.amazonaws.com"]
+
+
+def secret_policy(template: dict, secret: str, conditions: dict[str, bool]) -> list[dict]:
+    [policy] = [p for p in resources(template, "AWS::SecretsManager::ResourcePolicy").values()
+                if p["Properties"]["SecretId"] == {"Ref": secret}]
+    assert policy["Properties"]["BlockPublicPolicy"] is True
+    return resolve(policy["Properties"]["ResourcePolicy"]["Statement"], conditions)
+
+
+def refused(policy: list[dict], who: str, action: str, via: list[str] | None = None) -> bool:
+    request = {"action": action, "aws:PrincipalArn": ROLES[who]}
+    if via:
+        request["aws:CalledVia"] = via
+    return denied_by(policy, request)
+
+
+@pytest.mark.parametrize(("operator", "deployer"), list(itertools.product([True, False], repeat=2)))
+def test_only_the_functions_read_the_signing_secret_and_only_rotation_writes_it(template, operator, deployer):
+    conditions = {"HasOperator": operator, "HasDeploymentRole": deployer,
+                  "HasOperatorOrDeploymentRole": operator or deployer}
+    policy = secret_policy(template, "SigningSecret", conditions)
+    # Reads: the three functions (and the operator role, when named)
+    for who in ("gateway", "authorizer", "rotation"):
+        assert not refused(policy, who, "secretsmanager:GetSecretValue"), who
+    assert refused(policy, "stranger", "secretsmanager:GetSecretValue")
+    assert refused(policy, "operator", "secretsmanager:GetSecretValue") is not operator
+    # New values: the rotation function (and the operator role), never the other functions
+    for action in VALUE_WRITES:
+        assert not refused(policy, "rotation", action)
+        for who in ("gateway", "authorizer", "stranger"):
+            assert refused(policy, who, action), (who, action)
+        assert refused(policy, "operator", action) is not operator
+        assert refused(policy, "deployer", action) is not deployer
+    # The secret itself (its value through UpdateSecret, its policy, its life): the stack only
+    for action in CHANGES:
+        for who in ("gateway", "authorizer", "rotation", "operator", "stranger"):
+            assert refused(policy, who, action), (who, action)
+        assert refused(policy, "deployer", action) is not deployer
+    # CloudFormation acting with the deployer's credentials may update and delete the stack
+    for action in VALUE_WRITES + CHANGES:
+        assert not refused(policy, "stranger", action, VIA_CLOUDFORMATION), action
+        assert refused(policy, "stranger", action, ["athena.amazonaws.com"]), action
+
+
+@pytest.mark.parametrize(("operator", "deployer"), list(itertools.product([True, False], repeat=2)))
+def test_only_the_gateway_function_reads_the_record_hash_secret_and_only_the_operator_writes_it(template, operator,
+                                                                                                deployer):
+    conditions = {"HasOperator": operator, "HasDeploymentRole": deployer,
+                  "HasOperatorOrDeploymentRole": operator or deployer}
+    policy = secret_policy(template, "RecordHashSecret", conditions)
+    assert not refused(policy, "gateway", "secretsmanager:GetSecretValue")
+    for who in ("authorizer", "rotation", "stranger"):
+        assert refused(policy, who, "secretsmanager:GetSecretValue"), who
+    for action in VALUE_WRITES:
+        for who in ("gateway", "authorizer", "rotation", "stranger"):
+            assert refused(policy, who, action), (who, action)
+        assert refused(policy, "operator", action) is not operator
+        assert not refused(policy, "stranger", action, VIA_CLOUDFORMATION)
+    for action in CHANGES:
+        for who in ("gateway", "rotation", "operator", "stranger"):
+            assert refused(policy, who, action), (who, action)
+        assert not refused(policy, "stranger", action, VIA_CLOUDFORMATION)
 
 
 def test_the_models_are_network_isolated_and_pin_the_model_and_its_manifest(template):
