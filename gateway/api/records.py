@@ -13,7 +13,7 @@ from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response
 from gateway.catalogs.model import NAME_PATTERN
 from gateway.decisions.model import MAX_QUESTIONS
-from gateway.services.records import ID_PATTERN, RecordsService
+from gateway.services.records import CURSOR_PATTERN, ID_PATTERN, RecordsService
 
 
 class OutcomeRequest(BaseModel):
@@ -37,11 +37,16 @@ def router(service: RecordsService, doc: Documentation = UNDOCUMENTED) -> Router
         return json_response(200, {"id": decision_id, "outcome": outcome})
 
     @routes.get("/v1/records", tags=["Records"],
-                summary="The tenant's decision records, newest first, with calibration drift per catalog entry",
-                responses=doc("RecordList", "Records and drift"))
+                summary="The tenant's decision records, newest first, a page at a time, with calibration drift per"
+                        " catalog entry",
+                responses=doc("RecordList", "Records and drift; next_cursor when more records follow"))
     def list_records(catalog: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-                     limit: Annotated[int, Query(ge=1, le=1000)] = 100):
-        return json_response(200, service.list_with_drift(caller(routes, "decide"), catalog=catalog, limit=limit))
+                     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many records; a page"
+                                                 " can hold fewer, to fit one response")] = 100,
+                     cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN,
+                                                         description="The previous page's next_cursor")] = None):
+        return json_response(200, service.list_with_drift(caller(routes, "decide"), catalog=catalog, limit=limit,
+                                                          cursor=cursor))
 
     @routes.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"],
                 responses=doc("DecisionRecord", "The record, with its outcome once attached"))

@@ -36,8 +36,8 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -108,6 +108,14 @@ def check_record_item(size: int, *, outcome: bool) -> None:
         raise RecordTooLarge(size, outcome=outcome)
 
 
+class ListedRecord(NamedTuple):
+    """One record as a listing reads it."""
+
+    record_id: str
+    size: int  # the stored JSON texts' bytes, body and outcome: what reading it cost
+    record: dict[str, Any] | None  # None: read, but not a match (another catalog, older than `since`, expired)
+
+
 class RecordStore(Protocol):
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
                    expires_at: float) -> None:
@@ -123,9 +131,12 @@ class RecordStore(Protocol):
         RecordTooLarge (the record unchanged) when the record with it would pass MAX_RECORD_ITEM_BYTES."""
         ...
 
-    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
-                     limit: int = 100) -> list[dict[str, Any]]:
-        """Newest first."""
+    def scan_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     before: str | None = None) -> Iterator[ListedRecord]:
+        """The tenant's records newest first (by id: ids are time-ordered), from just below the id
+        `before`, read as the caller consumes them, so that a page stops reading where it ends.
+        A record that does not name `catalog`, or was made before `since`, comes with no body,
+        so that a filtered page can cap what it reads as well as what it returns."""
         ...
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -28,6 +29,7 @@ from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 from gateway.decisions.records import (
     MAX_RECORD_ITEM_BYTES,
+    ListedRecord,
     RecordTooLarge,
     check_record_item,
     record_item_bytes,
@@ -315,26 +317,28 @@ class DynamoDBStore:
         size = record_item_bytes(tenant_id, record_id, item.get("catalogs") or [], item["body"], outcome)
         raise RecordTooLarge(size if size > MAX_RECORD_ITEM_BYTES else None, outcome=True) from error
 
-    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
-                     limit: int = 100) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
+    def scan_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     before: str | None = None) -> Iterator[ListedRecord]:
+        condition, values = "tenant_id = :t", {":t": {"S": tenant_id}}
+        if before is not None:
+            condition += " AND record_id < :b"
+            values[":b"] = {"S": before}
         start = None
-        now = time.time()
-        while len(found) < limit:
+        while True:
+            now = time.time()
             extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.client.query(TableName=self.records_table, KeyConditionExpression="tenant_id = :t",
-                                      ExpressionAttributeValues={":t": {"S": tenant_id}}, ScanIndexForward=False, **extra)
+            # Each reply is at most 1 MB of items: the caller stops asking where its page ends.
+            reply = self.client.query(TableName=self.records_table, KeyConditionExpression=condition,
+                                      ExpressionAttributeValues=values, ScanIndexForward=False, **extra)
             for raw in reply["Items"]:
                 item = _plain(raw)
-                if item["expires_at"] <= now or (since is not None and item["created_at"] < since):
-                    continue
-                if catalog is not None and catalog not in (item.get("catalogs") or []):
-                    continue
-                found.append(_record(item))
+                size = len(item["body"]) + len(item.get("outcome") or "")
+                matches = (item["expires_at"] > now and (since is None or item["created_at"] >= since)
+                           and (catalog is None or catalog in (item.get("catalogs") or [])))
+                yield ListedRecord(item["record_id"], size, _record(item) if matches else None)
             start = reply.get("LastEvaluatedKey")
             if not start:
-                break
-        return found[:limit]
+                return
 
     def _query_all(self, **request: Any) -> list[dict[str, Any]]:
         items, start = [], None

@@ -11,12 +11,13 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
-from gateway.decisions.records import check_record_item, record_item_bytes
+from gateway.decisions.records import ListedRecord, check_record_item, record_item_bytes
 from gateway.stores import Stores
 
 _SCHEMA = """
@@ -284,19 +285,27 @@ class SQLiteStore:
                                 (text, tenant_id, record_id, time.time()))
         return cursor.rowcount == 1
 
-    def list_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
-                     limit: int = 100) -> list[dict[str, Any]]:
-        query = "SELECT * FROM records WHERE tenant_id = ? AND expires_at > ?"
-        params: list[Any] = [tenant_id, time.time()]
-        if since is not None:
-            query += " AND created_at >= ?"
-            params.append(since)
+    def scan_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,
+                     before: str | None = None) -> Iterator[ListedRecord]:
+        # A record that does not match is read without its texts, but counted at their size,
+        # as DynamoDB reads (and a page counts) the whole item.
+        match, params = "1", []
         if catalog is not None:
-            query += " AND instr(' ' || catalogs || ' ', ?) > 0"
+            match += " AND instr(' ' || catalogs || ' ', ?) > 0"
             params.append(f" {catalog} ")
-        query += " ORDER BY created_at DESC, record_id DESC LIMIT ?"
-        params.append(limit)
-        return [_record(row) for row in self._connect().execute(query, params)]
+        if since is not None:
+            match += " AND created_at >= ?"
+            params.append(since)
+        query = (f"SELECT record_id, ({match}) AS matches,"
+                 " length(CAST(body AS BLOB)) + coalesce(length(CAST(outcome AS BLOB)), 0) AS size,"
+                 f" CASE WHEN {match} THEN body END AS body, CASE WHEN {match} THEN outcome END AS outcome"
+                 " FROM records WHERE tenant_id = ? AND expires_at > ?")
+        params = [*params, *params, *params, tenant_id, time.time()]
+        if before is not None:
+            query += " AND record_id < ?"
+            params.append(before)
+        for row in self._connect().execute(query + " ORDER BY record_id DESC", params):
+            yield ListedRecord(row["record_id"], row["size"], _record(row) if row["matches"] else None)
 
 
 def _migrate(db: sqlite3.Connection) -> None:

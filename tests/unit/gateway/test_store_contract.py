@@ -136,6 +136,13 @@ def test_catalog_versions_are_immutable_and_scoped_by_tenant(store):
     assert store.latest_catalog_version("acme", "nothing") is None
 
 
+def listed(store, tenant: str, **kw) -> list[tuple[str, str | None]]:
+    """(record id, the body's id or None when read but not a match) for each record the store
+    reads, but an expired one (DynamoDB reads one, as no match, until its TTL removes it)."""
+    return [(r.record_id, r.record and r.record["id"]) for r in store.scan_records(tenant, **kw)
+            if r.record is not None or r.record_id != "old"]
+
+
 def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(store):
     import time as clock
 
@@ -145,14 +152,20 @@ def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(stor
     store.put_record("acme", "r3", 3.0, [], {"id": "r3"}, far)
     store.put_record("acme", "old", 0.5, ["routing"], {"id": "old"}, clock.time() - 1)
     store.put_record("globex", "g1", 1.0, ["routing"], {"id": "g1"}, far)
-    assert [r["id"] for r in store.list_records("acme")] == ["r3", "r2", "r1"]
-    assert [r["id"] for r in store.list_records("acme", catalog="routing")] == ["r2", "r1"]
-    assert [r["id"] for r in store.list_records("acme", since=2.0, limit=1)] == ["r3"]
+    assert listed(store, "acme") == [("r3", "r3"), ("r2", "r2"), ("r1", "r1")]
+    # A filtered list still reads every record, the ones it skips without their bodies.
+    assert listed(store, "acme", catalog="routing") == [("r3", None), ("r2", "r2"), ("r1", "r1")]
+    assert listed(store, "acme", since=2.0) == [("r3", "r3"), ("r2", "r2"), ("r1", None)]
+    assert listed(store, "acme", before="r3") == [("r2", "r2"), ("r1", "r1")]
     assert store.get_record("acme", "g1") is None and store.get_record("acme", "old") is None
     assert store.get_record("acme", "r1") == {"id": "r1", "outcome": None}
     assert store.set_outcome("acme", "r1", {"expected": {"q": "billing"}})
     assert not store.set_outcome("globex", "r1", {"expected": {}}) and not store.set_outcome("acme", "nope", {})
     assert store.get_record("acme", "r1")["outcome"] == {"expected": {"q": "billing"}}
+    # What reading a record costs: its stored texts, the outcome's included.
+    sizes = {r.record_id: r.size for r in store.scan_records("acme") if r.record_id != "old"}
+    assert sizes == {"r3": len('{"id": "r3"}'), "r2": len('{"id": "r2"}'),
+                     "r1": len('{"id": "r1"}') + len('{"expected": {"q": "billing"}}')}
 
 
 def _outcome_of(size: int, body: dict, catalogs: list[str], record_id: str = "big") -> dict:
@@ -198,4 +211,4 @@ def test_a_record_too_large_for_one_item_is_refused_and_not_written(store):
     with pytest.raises(RecordTooLarge) as refused:
         store.put_record("acme", "huge", 1.0, [], body, clock.time() + 3600)
     assert refused.value.status == 413 and refused.value.size > 400 * 1024
-    assert store.get_record("acme", "huge") is None and store.list_records("acme") == []
+    assert store.get_record("acme", "huge") is None and listed(store, "acme") == []
