@@ -410,11 +410,15 @@ def test_every_endpoint_requires_both_pins_together(template):
             assert json.dumps({"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]}) in asserted, (rule, parameter)
 
 
-def test_bearer_routes_are_throttled_per_tenant_by_usage_plans(template):
+def test_bearer_routes_require_the_usage_key_the_authorizer_names(template):
     api = template["Resources"]["Api"]["Properties"]
     assert api["ApiKeySourceType"] == "AUTHORIZER"
-    bearer = template["Resources"]["GatewayFunction"]["Properties"]["Events"]["Bearer"]["Properties"]["Auth"]
-    assert bearer["ApiKeyRequired"] is True
+    events = template["Resources"]["GatewayFunction"]["Properties"]["Events"]
+    for name, event in events.items():
+        auth = event["Properties"]["Auth"]
+        # Only where the bearer authorizer runs can a key be named; elsewhere a required key
+        # would refuse every call.
+        assert auth.get("ApiKeyRequired", False) is (auth["Authorizer"] == "BearerAuthorizer"), name
     plans = resources(template, "AWS::ApiGateway::UsagePlan")
     assert set(plans) == {"TenantsUsagePlan", "RefusedUsagePlan"}
     env = template["Globals"]["Function"]["Environment"]["Variables"]
@@ -504,3 +508,37 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "200"
 
+
+def test_every_route_has_a_stage_throttle_the_sigv4_ones_included(template):
+    # Given the stage's method settings (applied to each method, whatever authorizes it)
+    settings = template["Resources"]["Api"]["Properties"]["MethodSettings"]
+    default = [m for m in settings if m["ResourcePath"] == "/*" and m["HttpMethod"] == "*"]
+    # Then one setting covers every method, with the stage's throttle parameters
+    assert len(default) == 1
+    assert default[0]["ThrottlingRateLimit"] == {"Ref": "ThrottlingRateLimit"}
+    assert default[0]["ThrottlingBurstLimit"] == {"Ref": "ThrottlingBurstLimit"}
+    # And no method has a setting of its own that lifts it (an override may only be lower)
+    defaults = {name: template["Parameters"][name]["Default"] for name in ("ThrottlingRateLimit", "ThrottlingBurstLimit")}
+    for setting in settings:
+        if setting is default[0]:
+            continue
+        assert setting["ThrottlingRateLimit"] <= defaults["ThrottlingRateLimit"], setting
+        assert setting["ThrottlingBurstLimit"] <= defaults["ThrottlingBurstLimit"], setting
+    # The unauthenticated health check gets less than any authenticated route
+    [health] = [m for m in settings if m["ResourcePath"] == "/~1health"]
+    assert health["HttpMethod"] == "GET" and health["ThrottlingRateLimit"] < defaults["ThrottlingRateLimit"]
+
+
+def test_the_shared_usage_plans_are_coarse_guards_below_the_stage_throttle(template):
+    parameters = template["Parameters"]
+    plans = resources(template, "AWS::ApiGateway::UsagePlan")
+    assert plans["TenantsUsagePlan"]["Properties"]["Throttle"] == {"RateLimit": {"Ref": "TenantRateLimit"},
+                                                                   "BurstLimit": {"Ref": "TenantBurstLimit"}}
+    for shared in ("Tenant", "Refused"):
+        # Below the bearer route's own stage limit, so that what the plan lets through the
+        # stage still has room for tenants on plans of their own.
+        assert parameters[f"{shared}RateLimit"]["Default"] < parameters["ThrottlingRateLimit"]["Default"]
+        assert parameters[f"{shared}BurstLimit"]["Default"] < parameters["ThrottlingBurstLimit"]["Default"]
+        assert parameters[f"{shared}BurstLimit"]["Default"] >= parameters[f"{shared}RateLimit"]["Default"]
+    # Two shared plans only: a plan per tenant cannot scale (300 per Region by default)
+    assert set(plans) == {"TenantsUsagePlan", "RefusedUsagePlan"}
