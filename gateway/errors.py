@@ -13,9 +13,12 @@ turns them into System One or OpenAI bodies in one place.
      ├── RateLimited                   429 + Retry-After, the pool saturated, or a tenant's cap reached
      ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
      │    └── RecordNotStored          503, the decision's audit record could not be written
+     ├── WorkTimedOut                  504, the work ran out of time on the model: never retried
      └── BackendFailed                 502, an endpoint answered something unusable
 
 Messages are written for callers; exception text from below never reaches them.
+`retryable` False means retrying the same request cannot help: the caller is told so
+(`x-should-retry: false`, which the OpenAI SDKs obey), and no Retry-After is sent.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class GatewayError(Exception):
     error_type = "internal_error"  # System One `detail.error_type`
     openai_type = "server_error"  # OpenAI `error.type`
     openai_code = "internal_error"  # OpenAI `error.code`
+    retryable: bool | None = None  # None: not known (the caller's own policy decides)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -41,6 +45,7 @@ class RequestError(GatewayError):
     error_type = "api_usage_error"
     openai_type = "invalid_request_error"
     openai_code = "invalid_request"
+    retryable = False  # the same request gets the same answer
 
 
 class InvalidRequest(RequestError):
@@ -96,6 +101,7 @@ class Conflict(RequestError):
     status = 409
     error_type = "conflict"
     openai_code = "conflict"
+    retryable = None  # re-read and retry can succeed
 
 
 class RateLimited(GatewayError):
@@ -121,6 +127,17 @@ class BackendUnavailable(GatewayError):
 
 class RecordNotStored(BackendUnavailable):
     """A decision is answered only once its record is stored: an answer nobody can audit is not given."""
+
+
+class WorkTimedOut(GatewayError):
+    """The model ran out of time on this work (cut by its deadline, or no answer in time). It is
+    never re-sent to another endpoint, and the caller is told not to retry: the same work
+    would run out of time again, and each try holds a model that others wait for."""
+
+    status = 504
+    error_type = "timeout"
+    openai_code = "timeout"
+    retryable = False
 
 
 class BackendFailed(GatewayError):

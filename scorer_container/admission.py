@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from scorer_container.deadline import Deadline
-from scorer_container.errors import DeadlineExceeded, Overloaded
+from scorer_container.errors import DeadlineExceeded, Overloaded, QueueTimeout
 
 
 class Ticket:
@@ -34,19 +34,24 @@ class Ticket:
         try:
             await asyncio.wait_for(semaphore.acquire(), wait)
         except TimeoutError:
-            raise DeadlineExceeded("the request's deadline passed while it waited for the model") from None
+            raise self.timed_out() from None
         if deadline is not None:
             try:
                 deadline.check()  # expired or abandoned while it waited: it never runs
-            except DeadlineExceeded:
+            except DeadlineExceeded as exc:
                 semaphore.release()
-                raise
+                raise exc if deadline.gone else self.timed_out() from None
         started = time.monotonic()
         try:
             yield
         finally:
             semaphore.release()
             self._admission._observe(time.monotonic() - started)
+
+    def timed_out(self) -> QueueTimeout:
+        """Busy, not too big: the job never ran, so a later retry can succeed."""
+        return QueueTimeout("the request's deadline passed while it waited for the model; retry later",
+                            self._admission.retry_after())
 
     def release(self) -> None:
         if not self._released:

@@ -9,13 +9,15 @@
      │    └── UnsupportedMedia         415, unknown Content-Encoding or type
      ├── Overloaded                    503 + Retry-After: admission refused the request
      ├── ModelNotReady                 503: still loading, or refused its manifest
-     ├── DeadlineExceeded              503 + Retry-After: the deadline passed; the job was abandoned
+     ├── DeadlineExceeded              504: the job ran out of time while it ran; the same work would again
+     │    ├── QueueTimeout             503 + Retry-After: the deadline passed while it waited in line
      │    └── CallerGone               the caller hung up; the job was abandoned (nobody reads the answer)
      ├── ModelFileError                the model file or its manifest is wrong (start-up)
      └── EngineFailure                 500: llama.cpp failed on a valid request
 
 The server maps these to bodies in one place (`server.py`); messages are written for
-callers and never carry exception text from below.
+callers and never carry exception text from below. `state` is the error's `x_state`
+(systemone.sidechannel): what a gateway in front may do about it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from systemone.errors import detail
+from systemone.sidechannel import State
 
 
 class ScorerError(Exception):
     status = 500
     error_type = "internal_error"
+    state: State | None = None
+    retry_after: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -84,11 +89,28 @@ class Overloaded(ScorerError):
 class ModelNotReady(ScorerError):
     status = 503
     error_type = "overloaded"
+    state = "not_ready"  # unavailable, not saturated: a gateway answers 503, not 429
+    retry_after = 5
 
 
 class DeadlineExceeded(ScorerError):
-    status = 503
+    """Cut while it ran: the work did not fit the time it was given, and would not on a retry."""
+
+    status = 504
     error_type = "timeout"
+    state = "deadline_exceeded"
+
+
+class QueueTimeout(DeadlineExceeded):
+    """Out of time in line, before it ran: the model was busy; a later retry can succeed."""
+
+    status = 503
+    error_type = "overloaded"
+    state = "queue_timeout"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class CallerGone(DeadlineExceeded):

@@ -1,7 +1,9 @@
 """The backend interface and its errors.
 
     EndpointError
-     ├── EndpointBusy        saturated, starting, throttled or timed out: another endpoint may answer
+     ├── EndpointBusy        saturated, starting, throttled or unreachable: another endpoint may answer
+     ├── EndpointTimedOut    the work ran out of time (cut by the scorer, or no answer in time):
+     │                       never re-sent, since the same work would run out of time again
      ├── EndpointRejected    the container refused the request (4xx): the same anywhere, never retried
      └── EndpointFailed      anything else (a container 5xx, a misconfigured endpoint, a bad reply)
 
@@ -12,9 +14,9 @@ botocore.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-Route = Literal["systemone", "chat"]
+from systemone.sidechannel import Route
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,14 @@ class EndpointBusy(EndpointError):
         self.retry_after = retry_after
 
 
+class EndpointTimedOut(EndpointError):
+    """`answered`: the scorer itself said it cut the job (it is healthy); otherwise nothing came back."""
+
+    def __init__(self, endpoint: str, reason: str, answered: bool) -> None:
+        super().__init__(endpoint, reason)
+        self.answered = answered
+
+
 class EndpointRejected(EndpointError):
     def __init__(self, endpoint: str, status: int, body: bytes) -> None:
         super().__init__(endpoint, f"container_{status}")
@@ -55,11 +65,3 @@ class InferenceBackend(Protocol):
         """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError.
         `request_id` (the gateway's) travels with it, so both deployables log one id."""
         ...
-
-
-_REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
-def safe_request_id(value: str) -> str:
-    """A request id as it may travel in a header and a log line: at most 64 of [A-Za-z0-9-_.]."""
-    return "".join(c for c in value if c in _REQUEST_ID_CHARS)[:64]

@@ -5,7 +5,10 @@ deadline (below API Gateway's 29 s). A busy endpoint hands the request to the ne
 at once; a second pass waits a jittered, capped backoff first, and never goes back to
 an endpoint that said it is saturated: that one answered "later", so the caller gets
 429 with its Retry-After at once instead of the gateway queueing on its behalf (client
-SDKs retry 429 themselves; retrying here too would multiply the load). An endpoint that is busy
+SDKs retry 429 themselves; retrying here too would multiply the load). Work that ran out
+of time (the scorer cut it at its deadline, or no answer came in time) is never sent
+again, to another endpoint or the same: it would run out of time there too, holding a
+second model while others wait (504, and the caller is told not to retry). An endpoint that is busy
 `failure_threshold` times in a row is skipped for `cooldown_s` (its circuit is open),
 then gets one probe request (half-open): a dead endpoint costs no latency, and a burst
 never turns into a retry storm. A container's 4xx goes straight back to the caller.
@@ -25,7 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, InferenceBackend, Route
+from gateway.backends.base import (
+    Endpoint,
+    EndpointBusy,
+    EndpointFailed,
+    EndpointRejected,
+    EndpointTimedOut,
+    InferenceBackend,
+    Route,
+)
 from gateway.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -33,13 +44,14 @@ from gateway.errors import (
     PayloadTooLarge,
     RateLimited,
     RequestError,
+    WorkTimedOut,
 )
 
 log = logging.getLogger("gateway.pools")
 
 # Busy reasons that mean "saturated" (the caller should slow down: 429), as opposed to
 # unreachable, starting or failing (503).
-SATURATED = {"container_503", "container_429", "ServiceUnavailable", "ThrottlingException"}
+SATURATED = {"container_503", "container_429", "container_queue_timeout", "ServiceUnavailable", "ThrottlingException"}
 # Read timeouts an attempt may be given when the deadline is closer than the endpoint's
 # own timeout: few values, so the invoker keeps few clients (botocore fixes the read
 # timeout per client), yet fine enough at the top that a first attempt under the 25 s
@@ -206,13 +218,10 @@ class EndpointPool:
                 busy.append(exc)
                 if exc.reason in SATURATED:
                     saturated.add(endpoint.name)
-                metrics.count("AttemptBusy")
-                hold = float(exc.retry_after) if exc.retry_after and exc.reason in SATURATED else None
-                if self.circuits.failed(endpoint.name, exc.reason, hold):
-                    metrics.count("CircuitOpened")
-                    log.warning("circuit opened", extra={"endpoint": endpoint.name, "reason": exc.reason})
-                log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempts})
+                self._busy(endpoint, exc, attempts, metrics)
                 continue
+            except EndpointTimedOut as exc:
+                raise self._timed_out(endpoint, exc, attempts, metrics) from None
             except EndpointRejected as exc:
                 self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
                 metrics.count("AttemptRejected")
@@ -227,6 +236,27 @@ class EndpointPool:
                 metrics.count("Fallback")
             return Invocation(answer, endpoint.name, attempts)
         raise self._exhausted(busy, skipped, metrics)
+
+    def _busy(self, endpoint: Endpoint, exc: EndpointBusy, attempt: int, metrics: MetricsSink) -> None:
+        metrics.count("AttemptBusy")
+        hold = float(exc.retry_after) if exc.retry_after and exc.reason in SATURATED else None
+        if self.circuits.failed(endpoint.name, exc.reason, hold):
+            metrics.count("CircuitOpened")
+            log.warning("circuit opened", extra={"endpoint": endpoint.name, "reason": exc.reason})
+        log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempt})
+
+    def _timed_out(self, endpoint: Endpoint, exc: EndpointTimedOut, attempt: int, metrics: MetricsSink) -> WorkTimedOut:
+        """The work ran out of time: the caller is told, nothing is sent again. A scorer that cut
+        the job itself is healthy; one that did not answer at all counts toward its circuit."""
+        metrics.count("AttemptTimedOut")
+        log.warning("endpoint ran out of time", extra={"endpoint": endpoint.name, "reason": exc.reason,
+                                                      "attempt": attempt})
+        if exc.answered:
+            self.circuits.succeeded(endpoint.name)
+        elif self.circuits.failed(endpoint.name, exc.reason):
+            metrics.count("CircuitOpened")
+        return WorkTimedOut("the model ran out of time on this request; retrying it would too: send less work per"
+                            " request (fewer questions or options, a shorter state)")
 
     def _backoff(self, retry: int) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2^retry)]."""

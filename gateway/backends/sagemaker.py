@@ -4,21 +4,25 @@ botocore's own retries are off (one attempt) and timeouts are explicit, so the g
 owns the retry budget. Errors are classified as SageMaker documents them:
 a container 503 arrives as ModelError (HTTP 424) with OriginalStatusCode 503, a
 container timeout as ModelError with OriginalStatusCode 0; ThrottlingException is an
-HTTP 400 that means "busy", not "bad request".
+HTTP 400 that means "busy", not "bad request". What the scorer says of its own errors
+(`x_state`, `x_retry_after`: systemone.sidechannel) decides between "busy" (another
+endpoint, or later) and "out of time" (never re-sent).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, Route, safe_request_id
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut, Route
+from systemone.sidechannel import attributes, hints_of, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
-# Original container statuses that mean the same (0: the container timed out).
-_BUSY_ORIGINAL = {0, 429, 503}
+# Original container statuses that mean the same.
+_BUSY_ORIGINAL = {429, 503}
+# The container did not answer within SageMaker's limit.
+_TIMED_OUT_ORIGINAL = 0
 # The scorer is told to give up this much before the attempt's read timeout, so its
 # answer (a 503 saying so) arrives before the gateway stops listening.
 _DEADLINE_MARGIN_S = 0.25
@@ -53,19 +57,16 @@ class SageMakerInvoker:
         # The scorer abandons the job when this attempt's time is up, instead of finishing
         # work nobody reads while the request moves to another endpoint; and it logs the
         # gateway's request id, so one id follows a request through both deployables.
-        attributes = f"route={route};timeout_ms={deadline_ms(endpoint)}"
-        extra = {}
         request_id = safe_request_id(request_id)
-        if request_id:
-            attributes += f";request_id={request_id}"
-            extra["InferenceId"] = request_id  # SageMaker's own logs and data capture key on it
+        # SageMaker's own logs and data capture key on the inference id.
+        extra = {"InferenceId": request_id} if request_id else {}
         try:
             response = client.invoke_endpoint(
                 EndpointName=endpoint.name,
                 Body=body,
                 ContentType="application/json",
                 Accept="application/json",
-                CustomAttributes=attributes,
+                CustomAttributes=attributes(route, deadline_ms(endpoint), request_id),
                 **extra,
             )
             return response["Body"].read()
@@ -73,8 +74,11 @@ class SageMakerInvoker:
             raise _classify(endpoint.name, exc.response) from None
         except (ConnectTimeoutError, EndpointConnectionError) as exc:
             raise EndpointBusy(endpoint.name, "connect_failed") from exc
-        except (ReadTimeoutError, ConnectionClosedError) as exc:
-            raise EndpointBusy(endpoint.name, "read_timeout") from exc
+        except ReadTimeoutError as exc:
+            # The work may still be running there: sending it elsewhere would double it.
+            raise EndpointTimedOut(endpoint.name, "read_timeout", answered=False) from exc
+        except ConnectionClosedError as exc:
+            raise EndpointBusy(endpoint.name, "connection_closed") from exc
 
 
 def deadline_ms(endpoint: Endpoint) -> int:
@@ -92,14 +96,15 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
         except (TypeError, ValueError):
             status = -1
         message = response.get("OriginalMessage", error.get("OriginalMessage")) or ""
+        hints = hints_of(message)
+        if status == _TIMED_OUT_ORIGINAL:
+            return EndpointTimedOut(name, "container_timeout", answered=False)
+        if hints.state == "deadline_exceeded":
+            return EndpointTimedOut(name, "container_deadline", answered=True)
         if status in _BUSY_ORIGINAL:
-            said = _container_body(message)
-            reason = "container_timeout" if status == 0 else f"container_{status}"
-            if said.get("x_state") == "not_ready":
-                reason = "container_not_ready"
-            elif said.get("x_state") == "deadline_exceeded":
-                reason = "container_deadline"
-            return EndpointBusy(name, reason, retry_after=_retry_after(said))
+            reason = {"not_ready": "container_not_ready", "queue_timeout": "container_queue_timeout"}.get(
+                hints.state or "", f"container_{status}")
+            return EndpointBusy(name, reason, retry_after=hints.retry_after)
         if 400 <= status < 500:
             return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
         return EndpointFailed(name, f"container_{status}")
@@ -109,20 +114,6 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     # that does not exist, a body the gateway should have refused): not the caller's fault,
     # and the same on every endpoint, so it is neither a 4xx nor a reason to fall back.
     return EndpointFailed(name, code or "unknown_error")
-
-
-def _container_body(original_message: str) -> dict[str, Any]:
-    try:
-        body = json.loads(original_message)
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _retry_after(body: dict[str, Any]) -> int | None:
-    """The container's Retry-After, which it repeats in its body as `x_retry_after`."""
-    value = body.get("x_retry_after")
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 3600 else None
 
 
 def _default_client(endpoint: Endpoint) -> Any:

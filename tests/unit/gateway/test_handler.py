@@ -187,7 +187,7 @@ def test_unknown_route_is_404_in_both_shapes(backend):
     [
         (EndpointBusy("dg-cpu", "container_503"), 429, "2"),
         (EndpointBusy("dg-cpu", "container_503", retry_after=7), 429, "7"),
-        (EndpointBusy("dg-cpu", "read_timeout"), 503, "2"),
+        (EndpointBusy("dg-cpu", "connection_closed"), 503, "2"),
         (EndpointFailed("dg-cpu", "ValidationError"), 502, None),
         (EndpointRejected("dg-cpu", 413, b'{"detail": {"error_type": "max_tokens_exceeded", "message": "too long"}}'), 413, None),
         (EndpointRejected("dg-cpu", 422, b'{"detail": [{"loc": ["body", "state"], "msg": "bad", "type": "x"}]}'), 422, None),
@@ -200,6 +200,33 @@ def test_backend_errors_map_to_statuses_without_leaking_internals(error, status,
     assert code == status
     assert headers.get("retry-after") == retry_after
     assert "dg-cpu" not in json.dumps(body) and "Traceback" not in json.dumps(body)
+
+
+@pytest.mark.parametrize("flavor", ("systemone", "openai"))
+@pytest.mark.parametrize("answered", (True, False))
+def test_work_that_ran_out_of_time_is_a_504_the_caller_is_told_not_to_retry(flavor, answered):
+    # Given a first endpoint that ran out of time on the work, when a decision is asked on
+    # a pool of two, then the caller gets 504 with `x-should-retry: false` and no
+    # Retry-After (the OpenAI SDKs retry a 5xx twice unless told not to), the second
+    # endpoint is never asked, and nothing says "overloaded".
+    from gateway.backends.base import EndpointTimedOut
+
+    backend = FailingBackend({"dg-gpu": EndpointTimedOut("dg-gpu", "container_deadline", answered)})
+    install(backend, endpoints=("dg-gpu", "dg-cpu"))
+    path, body = ("/v1/systemone", SYSTEM_ONE) if flavor == "systemone" else ("/v1/decisions", DECISIONS)
+    status, headers, reply = call(event("POST", path, body))
+    assert status == 504 and headers.get("x-should-retry") == "false" and "retry-after" not in headers
+    assert [name for name, _, _ in backend.calls] == ["dg-gpu"]
+    kind = reply["detail"]["error_type"] if flavor == "systemone" else reply["error"]["code"]
+    assert kind == "timeout" and "overloaded" not in json.dumps(reply)
+
+
+def test_a_refusal_that_retrying_cannot_mend_says_so_and_one_that_can_does_not():
+    install(FailingBackend({"dg-cpu": EndpointRejected("dg-cpu", 413, b'{"detail": {"error_type": "x", "message": "m"}}')}))
+    assert call(event("POST", "/v1/systemone", SYSTEM_ONE))[1].get("x-should-retry") == "false"
+    install(FailingBackend({"dg-cpu": EndpointBusy("dg-cpu", "container_503")}), routing={"extra_attempts": 0})
+    status, headers, _ = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert status == 429 and "x-should-retry" not in headers and headers["retry-after"] == "2"
 
 
 def test_a_busy_endpoint_hands_the_request_to_the_next_one():

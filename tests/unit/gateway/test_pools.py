@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
-from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited
+from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited, WorkTimedOut
 from tests.fakes import ManualClock
 
 OK = b'{"ok": true}'
@@ -61,8 +61,8 @@ def busy(reason="container_503", retry_after=None, name="gpu"):
 
 @pytest.mark.parametrize(
     "reason",
-    ["container_503", "container_429", "container_timeout", "ServiceUnavailable", "ModelNotReadyException",
-     "ThrottlingException", "InternalFailure", "connect_failed", "read_timeout"],
+    ["container_503", "container_429", "container_queue_timeout", "container_not_ready", "ServiceUnavailable",
+     "ModelNotReadyException", "ThrottlingException", "InternalFailure", "connect_failed", "connection_closed"],
 )
 def test_every_busy_kind_falls_back_to_the_next_endpoint(reason):
     clock, metrics = Clock(), Metrics()
@@ -108,10 +108,10 @@ def test_saturation_everywhere_is_429_and_takes_the_longest_retry_after():
 
 def test_unreachable_endpoints_are_503_but_one_saturated_endpoint_makes_it_429():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("connect_failed", name="cpu")]})
+    backend = Scripted(clock, {"gpu": [busy("connection_closed")], "cpu": [busy("connect_failed", name="cpu")]})
     with pytest.raises(BackendUnavailable):
         pool(clock, extra_attempts=0).ask(backend, b"{}", "systemone")
-    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("container_503", name="cpu")]})
+    backend = Scripted(clock, {"gpu": [busy("connection_closed")], "cpu": [busy("container_503", name="cpu")]})
     with pytest.raises(RateLimited):  # the cpu endpoint is alive, only full: retry later
         pool(clock, extra_attempts=0).ask(backend, b"{}", "systemone")
 
@@ -130,7 +130,7 @@ def test_a_saturated_endpoint_is_skipped_only_as_long_as_it_asked():
 
 def test_extra_attempts_back_off_with_jitter():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy("read_timeout"), OK]})
+    backend = Scripted(clock, {"gpu": [busy("connection_closed"), OK]})
     invocation = pool(clock, names=("gpu",), extra_attempts=1, backoff_base_s=0.4, backoff_max_s=2).ask(backend, b"{}", "chat")
     assert invocation.attempts == 2 and len(clock.slept) == 1 and 0 <= clock.slept[0] <= 0.4
 
@@ -146,7 +146,7 @@ def test_a_saturated_endpoint_is_not_asked_again_in_the_same_request():
 
 def test_at_most_one_pass_plus_the_extra_attempts():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]})
+    backend = Scripted(clock, {"gpu": [busy("connection_closed")], "cpu": [busy("connection_closed", name="cpu")]})
     with pytest.raises(BackendUnavailable):
         pool(clock, extra_attempts=1, failure_threshold=100).ask(backend, b"{}", "systemone")
     assert [name for name, _ in backend.calls] == ["gpu", "cpu", "gpu"]
@@ -173,7 +173,7 @@ def test_a_first_attempt_gets_nearly_the_whole_deadline():
 
 def test_the_deadline_bounds_the_whole_request_and_each_read_timeout():
     clock = Clock()
-    backend = Scripted(clock, {"gpu": [busy("read_timeout")], "cpu": [busy("read_timeout", name="cpu")]}, cost_s=9.0)
+    backend = Scripted(clock, {"gpu": [busy("connection_closed")], "cpu": [busy("connection_closed", name="cpu")]}, cost_s=9.0)
     started = clock.now
     with pytest.raises(BackendUnavailable):
         pool(clock, extra_attempts=3, deadline_s=25, backoff_base_s=0, failure_threshold=100).ask(backend, b"{}", "systemone")
@@ -238,3 +238,35 @@ def test_weights_spread_load_within_a_tier_and_tiers_stay_ordered():
     firsts = Counter(p.order()[0].name for _ in range(4000))
     assert set(firsts) == {"a", "b"} and 2.6 < firsts["a"] / firsts["b"] < 3.4
     assert all(p.order()[-1].name == "cpu" for _ in range(100))
+
+
+@pytest.mark.parametrize("answered", (True, False))
+def test_work_that_ran_out_of_time_is_never_sent_again(answered):
+    # Given a first endpoint whose attempt ran out of time (the scorer cut the job at its
+    # deadline, or no answer came before the read timeout), when the pool handles it, then
+    # it raises WorkTimedOut (504, not retryable) without asking any other endpoint: the
+    # same work would run out of time there too, holding a second model.
+    clock, metrics = Clock(), Metrics()
+    reason = "container_deadline" if answered else "read_timeout"
+    backend = Scripted(clock, {"gpu": [EndpointTimedOut("gpu", reason, answered), OK], "cpu": [OK]})
+    with pytest.raises(WorkTimedOut) as raised:
+        pool(clock, extra_attempts=2).ask(backend, b"{}", "systemone", metrics)
+    assert [name for name, _ in backend.calls] == ["gpu"]
+    assert raised.value.status == 504 and raised.value.retryable is False
+    assert metrics.counts["AttemptTimedOut"] == 1
+
+
+def test_a_scorer_that_cut_a_job_itself_is_healthy_and_keeps_its_circuit_closed():
+    # Given three requests in a row whose work the scorer cut at the deadline, the circuit
+    # stays closed (one caller's oversized work must not become everyone's outage); three
+    # read timeouts (nothing came back) open it, as any endpoint that stops answering does.
+    clock = Clock()
+    policy = PoolPolicy(extra_attempts=0, failure_threshold=3)
+    for answered, open_after in ((True, False), (False, True)):
+        circuits = Circuits(policy, clock)
+        p = pool(clock, names=("gpu",), policy=policy, circuits=circuits)
+        reason = "container_deadline" if answered else "read_timeout"
+        for _ in range(3):
+            with pytest.raises(WorkTimedOut):
+                p.ask(Scripted(clock, {"gpu": [EndpointTimedOut("gpu", reason, answered)]}), b"{}", "systemone")
+        assert circuits.allow("gpu") is not open_after

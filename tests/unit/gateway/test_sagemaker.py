@@ -6,10 +6,10 @@ import io
 
 import boto3
 import pytest
-from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError, ReadTimeoutError
 from botocore.stub import Stubber
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected
+from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
 from gateway.backends.sagemaker import SageMakerInvoker
 
 ENDPOINT = Endpoint("dg-cpu", region="us-east-1")
@@ -51,9 +51,11 @@ def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(stubb
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": "busy"}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_retry_after": 4}'}, EndpointBusy, "container_503"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "not_ready"}'}, EndpointBusy, "container_not_ready"),
-        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointBusy, "container_deadline"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "queue_timeout", "x_retry_after": 4}'}, EndpointBusy, "container_queue_timeout"),
+        ("ModelError", 424, {"OriginalStatusCode": 504, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointTimedOut, "container_deadline"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointTimedOut, "container_deadline"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
-        ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointBusy, "container_timeout"),
+        ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointTimedOut, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),
         ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": "boom"}, EndpointFailed, "container_500"),
         ("ServiceUnavailable", 503, {}, EndpointBusy, "ServiceUnavailable"),
@@ -71,6 +73,8 @@ def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, 
     with pytest.raises(expected) as raised:
         invoker.invoke(ENDPOINT, b"{}", "systemone")
     assert type(raised.value) is expected and raised.value.reason == reason
+    if expected is EndpointTimedOut:  # only the scorer's own word says it answered (and is healthy)
+        assert raised.value.answered is (reason == "container_deadline")
     if "x_retry_after" in fields.get("OriginalMessage", ""):
         assert raised.value.retry_after == 4
     if expected is EndpointRejected:
@@ -86,14 +90,19 @@ class _TimingOut:
 
 
 @pytest.mark.parametrize(
-    ("error", "reason"),
-    [(ConnectTimeoutError(endpoint_url="http://x"), "connect_failed"), (ReadTimeoutError(endpoint_url="http://x"), "read_timeout")],
+    ("error", "expected", "reason"),
+    [(ConnectTimeoutError(endpoint_url="http://x"), EndpointBusy, "connect_failed"),
+     (ConnectionClosedError(endpoint_url="http://x"), EndpointBusy, "connection_closed"),
+     (ReadTimeoutError(endpoint_url="http://x"), EndpointTimedOut, "read_timeout")],
 )
-def test_timeouts_are_busy_so_another_endpoint_may_answer(error, reason):
+def test_a_connection_that_never_started_is_busy_but_a_read_timeout_is_work_that_ran_out_of_time(error, expected,
+                                                                                                   reason):
+    # A connect failure sent nothing: another endpoint may answer. A read timeout may leave
+    # the work running there: it is never sent again.
     invoker = SageMakerInvoker(client_factory=lambda endpoint: _TimingOut(error))
-    with pytest.raises(EndpointBusy) as raised:
+    with pytest.raises(expected) as raised:
         invoker.invoke(ENDPOINT, b"{}", "chat")
-    assert raised.value.reason == reason
+    assert type(raised.value) is expected and raised.value.reason == reason
 
 
 def test_clients_are_made_lazily_once_per_configuration():

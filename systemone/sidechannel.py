@@ -1,0 +1,116 @@
+"""What travels between the gateway and the scorer beside the System One body: one copy.
+
+SageMaker's InvokeEndpoint carries a request to a container with one free-form header,
+`X-Amzn-SageMaker-Custom-Attributes`, and carries a container's error back as a body
+only (`OriginalMessage` of a ModelError: the container's headers are lost). So:
+
+- the gateway writes `route`, `timeout_ms` and `request_id` into the custom attributes
+  (`attributes`), and the scorer reads them back (`parse_attributes`, `route_of`,
+  `timeout_of`, `request_id_of`);
+- the scorer repeats in its error body what a gateway in front must know to classify
+  an error: `x_retry_after` (its Retry-After) and `x_state` (why it could not answer),
+  written by `error_hints` and read by `hints_of`.
+
+`x_state` says what retrying can do, which a status code alone cannot:
+
+    not_ready           still loading or refused its model: another endpoint may answer (503)
+    queue_timeout       the deadline passed while the job waited behind others: busy, retry later
+    deadline_exceeded   the job ran out of time while it ran: the same work would run out
+                        again, so it is never re-sent (the gateway answers 504, no retry)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+# SageMaker's limit on the header's value (InvokeEndpoint's CustomAttributes).
+MAX_ATTRIBUTES_CHARS = 1024
+Route = Literal["systemone", "chat"]
+State = Literal["not_ready", "queue_timeout", "deadline_exceeded"]
+STATES: tuple[State, ...] = ("not_ready", "queue_timeout", "deadline_exceeded")
+
+# A request id reaches headers and log lines on both sides: at most 64 of these.
+REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+MAX_REQUEST_ID = 64
+_MAX_TIMEOUT_DIGITS = 9
+_MAX_RETRY_AFTER_S = 3600
+
+
+def safe_request_id(value: str) -> str:
+    """A request id as it may travel in a header and a log line (`REQUEST_ID_CHARS`, at most 64)."""
+    return "".join(c for c in value if c in REQUEST_ID_CHARS)[:MAX_REQUEST_ID]
+
+
+def attributes(route: Route, timeout_ms: int, request_id: str = "") -> str:
+    """The custom attributes the gateway sends with one attempt."""
+    value = f"route={route};timeout_ms={max(1, int(timeout_ms))}"
+    request_id = safe_request_id(request_id)
+    return f"{value};request_id={request_id}" if request_id else value
+
+
+def parse_attributes(header: str) -> dict[str, str]:
+    """`key=value` pairs (`;` or `,` separated, keys case-folded); the first of a key wins."""
+    pairs: dict[str, str] = {}
+    for item in header[:MAX_ATTRIBUTES_CHARS].replace(",", ";").split(";"):
+        key, _, value = item.strip().partition("=")
+        if key.strip():
+            pairs.setdefault(key.strip().lower(), value.strip())
+    return pairs
+
+
+def route_of(pairs: dict[str, str]) -> Route | None:
+    """`route=chat` or `route=systemone` (older spellings too) picks the handler; None: the body does."""
+    value = pairs.get("route", "").lower()
+    if value in ("chat", "chat/completions"):
+        return "chat"
+    if value in ("systemone", "decision", "decisions"):
+        return "systemone"
+    return None
+
+
+def timeout_of(pairs: dict[str, str], ceiling: float) -> float:
+    """The caller's own deadline in seconds (`timeout_ms`, what is left of it), never past `ceiling`."""
+    raw = pairs.get("timeout_ms", "")
+    if raw.isascii() and raw.isdigit() and 0 < len(raw) <= _MAX_TIMEOUT_DIGITS and int(raw) > 0:
+        return min(ceiling, int(raw) / 1000)
+    return ceiling
+
+
+def request_id_of(pairs: dict[str, str]) -> str:
+    return safe_request_id(pairs.get("request_id", ""))
+
+
+@dataclass(frozen=True)
+class ErrorHints:
+    """What a scorer's error body says beside its message (see the module docstring)."""
+
+    retry_after: int | None = None
+    state: State | None = None
+
+
+def error_hints(body: dict[str, Any], hints: ErrorHints) -> dict[str, Any]:
+    """`body` with the hints added (the scorer's side)."""
+    if hints.retry_after is not None:
+        body["x_retry_after"] = int(hints.retry_after)
+    if hints.state is not None:
+        body["x_state"] = hints.state
+    return body
+
+
+def hints_of(original_message: str | bytes | None) -> ErrorHints:
+    """The hints in a container's error body as SageMaker passed it on (the gateway's side);
+    anything malformed is no hint at all."""
+    try:
+        body = json.loads(original_message or b"null")
+    except (TypeError, ValueError):
+        return ErrorHints()
+    if not isinstance(body, dict):
+        return ErrorHints()
+    retry_after = body.get("x_retry_after")
+    if not (isinstance(retry_after, int) and not isinstance(retry_after, bool) and 0 < retry_after <= _MAX_RETRY_AFTER_S):
+        retry_after = None
+    state = body.get("x_state")
+    return ErrorHints(retry_after, state if state in STATES else None)
