@@ -1,25 +1,43 @@
-"""How much work one request may ask of the model.
+"""How much work one request may ask of the model: seconds of this machine, in units.
 
 A request's work is what the engine will evaluate (`DecisionEngine.cost`): its tokens,
 plus its logits rows, each counted as `row_cost` tokens. A row is not free: with
 gemma's 262k-word vocabulary, computing one and reading it (a log-softmax over the
 whole vocabulary) costs about as much as a token, and the likelihood readout reads one
-per option token. Both rates are measured when the model loads, on this machine.
+per option token. Both are measured when the model loads.
 
-The budget is `SCORER_MAX_REQUEST_TOKENS` when set; otherwise what this machine
-evaluates in 90% of `SCORER_BUDGET_S` (default 22 s: the gateway's first attempt under
-its 25 s deadline may read for 23 s, of which it gives the scorer 22.75), so a request
-the model cannot finish in time is refused at once with 413 and the figures, never
-left to time out. The measurements are logged and shown on /ping.
+What a unit costs in seconds is measured on the engine's own work, not on a plain
+prefill: at load, a real decision of the engine's usual shape (one choice question,
+the model's own readout and debiasing) is timed against its counted units, and from
+then on every decision the scorer answers is too (`WorkRate.observe`). A plain prefill
+of 256 tokens runs several times faster per token than the many short branches of a
+decision, and a rate measured once at load can be 30% optimistic an hour later on a
+shared machine: an estimate built on either admitted work its deadline then cut. The
+rate used is the slower of the load measurement and the recent decisions, so the
+estimate errs on the side of refusing (413 at once, with the figures) over cutting.
+
+A request may take `SCORER_BUDGET_S` (default 22 s: the gateway's first attempt may
+read for 23 s, of which it gives the scorer 22.75) less a 15% margin, and never more
+than what is left of its own deadline. `SCORER_MAX_REQUEST_TOKENS` instead fixes the
+budget in units, the operator's word over the measurement: requests up to it are
+admitted whatever time they take, and cut at their deadline (504) when it runs out.
+The figures are logged and shown on /ping.
 """
 
 from __future__ import annotations
 
+import collections
+import math
+import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from scorer_container.llama_runtime import Runtime
 from scorer_container.prefix_tree import log_probs
+
+if TYPE_CHECKING:
+    from scorer_container.engine import DecisionEngine
 
 _SAMPLE_TEXT = (
     "The customer writes that the parcel arrived late and damaged, asks for a refund of the shipping fee, "
@@ -27,25 +45,92 @@ _SAMPLE_TEXT = (
 )
 _SAMPLE_TOKENS = 256
 _SAMPLE_ROWS = 32  # the most rows the engine reads in one decode
+# A budget-sized job should end before its deadline despite the estimate's own error.
+MARGIN = 0.85
+# Decisions smaller than this say more about fixed overheads than about the rate.
+_MIN_OBSERVED_UNITS = 64
+_WINDOW = 16  # recent decisions the rate is read from
+_MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
 
 
 @dataclass(frozen=True)
-class Budget:
-    max_tokens: int  # tokens' worth of work per request
+class Prefill:
+    tokens_per_s: float  # a plain prefill of 256 tokens
     row_cost: float  # one logits row, in tokens' worth
-    tokens_per_s: float
-    seconds: float
-    explicit: bool  # max_tokens came from SCORER_MAX_REQUEST_TOKENS
+
+
+class WorkRate:
+    """Seconds one unit of the engine's work takes on this machine: measured at load, then
+    corrected by each decision as it runs; the slower of the two is the one used.
+
+    Recent decisions are pooled weighted by their size (total seconds over total units), so
+    a large decision, whose time is mostly the rate, counts more than a small one, whose
+    time is mostly fixed overheads. Thread-safe."""
+
+    def __init__(self, seconds_per_unit: float, window: int = _WINDOW) -> None:
+        self.measured = seconds_per_unit
+        self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)
+        self._lock = threading.Lock()
+
+    def observe(self, units: float, seconds: float) -> None:
+        if units >= _MIN_OBSERVED_UNITS and seconds > 0 and math.isfinite(seconds):
+            with self._lock:
+                self._recent.append((units, seconds))
+
+    def observed(self) -> float | None:
+        with self._lock:
+            units = sum(u for u, _ in self._recent)
+            return sum(s for _, s in self._recent) / units if units else None
+
+    def seconds_per_unit(self) -> float:
+        return max(self.measured, self.observed() or 0.0)
+
+
+@dataclass
+class Budget:
+    seconds: float  # what one request may take, the margin taken off
+    prefill: Prefill
+    rate: WorkRate
+    fixed_units: int | None = None  # SCORER_MAX_REQUEST_TOKENS: the budget, whatever the time
+
+    @property
+    def fixed(self) -> bool:
+        return self.fixed_units is not None
+
+    @property
+    def row_cost(self) -> float:
+        return self.prefill.row_cost
+
+    def max_units(self, seconds: float | None = None) -> int:
+        """The units a request may ask for: the budget's seconds, or fewer when its own
+        deadline leaves fewer, at the current rate (or the fixed budget)."""
+        if self.fixed_units is not None:
+            return self.fixed_units
+        within = self.seconds if seconds is None else min(self.seconds, seconds * MARGIN)
+        return max(_MIN_UNITS, int(within / self.rate.seconds_per_unit()))
+
+    def seconds_for(self, units: float) -> float:
+        return units * self.rate.seconds_per_unit()
 
     def describe(self) -> str:
-        measured = f"{self.tokens_per_s:.0f} tokens/s, a logits row {self.row_cost:.2f} tokens"
-        if self.explicit:
-            return f"{self.max_tokens} tokens' worth per request (SCORER_MAX_REQUEST_TOKENS; measured {measured})"
-        return f"{self.max_tokens} tokens' worth per request ({measured}, x {self.seconds:g} s x 0.9)"
+        units_per_s = 1 / self.rate.seconds_per_unit()
+        how = ("fixed by SCORER_MAX_REQUEST_TOKENS" if self.fixed else
+               f"{units_per_s:.0f} units/s on decisions x {self.seconds:.1f} s")
+        return (f"{self.max_units()} units per request ({how}; a plain prefill runs {self.prefill.tokens_per_s:.0f}"
+                f" tokens/s, a logits row costs {self.prefill.row_cost:.2f} tokens)")
+
+    def figures(self) -> dict[str, Any]:
+        """What /ping shows."""
+        observed = self.rate.observed()
+        return {"max_request_tokens": self.max_units(), "budget_s": round(self.seconds, 2),
+                "units_per_s": round(1 / self.rate.seconds_per_unit(), 1),
+                "units_per_s_at_load": round(1 / self.rate.measured, 1),
+                "units_per_s_observed": round(1 / observed, 1) if observed else None,
+                "tokens_per_s": round(self.prefill.tokens_per_s, 1), "row_cost": round(self.prefill.row_cost, 3)}
 
 
-def measure(runtime: Runtime, repeat: int = 2) -> tuple[float, float]:
-    """(tokens per second of a plain prefill, the cost of one logits row in tokens), best of `repeat`."""
+def measure_prefill(runtime: Runtime, repeat: int = 2) -> Prefill:
+    """A plain prefill's rate and the cost of one logits row in tokens, best of `repeat`."""
     base = runtime.tokenize(_SAMPLE_TEXT)
     tokens = (base * (_SAMPLE_TOKENS // len(base) + 1))[:_SAMPLE_TOKENS]
     last_piece = (len(tokens) - 1) // runtime.n_batch * runtime.n_batch  # rows are read from the last decode
@@ -67,13 +152,41 @@ def measure(runtime: Runtime, repeat: int = 2) -> tuple[float, float]:
         finally:
             runtime.clear()
     per_token = plain / len(tokens)
-    return len(tokens) / plain, max(0.0, (with_rows - plain) / (len(rows) - 1)) / per_token
+    return Prefill(len(tokens) / plain, max(0.0, (with_rows - plain) / (len(rows) - 1)) / per_token)
 
 
-def budget_for(runtime: Runtime, max_tokens: int | None, seconds: float) -> Budget:
-    rate, row_cost = measure(runtime)
-    if max_tokens is not None:
-        return Budget(max_tokens, row_cost, rate, seconds, explicit=True)
-    # 0.9: a budget-sized job should end before `seconds` despite the engine's extra
-    # decodes and a shared machine's noise; one that still overruns is stopped by its deadline.
-    return Budget(max(256, int(rate * seconds * 0.9)), row_cost, rate, seconds, explicit=False)
+def calibration_request() -> Any:
+    """A decision of the usual shape: one choice of 12 options of about 45 characters over
+    a short ticket, as the model's own readout and debiasing answer it."""
+    from scorer_container.schema import DecisionRequest
+
+    options = {f"queue {k:02d}": f"tickets about {topic}, routed to that team" for k, topic in enumerate(
+        ("refunds and charges", "late deliveries", "damaged parcels", "account access", "address changes",
+         "invoices and receipts", "product defects", "warranty claims", "subscription plans", "gift cards",
+         "privacy requests", "anything else"))}
+    return DecisionRequest.model_validate({
+        "model": "calibration", "state": _SAMPLE_TEXT * 2,
+        "questions": {"queue": {"type": "choice", "instructions": "Which team should handle this ticket?",
+                                "criteria": options}}})
+
+
+def measure_decisions(engine: DecisionEngine, row_cost: float, repeat: int = 2) -> float:
+    """Seconds per unit of a real decision (`calibration_request`), the slowest of `repeat`
+    runs (the first computes its content-free priors, the next reads them from the cache;
+    each is counted as it runs)."""
+    request = calibration_request()
+    slowest = 0.0
+    for _ in range(repeat):
+        fitted = engine.fit(request, math.inf, row_cost)
+        started = time.perf_counter()
+        engine.decide(request, settings=fitted.settings)
+        slowest = max(slowest, (time.perf_counter() - started) / max(1.0, fitted.cost.units(row_cost)))
+    return slowest
+
+
+def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float) -> Budget:
+    """The budget measured here; a fixed one (`fixed_units`) skips timing a decision at load
+    and reads its rate from the prefill alone (it only informs /ping and the log)."""
+    prefill = measure_prefill(engine.runtime)
+    at_load = 1 / prefill.tokens_per_s if fixed_units is not None else measure_decisions(engine, prefill.row_cost)
+    return Budget(seconds * MARGIN, prefill, WorkRate(at_load), fixed_units)

@@ -163,6 +163,14 @@ class Cost:
         return self.tokens + self.rows * row_cost
 
 
+@dataclass(frozen=True)
+class Fit:
+    """The settings a request is answered with inside its budget, and what they cost."""
+
+    settings: DecisionSettings
+    cost: Cost
+
+
 @dataclass
 class _Plan:
     """One question in one option order, through the rounds it needs."""
@@ -378,7 +386,7 @@ class DecisionEngine:
         return questions, own
 
     def cost(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
-             row_cost: float = 0.0, counts: dict[Any, Any] | None = None) -> Cost:
+             row_cost: float = 0.0, counts: dict[Any, Any] | None = None, deadline: Deadline | None = None) -> Cost:
         """The work `decide` will do, from the request's text (no decoding, no lock).
 
         Exact up to the few tokens a tokenizer merges across the seams between state,
@@ -387,7 +395,8 @@ class DecisionEngine:
         tokens' worth, a logits row costing `row_cost`), and no text longer than the
         context could hold is ever tokenized, so refusing a huge request is cheap.
         `counts` memoizes token counts (and the state as shown) across calls for one request. Raises
-        ContextOverflow as soon as a probe cannot fit.
+        ContextOverflow as soon as a probe cannot fit, and DeadlineExceeded when `deadline` passes
+        (checked once a question and order: counting runs before admission, in a worker thread).
         """
         settings = settings or self.settings_for(request)
         counts = {} if counts is None else counts
@@ -422,6 +431,8 @@ class DecisionEngine:
         tokens, rows, longest, probes, grouped = state_tokens, 0, 0, 0, False
         for prepared, own in zip(*self.asked(request, settings), strict=True):
             for order in self._orders(prepared, own):
+                if deadline is not None:
+                    deadline.check()
                 groups = self._plan(prepared, order, own.readout).groups
                 shapes = [self._probe_shape(g, frame, count) for g in groups]
                 if len(groups) > 1:
@@ -453,9 +464,11 @@ class DecisionEngine:
         # One row at the answer cue (shared by every option), then one per further option token.
         return frame + count(probe.block) + sum(lengths), 1 + sum(max(0, n - 1) for n in lengths)
 
-    def fit(self, request: DecisionRequest, max_tokens: int, row_cost: float = 0.0) -> DecisionSettings:
+    def fit(self, request: DecisionRequest, max_tokens: float, row_cost: float = 0.0,
+            deadline: Deadline | None = None, seconds_per_unit: float = 0.0) -> Fit:
         """The settings to answer `request` with inside `max_tokens` (tokens' worth of work,
-        a logits row costing `row_cost`), or OverBudget (413).
+        a logits row costing `row_cost`) and their cost, or OverBudget (413, with the figures:
+        in seconds too when `seconds_per_unit` is given).
 
         Debiasing the caller did not ask for explicitly is reduced when it alone breaks
         the budget: first rotations become the reversal alone, then the uncached priors
@@ -477,18 +490,10 @@ class DecisionEngine:
         if drop_prior and drop_order:
             candidates.append(settings.everywhere(order_average=False, prior=False, reduced=True))
         for candidate in candidates:
-            cost = self.cost(request, candidate, max_tokens, row_cost, counts)
+            cost = self.cost(request, candidate, max_tokens, row_cost, counts, deadline)
             if cost.units(row_cost) <= max_tokens:
-                return candidate
-        work = round(cost.units(row_cost))
-        if cost.complete:
-            need = f"about {work} tokens' worth of evaluation ({cost.tokens} tokens, {cost.rows} logits rows)"
-            split = f"split its questions into {math.ceil(work / max_tokens)} or more requests"
-        else:
-            need = f"more than {work} tokens' worth of evaluation"
-            split = "split its questions into smaller requests"
-        raise OverBudget(f"this request needs {need}; this model takes at most {max_tokens} per request here: {split},"
-                         " or use fewer options or shorter descriptions")
+                return Fit(candidate, cost)
+        raise OverBudget(_over_budget(cost, row_cost, max_tokens, seconds_per_unit))
 
     def decide(
         self, request: DecisionRequest, deadline: Deadline | None = None, settings: DecisionSettings | None = None
@@ -662,6 +667,22 @@ class DecisionEngine:
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
             branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+def _over_budget(cost: Cost, row_cost: float, max_tokens: float, seconds_per_unit: float) -> str:
+    """Why a request is refused, with the figures: what it needs, what a request may take here."""
+    work = round(cost.units(row_cost))
+    seconds = ""
+    if seconds_per_unit > 0:
+        seconds = f", about {work * seconds_per_unit:.1f} s on this machine against {max_tokens * seconds_per_unit:.1f} s"
+    if cost.complete:
+        need = f"about {work} tokens' worth of evaluation ({cost.tokens} tokens, {cost.rows} logits rows{seconds})"
+        split = f"split its questions into {math.ceil(work / max_tokens)} or more requests"
+    else:
+        need = f"more than {work} tokens' worth of evaluation{' (' + seconds[2:] + ')' if seconds else ''}"
+        split = "split its questions into smaller requests"
+    return (f"this request needs {need}; this model takes at most {int(max_tokens)} per request here: {split},"
+            " or use fewer options or shorter descriptions")
 
 
 def _corrected(raw: Mapping[Probe, np.ndarray], priors: Mapping[Probe, np.ndarray], probe: Probe,

@@ -58,10 +58,19 @@ from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.settings import ScorerSettings
 from systemone.body import BodyRefused, read_json
 from systemone.errors import openai_body, system_one_body
+from systemone.sidechannel import (
+    CUSTOM_ATTRIBUTES,
+    ErrorHints,
+    error_hints,
+    parse_attributes,
+    request_id_of,
+    route_of,
+    safe_request_id,
+    timeout_of,
+)
 
 log = logging.getLogger("scorer")
 Flavor = Literal["systemone", "openai"]
-CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 
 
 @dataclass
@@ -79,6 +88,7 @@ class ScorerService:
     def __init__(self, settings: ScorerSettings) -> None:
         self.settings = settings
         self.admission = Admission(settings.max_waiting)
+        self.planning = Admission(settings.max_waiting)  # counting a request's work, before admission
         self.loaded: Loaded | None = None
         self.status = "loading"
         self.reason = "the model is loading"
@@ -100,7 +110,7 @@ class ScorerService:
                 readout=self.settings.readout, temperature=self.settings.temperature,
                 prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
             )
-            budget = budget_for(runtime, self.settings.max_request_tokens, self.settings.budget_s)
+            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
             self.status, self.reason = "ready", ""
             log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.default_readout,
@@ -126,9 +136,7 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
     async def ping(request: Request) -> Response:
         loaded = service.loaded
         if service.status == "ready" and loaded is not None:
-            budget = loaded.budget
-            return JSONResponse({"status": "ready", "model": loaded.model_name, "max_request_tokens": budget.max_tokens,
-                                 "tokens_per_s": round(budget.tokens_per_s, 1), "row_cost": round(budget.row_cost, 3)})
+            return JSONResponse({"status": "ready", "model": loaded.model_name, **loaded.budget.figures()})
         return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
 
     async def models(request: Request) -> Response:
@@ -155,7 +163,7 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
         return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline))
 
     async def invocations(request: Request) -> Response:
-        route = _route_from_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
+        route = route_of(_attributes(request))
 
         async def dispatch(body: Any, deadline: Deadline) -> Response:
             chosen = route or _route_from_body(body)
@@ -199,7 +207,7 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
 async def _handle(request: Request, flavor: Flavor, handler) -> Response:
     request_id = _request_id(request)
     service: ScorerService = request.app.state.service
-    deadline = Deadline(_timeout_s(request.headers.get(CUSTOM_ATTRIBUTES, ""), service.settings.deadline_s))
+    deadline = Deadline(timeout_of(_attributes(request), service.settings.deadline_s))
     watcher: asyncio.Task | None = None
     started = time.perf_counter()
     try:
@@ -274,48 +282,21 @@ async def _watch_disconnect(request: Request, deadline: Deadline) -> None:
             return
 
 
-_REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
 def _request_id(request: Request) -> str:
     """The caller's request id, so one id follows a request through the gateway and here:
     `request_id=` in the custom attributes (what the gateway sends), SageMaker's
-    inference id, or X-Request-Id; at most 64 of [A-Za-z0-9-_.] (it reaches log lines)."""
-    candidates = (_attributes(request.headers.get(CUSTOM_ATTRIBUTES, "")).get("request_id", ""),
-                  request.headers.get("x-amzn-sagemaker-inference-id", ""), request.headers.get("x-request-id", ""))
+    inference id, or X-Request-Id (sidechannel.safe_request_id: it reaches log lines)."""
+    candidates = (request_id_of(_attributes(request)), request.headers.get("x-amzn-sagemaker-inference-id", ""),
+                  request.headers.get("x-request-id", ""))
     for candidate in candidates:
-        cleaned = "".join(c for c in candidate if c in _REQUEST_ID_CHARS)[:64]
+        cleaned = safe_request_id(candidate)
         if cleaned:
             return cleaned
     return uuid.uuid4().hex
 
 
-def _attributes(header: str) -> dict[str, str]:
-    """`key=value` pairs of X-Amzn-SageMaker-Custom-Attributes (`;` or `,` separated)."""
-    pairs = {}
-    for item in header.replace(",", ";").split(";"):
-        key, _, value = item.strip().partition("=")
-        if key.strip():
-            pairs.setdefault(key.strip().lower(), value.strip())
-    return pairs
-
-
-def _route_from_attributes(header: str) -> str | None:
-    """`route=chat` or `route=systemone` in the custom attributes picks the handler."""
-    value = _attributes(header).get("route", "").lower()
-    if value in ("chat", "chat/completions"):
-        return "chat"
-    if value in ("systemone", "decision", "decisions"):
-        return "systemone"
-    return None
-
-
-def _timeout_s(header: str, ceiling: float) -> float:
-    """The caller's own deadline (`timeout_ms=N`, what is left of it), never past the ceiling."""
-    raw = _attributes(header).get("timeout_ms", "")
-    if raw.isascii() and raw.isdigit() and 0 < len(raw) <= 9:
-        return min(ceiling, int(raw) / 1000)
-    return ceiling
+def _attributes(request: Request) -> dict[str, str]:
+    return parse_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
 
 
 def _route_from_body(body: Any) -> str:
@@ -327,11 +308,23 @@ def _route_from_body(body: Any) -> str:
 async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Response:
     request = parse(DecisionRequest, body)
     loaded = service.require()
-    # Counted before it takes a place in line: an over-budget request costs the others nothing.
-    settings = await asyncio.to_thread(loaded.engine.fit, request, loaded.budget.max_tokens, loaded.budget.row_cost)
+    budget = loaded.budget
+    # Planned before it takes a place in line, so an over-budget request costs the others
+    # nothing; one plan at a time (the rest wait in a short line, within their deadlines),
+    # so a flood of hostile states cannot take the machine from the job that runs.
+    with service.planning.admit() as planner:
+        async with planner.running(deadline):
+            fitted = await asyncio.to_thread(loaded.engine.fit, request, budget.max_units(deadline.remaining()),
+                                             budget.row_cost, deadline, budget.rate.seconds_per_unit())
+    units = fitted.cost.units(budget.row_cost)
     with service.admission.admit() as ticket:
         async with ticket.running(deadline):
-            result = await asyncio.to_thread(loaded.engine.decide, request, deadline, settings)
+            if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
+                raise ticket.timed_out()  # it waited in line too long to finish: busy, not too big
+            started = time.perf_counter()
+            result = await asyncio.to_thread(loaded.engine.decide, request, deadline, fitted.settings)
+            # What decisions really cost here keeps the estimate honest (budget.WorkRate).
+            budget.rate.observe(units, time.perf_counter() - started)
     # What produced the answer, for the gateway's decision records.
     result["x_model_sha256"] = loaded.manifest.sha256
     result["x_prompt_version"] = PROMPT_VERSIONS[result["x_framing"]]
@@ -418,29 +411,22 @@ _OPENAI_TYPES = {
     413: ("invalid_request_error", "context_length_exceeded"),
     415: ("invalid_request_error", "unsupported_encoding"),
     503: ("server_error", "overloaded"),
+    504: ("server_error", "timeout"),
 }
 
 
 def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
-    """The one place where errors become HTTP: System One or OpenAI body, status, Retry-After."""
-    headers = {}
-    retry_after = getattr(exc, "retry_after", None)
-    if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
-    elif exc.status == 503:
-        headers["Retry-After"] = "5"
+    """The one place where errors become HTTP: System One or OpenAI body, status, Retry-After.
+
+    InvokeEndpoint passes a container's error body on (OriginalMessage) but not its headers:
+    the body repeats the Retry-After and says what kind of failure it is (`x_state`), so a
+    gateway in front can tell "busy, retry later" from "this work does not fit"."""
+    headers = {} if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
     details = exc.details if isinstance(exc, InvalidRequest) else None
     if flavor == "systemone":
         body: dict[str, Any] = system_one_body(exc.error_type, exc.message, details)
     else:
         kind, code = _OPENAI_TYPES.get(exc.status, ("server_error", "internal_error"))
         body = openai_body(exc.message, kind, code, details)
-    if "Retry-After" in headers:
-        # InvokeEndpoint passes a container's error body on (OriginalMessage) but not its
-        # headers: the body says it too, so a gateway in front can honour it.
-        body["x_retry_after"] = int(headers["Retry-After"])
-    if isinstance(exc, ModelNotReady):
-        body["x_state"] = "not_ready"  # unavailable, not saturated: a gateway answers 503, not 429
-    elif isinstance(exc, DeadlineExceeded):
-        body["x_state"] = "deadline_exceeded"  # out of time, not saturated: no reason to slow down
-    return JSONResponse(body, status_code=exc.status, headers=headers)
+    return JSONResponse(error_hints(body, ErrorHints(exc.retry_after, exc.state)), status_code=exc.status,
+                        headers=headers)

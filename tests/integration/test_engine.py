@@ -267,17 +267,30 @@ def test_debiasing_the_caller_did_not_ask_for_is_reduced_to_fit_the_budget(engin
     decision = request()
     full = engine.cost(decision).tokens
     plain = engine.cost(decision, engine.settings_for(request(x_prior=False, x_order_average=False))).tokens
-    settings = engine.fit(decision, plain)
+    fitted = engine.fit(decision, plain)
+    settings = fitted.settings
     assert settings.reduced and not (settings.prior and settings.order_average)
+    assert fitted.cost.units(0.0) <= plain  # the cost it was admitted at
     result = engine.decide(decision, settings=settings)
     assert result["x_debias"]["reduced_for_budget"] is True
-    assert engine.fit(decision, full) == engine.settings_for(decision)
+    assert engine.fit(decision, full).settings == engine.settings_for(decision)
     with pytest.raises(OverBudget):
         engine.fit(request(x_prior=True, x_order_average=True), plain)
     with pytest.raises(OverBudget, match="split its questions"):
         engine.fit(decision, plain - 1)
     with pytest.raises(OverBudget, match="tokens' worth"):
         engine.fit(decision, plain, row_cost=1.0)  # the rows it reads count too
+    with pytest.raises(OverBudget, match=r"about [0-9.]+ s on this machine against [0-9.]+ s"):
+        engine.fit(decision, plain - 1, seconds_per_unit=0.004)  # the figures in seconds, where the rate is known
+
+
+def test_counting_a_request_runs_under_its_deadline(engine):
+    # Given a deadline that has already passed, planning stops before it counts anything.
+    from scorer_container.deadline import Deadline
+    from scorer_container.errors import DeadlineExceeded
+
+    with pytest.raises(DeadlineExceeded):
+        engine.fit(request(), 10**9, deadline=Deadline(0.0))
 
 
 def test_rotations_are_reduced_to_the_reversal_first_when_they_break_the_budget(smollm2_runtime):
@@ -286,12 +299,12 @@ def test_rotations_are_reduced_to_the_reversal_first_when_they_break_the_budget(
     rotations = engine.cost(decision).tokens
     reversal = engine.cost(decision, replace(engine.settings_for(decision), averaging="reversal")).tokens
     assert reversal < rotations
-    settings = engine.fit(decision, reversal)
+    settings = engine.fit(decision, reversal).settings
     assert (settings.averaging, settings.prior, settings.order_average, settings.reduced) == (
         "reversal", True, True, True)
     answer = engine.decide(decision, settings=settings)
     assert answer["x_debias"]["averaging"] == "reversal" and answer["x_debias"]["reduced_for_budget"] is True
-    assert engine.fit(decision, rotations).averaging == "rotations"
+    assert engine.fit(decision, rotations).settings.averaging == "rotations"
 
 
 def test_a_passed_deadline_stops_the_job_between_decodes_and_frees_the_model(smollm2_runtime):
@@ -374,7 +387,7 @@ def test_a_question_type_can_be_read_its_own_way(smollm2_runtime):
     # The budget reduces every type alike.
     decision = request()
     plain = engine.cost(decision, engine.settings_for(request(x_prior=False, x_order_average=False))).tokens
-    reduced = engine.fit(decision, plain)
+    reduced = engine.fit(decision, plain).settings
     assert reduced.applies(lambda s: s.reduced) and not reduced.applies(lambda s: s.prior and s.order_average)
     assert engine.cost(decision, reduced).tokens <= plain
 

@@ -265,6 +265,41 @@ def test_the_ping_shows_the_budget(bounded_scorer):
 
 
 @pytest.fixture(scope="module")
+def measured_scorer(smollm2_path):
+    """A scorer whose budget is measured here (no SCORER_MAX_REQUEST_TOKENS), as deployed."""
+    settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2"})
+    with ServerThread(create_app(settings, load_in_background=False)) as server:
+        yield server.url
+
+
+def test_work_that_cannot_finish_before_its_deadline_is_refused_at_once_with_the_figures(measured_scorer):
+    # Given a scorer whose budget was measured on a real decision at load, when a decision
+    # needs more seconds than its caller's deadline leaves (2 s here), then it gets 413 at
+    # once, saying how long it would take, never a 503 or a 504 after the work was cut.
+    ping = httpx.get(f"{measured_scorer}/ping").json()
+    assert ping["units_per_s_at_load"] > 0 and ping["max_request_tokens"] >= 256
+    start = time.monotonic()
+    refused = invoke(measured_scorer, plain(long_decision(n_questions=40)), "route=systemone;timeout_ms=2000")
+    assert refused.status_code == 413, refused.text
+    assert time.monotonic() - start < 5  # counted, not run (a generous bound on a shared machine)
+    assert "s on this machine" in refused.json()["detail"]["message"]
+    # The same decision with the whole budget's time: answered, or refused the same way;
+    # never cut at its deadline.
+    answered = invoke(measured_scorer, plain(long_decision(n_questions=4)), "route=systemone")
+    assert answered.status_code == 200, answered.text
+
+
+def test_the_estimate_is_checked_against_what_decisions_cost_as_they_run(measured_scorer):
+    # Given decisions answered by a measured scorer, /ping shows the rate they ran at beside
+    # the load measurement, and the rate the budget uses is never the faster of the two.
+    for _ in range(2):
+        assert invoke(measured_scorer, plain(long_decision(n_questions=3)), "route=systemone").status_code == 200
+    ping = httpx.get(f"{measured_scorer}/ping").json()
+    assert ping["units_per_s_observed"] is not None
+    assert ping["units_per_s"] == min(ping["units_per_s_at_load"], ping["units_per_s_observed"])
+
+
+@pytest.fixture(scope="module")
 def long_job_s(bounded_scorer):
     """How long the long decision takes when nothing stops it, measured here and now.
 
@@ -282,9 +317,10 @@ def invoke(url, body, attributes, timeout=120):
 
 
 def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_once(bounded_scorer, long_job_s):
-    # Given a decision that takes many seconds and a caller deadline of 1 s, when it
-    # runs, then it answers 503 (deadline_exceeded, Retry-After) within a decode of the
-    # deadline, and a request queued behind it is served without waiting out the long job.
+    # Given a decision that takes many seconds, a fixed budget that admits it, and a caller
+    # deadline of 1 s, when it runs, then it answers 504 (deadline_exceeded, no Retry-After:
+    # the same work would run out of time again) within a decode of the deadline, and a
+    # request queued behind it is served without waiting out the long job.
     results = {}
 
     def late():
@@ -300,8 +336,8 @@ def test_a_job_past_its_deadline_is_abandoned_and_the_model_serves_the_next_at_o
     following_s = time.monotonic() - start
     worker.join()
     late_response = results["late"]
-    assert late_response.status_code == 503
-    assert late_response.headers["retry-after"]
+    assert late_response.status_code == 504
+    assert "retry-after" not in late_response.headers
     assert late_response.json()["x_state"] == "deadline_exceeded"
     assert following.status_code == 200
     # Half the uninterrupted job: the deadline (1 s) plus at most one decode of the state

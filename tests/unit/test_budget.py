@@ -1,0 +1,62 @@
+"""The scorer's budget: seconds of this machine, measured at load and corrected as decisions run."""
+
+from __future__ import annotations
+
+import pytest
+
+from scorer_container.budget import MARGIN, Budget, Prefill, WorkRate
+
+PREFILL = Prefill(tokens_per_s=300.0, row_cost=0.5)
+
+
+def test_the_rate_is_the_slower_of_the_load_measurement_and_recent_decisions():
+    # Given a rate measured at load of 0.002 s a unit, decisions that ran faster do not
+    # loosen it, and decisions that ran slower (a busier machine an hour later) tighten it.
+    rate = WorkRate(0.002)
+    rate.observe(1000, 1.0)
+    assert rate.seconds_per_unit() == 0.002
+    rate.observe(1000, 5.0)
+    assert rate.seconds_per_unit() == pytest.approx(6.0 / 2000)
+
+
+def test_recent_decisions_are_pooled_by_their_size_and_small_ones_say_nothing():
+    # A small decision's time is mostly fixed overheads: it must not set the rate of large ones.
+    rate = WorkRate(0.001)
+    rate.observe(10, 5.0)
+    assert rate.observed() is None
+    rate.observe(4000, 8.0)
+    rate.observe(100, 1.0)
+    assert rate.observed() == pytest.approx(9.0 / 4100)
+
+
+def test_only_a_window_of_recent_decisions_counts():
+    rate = WorkRate(0.001, window=2)
+    rate.observe(1000, 10.0)
+    rate.observe(1000, 1.0)
+    rate.observe(1000, 1.0)
+    assert rate.observed() == pytest.approx(0.001)
+
+
+def test_a_request_gets_the_budgets_seconds_or_its_own_deadline_less_the_margin():
+    budget = Budget(seconds=20.0 * MARGIN, prefill=PREFILL, rate=WorkRate(0.01))
+    assert budget.max_units() == int(20.0 * MARGIN / 0.01)
+    assert budget.max_units(seconds=5.0) == int(5.0 * MARGIN / 0.01)
+    assert budget.max_units(seconds=500.0) == budget.max_units()
+    assert budget.seconds_for(100) == pytest.approx(1.0)
+    budget.rate.observe(1000, 20.0)  # decisions turned out twice as slow: half the units
+    assert budget.max_units() == int(20.0 * MARGIN / 0.02)
+
+
+def test_a_fixed_budget_is_the_operators_word_whatever_the_time():
+    budget = Budget(seconds=1.0, prefill=PREFILL, rate=WorkRate(1.0), fixed_units=8000)
+    assert budget.fixed and budget.max_units() == 8000 and budget.max_units(seconds=0.1) == 8000
+    assert budget.figures()["max_request_tokens"] == 8000
+
+
+def test_ping_figures_say_where_the_rate_comes_from():
+    budget = Budget(seconds=18.7, prefill=PREFILL, rate=WorkRate(0.004))
+    assert budget.figures()["units_per_s_observed"] is None
+    budget.rate.observe(1000, 5.0)
+    figures = budget.figures()
+    assert figures["units_per_s_at_load"] == 250.0 and figures["units_per_s_observed"] == 200.0
+    assert figures["units_per_s"] == 200.0 and figures["max_request_tokens"] == int(18.7 / 0.005)
