@@ -47,14 +47,14 @@ def test_bad_values_are_refused(env):
         ("timeout_ms=²", 58.0),  # a Unicode digit is not a number of milliseconds
         ("timeout_ms=-5", 58.0),
         ("timeout_ms=1e9", 58.0),
-        ("timeout_ms=0", 0.0),
+        ("timeout_ms=0", 58.0),  # no time left is no deadline given (systemone.sidechannel.timeout_of)
         ("timeout_ms=12345678901234567890", 58.0),
     ],
 )
 def test_the_callers_deadline_comes_from_the_custom_attributes(header, seconds):
-    from scorer_container.server import _timeout_s
+    from systemone.sidechannel import parse_attributes, timeout_of
 
-    assert _timeout_s(header, 58.0) == seconds
+    assert timeout_of(parse_attributes(header), 58.0) == seconds
 
 
 @pytest.mark.parametrize("name", ["SCORER_MAX_REQUEST_TOKENS", "SCORER_BUDGET_S", "SCORER_DEADLINE_S"])
