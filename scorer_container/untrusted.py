@@ -19,6 +19,11 @@ any prompt is rendered, on every request:
   and are measured there (precision and recall on held-out attack forms). One of them
   reads the request's own options (`names_an_answer`): planted text has to name the
   answer it wants, and the scorer knows every answer a question allows.
+
+All of this runs before the engine knows whether the request fits, so its work is linear
+in the state, and a JSON state is walked without recursion under caps checked as it is
+built (`MAX_JSON_DEPTH`, the keys and values that could fit `max_chars`, and an output
+that does not outgrow its input): a state past one is refused (413) as soon as it is met.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
+from scorer_container.errors import ContextOverflow, PayloadTooLarge
 from systemone.json_text import as_text
+from systemone.limits import MAX_JSON_DEPTH
 
 # Fence characters of the spotlight framing (prompts.py); a state never contains them.
 FENCE_OPEN, FENCE_CLOSE = "⟦", "⟧"
@@ -40,10 +48,6 @@ _FENCE_LOOKALIKES = str.maketrans({FENCE_OPEN: "[", FENCE_CLOSE: "]"})
 DATAMARK = "ˆ"
 _DATAMARK_LOOKALIKE = str.maketrans({DATAMARK: "^"})
 
-# Characters that change how text looks or is ordered without being seen: zero-width
-# spaces and joiners, word joiner and invisible operators, bidirectional embeddings,
-# overrides and isolates, the BOM, tag characters (all category Cf), and controls.
-_KEPT_CONTROLS = {"\n", "\t"}
 # A control token as text: tags in angle or square brackets (the shapes every chat
 # template in use has), checked against the model's own list.
 _TOKEN_SHAPE = re.compile(r"<[^<>\s]{1,48}>|\[[^\[\]\s]{1,48}\]")
@@ -58,26 +62,28 @@ class Shown:
 
 
 def for_model(state: Any, control_tokens: Collection[str] = (), framing: str = "plain",
-              quarantine: bool = False, answers: frozenset[str] = frozenset()) -> Shown:
+              quarantine: bool = False, answers: frozenset[str] = frozenset(),
+              max_chars: int | None = None) -> Shown:
     """The text the model reads of `state` (see the module docstring): a string, or a JSON
     value rendered as canonical JSON. With `quarantine`, the passages the pattern checks flag
     (given the request's option wordings, `answers`) are removed (`quarantined`);
     in a JSON value each string (key or value) is quarantined on its own, before rendering,
-    where its lines and quotes are still what they say.
+    where its lines and quotes are still what they say. `max_chars`: the longest state text
+    the model could read (characters a token at most, times its context); a JSON state with
+    more keys and values than fit in it is refused while it is walked (`_cleaned_json`).
 
     The order matters: characters are removed first (a control token split by a zero-width
     space is whole again after), the fence look-alikes go in before control tokens are
     broken (a look-alike must not complete one: "⟦INST⟧" becomes "[INST]"), and control
     tokens are broken last but for the quarantine, which only removes text."""
     changed = set()
+    answers = as_answers(answers)
     structured = not isinstance(state, str)
     if structured:
-        if quarantine:
-            kept = _quarantined_leaves(state, answers)
-            if kept != state:
-                changed.add("quarantined_passages")
-            state = kept
-        state = as_text(state)
+        walk = _Walk(answers, quarantine, _max_nodes(max_chars))
+        state = as_text(_cleaned_json(state, walk))
+        if walk.changed:
+            changed.add("quarantined_passages")
     cleaned, removed = visible_text(state)
     if removed:
         changed.add("invisible_characters")
@@ -102,24 +108,140 @@ def for_model(state: Any, control_tokens: Collection[str] = (), framing: str = "
 NEUTRALISED = ("invisible_characters", "fence_characters", "control_tokens", "quarantined_passages")
 
 
-def _quarantined_leaves(value: Any, answers: frozenset[str]) -> Any:
-    """A JSON value with every string in it (keys too) quarantined as text; a string that needs
-    nothing removed stays as it was (its hidden characters go later, with the rest)."""
-    if isinstance(value, str):
-        cleaned = visible_text(value)[0]
-        kept = quarantined(cleaned, answers)
-        return value if kept == cleaned else kept
-    if isinstance(value, list):
-        return [_quarantined_leaves(item, answers) for item in value]
+# -- a JSON state, walked under caps --------------------------------------------------------
+# The engine cleans the state to count its tokens, so this runs before the request is
+# admitted: the work is linear in the state and stops at the first cap it passes.
+#
+# Every key and value takes at least two characters of canonical JSON whatever the framing
+# (itself, or its quotes or brackets, and a comma or colon; the datamark only joins spaces
+# inside strings), so a state of more than max_chars // 2 + 1 of them renders longer than
+# max_chars and could never fit. When the caller does not say, max_chars is that of the
+# longest context in use (131,072 tokens) at 32 characters a token.
+_DEFAULT_MAX_CHARS = 32 * 131_072
+# A renamed key gets " (n)" (`_KeyNames`): the output may pass the input by this much a key
+# (n below 10^8), never more; a renaming that grows the output faster is refused at once.
+_SUFFIX_ROOM = 12
+
+
+def _max_nodes(max_chars: int | None) -> int:
+    return (_DEFAULT_MAX_CHARS if max_chars is None else max_chars) // 2 + 1
+
+
+def _cleaned_json(state: Any, walk: _Walk) -> Any:
+    """A copy of the JSON value `state` with every string in it (keys too) as `walk.text` makes
+    it, built without recursion (each frame of the stack is an object or array being filled:
+    the items it has still to read, its copy, and its keys' names), under `walk`'s caps."""
+    top: list[Any] = []
+    stack: list[tuple[Iterator[tuple[Any, Any]], Any, _KeyNames | None]] = [(iter([(None, state)]), top, None)]
+    while stack:
+        items, copy, names = stack[-1]
+        step = next(items, None)
+        if step is None:
+            stack.pop()
+            continue
+        key, value = step
+        walk.node()
+        item, children = _opened(value, walk)
+        if names is None:
+            copy.append(item)
+        else:
+            copy[walk.key(key, names)] = item
+        if children is not None:
+            walk.nested(len(stack))
+            stack.append((children, item, _KeyNames(item) if isinstance(item, dict) else None))
+    return top[0]
+
+
+def _opened(value: Any, walk: _Walk) -> tuple[Any, Iterator[tuple[Any, Any]] | None]:
+    """(`value`'s copy, its items still to read): an empty object or array and its items, a
+    string as the model reads it, any other value as it is."""
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            name = _quarantined_leaves(key, answers)
-            while name in out:  # two keys quarantined alike: both kept
-                name += " "
-            out[name] = _quarantined_leaves(item, answers)
-        return out
-    return value
+        return {}, iter(value.items())
+    if isinstance(value, list):
+        return [], zip(repeat(None), value)
+    if isinstance(value, str):
+        return walk.text(value), None
+    return value, None
+
+
+@dataclass
+class _Walk:
+    """What the walk of one JSON state has met so far, against its caps (`_cleaned_json`)."""
+
+    answers: Answers
+    quarantine: bool
+    max_nodes: int
+    nodes: int = 0
+    keys: int = 0
+    chars_in: int = 0
+    chars_out: int = 0
+    changed: bool = False
+
+    def node(self) -> None:
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise ContextOverflow(f"the state holds more than {self.max_nodes} keys and values, more than this"
+                                  " model's context could hold: shorten the state")
+
+    def nested(self, depth: int) -> None:
+        if depth > MAX_JSON_DEPTH:
+            raise PayloadTooLarge(f"the state nests arrays and objects {depth} levels deep; at most"
+                                  f" {MAX_JSON_DEPTH} are accepted")
+
+    def text(self, value: str) -> str:
+        """A string of the state (a key or a value) as the model reads it."""
+        kept = _quarantined_string(value, self.answers) if self.quarantine else value
+        self.chars_in += len(value)
+        self._wrote(len(kept), kept != value)
+        return kept
+
+    def key(self, key: Any, names: _KeyNames) -> Any:
+        """A key as it is written: as the model reads it, then unique in its object."""
+        if not isinstance(key, str):
+            return key
+        self.node()
+        self.keys += 1
+        kept = self.text(key)
+        name = names.unique(kept)
+        if len(name) != len(kept):
+            self._wrote(len(name) - len(kept), True)
+        return name
+
+    def _wrote(self, chars: int, changed: bool) -> None:
+        self.chars_out += chars
+        self.changed = self.changed or changed
+        if self.chars_out > self.chars_in + _SUFFIX_ROOM * self.keys:
+            raise PayloadTooLarge(f"the state's text came out {self.chars_out} characters long from"
+                                  f" {self.chars_in}; at most {_SUFFIX_ROOM} more a key are allowed")
+
+
+class _KeyNames:
+    """The keys of one object as they are written. A key that comes out the same as one written
+    before (two keys quarantined alike, or a key that is already another's new name) gets the
+    first free " (n)" after it; n counts up per name, and a candidate is passed over only when
+    a key really has it (a key has one name and number at most), so the renaming is linear in
+    the object. Appending spaces until the name was free was cubic: 8,700 keys, 35 s."""
+
+    def __init__(self, written: dict[str, Any]) -> None:
+        self.written = written
+        self.next_number: dict[str, int] = {}
+
+    def unique(self, name: str) -> str:
+        if name not in self.written:
+            return name
+        number = self.next_number.get(name, 2)
+        while f"{name} ({number})" in self.written:
+            number += 1
+        self.next_number[name] = number + 1
+        return f"{name} ({number})"
+
+
+def _quarantined_string(value: str, answers: Answers) -> str:
+    """A string of a JSON state quarantined as text; one that needs nothing removed stays as it
+    was (its hidden characters go later, with the rest)."""
+    cleaned = visible_text(value)[0]
+    kept = quarantined(cleaned, answers)
+    return value if kept == cleaned else kept
 
 
 # The one emoji that needs tag characters: the subdivision flags (England, Scotland,
@@ -133,8 +255,19 @@ def visible_text(text: str) -> tuple[str, int]:
     """`text` without the characters a person does not see (format characters, controls but
     tab and newline), and how many were removed (a carriage return alone is not counted)."""
     text = _FLAGS.sub(_FLAG_STAND_IN, text)
-    kept = "".join(ch for ch in text if ch in _KEPT_CONTROLS or unicodedata.category(ch) not in ("Cf", "Cc"))
+    kept = _HIDDEN.sub("", text)
     return kept, len(text) - len(kept) - text.count("\r")
+
+
+# Characters that change how text looks or is ordered without being seen: zero-width
+# spaces and joiners, word joiner and invisible operators, bidirectional embeddings,
+# overrides and isolates, the BOM, tag characters (all category Cf), and controls (Cc) but
+# tab and newline; of the interpreter's Unicode version (a test checks the class against
+# `unicodedata` code point by code point). One pass of a character class: asking each
+# character its category was a Python call a character, the slowest step of cleaning.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+                     "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+                     "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
 
 
 def without_control_tokens(text: str, control_tokens: Collection[str]) -> str:
@@ -301,24 +434,48 @@ def _wording(text: str) -> str:
     return _RUNS_OF_SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold())
 
 
-def answer_wordings(names: Iterable[str]) -> frozenset[str]:
+class Answers(frozenset[str]):
+    """A request's option wordings (`answer_wordings`), with what `names_an_answer` reads of
+    them on every paragraph and string of the state computed once per request: their lengths
+    and the longest (rebuilt on each call, 66k paragraphs and 1,024 options took 2.4 s).
+    A frozenset of the wordings, so it goes wherever one did."""
+
+    __slots__ = ("lengths", "longest")
+
+    lengths: frozenset[int]
+    longest: int
+
+    def __new__(cls, wordings: Iterable[str] = ()) -> Answers:
+        made = super().__new__(cls, wordings)
+        made.lengths = frozenset(len(w) for w in made)
+        made.longest = max(made.lengths, default=0)
+        return made
+
+
+def as_answers(answers: Collection[str]) -> Answers:
+    """`answers` as `Answers`: as they are when they are already (no work), else measured once."""
+    return answers if isinstance(answers, Answers) else Answers(answers)
+
+
+def answer_wordings(names: Iterable[str]) -> Answers:
     """How a request's options are matched in the text (`_wording`, without surrounding
     quotes, at most `_LONGEST_ANSWER` characters): an option's name for a choice, yes and no,
     a score level's text."""
     wordings = (_wording(n).strip().strip(_OPENERS + _CLOSERS).strip()[:_LONGEST_ANSWER] for n in names)
-    return frozenset(w for w in wordings if w)
+    return Answers(w for w in wordings if w)
 
 
-def names_an_answer(text: str, answers: frozenset[str]) -> bool:
+def names_an_answer(text: str, answers: Collection[str]) -> bool:
     """Whether `text` states or orders one of `answers` as the answer (see `_ANSWER_STATEMENT`).
 
     Linear: the text is normalised once; after each lead, only the places where a clause may
     end within the longest wording are looked up (a set look-up each), never every option,
-    and a lead followed by the same text as an earlier one is not looked at again."""
+    and a lead followed by the same text as an earlier one is not looked at again. Given
+    `Answers` (what `answer_wordings` returns), nothing is done per option."""
     if not answers:
         return False
-    lengths = frozenset(len(w) for w in answers)
-    longest = max(lengths)
+    answers = as_answers(answers)
+    lengths, longest = answers.lengths, answers.longest
     window = 2 * longest + 12  # the option, its marks and the spaces around them
     folded = _wording(text)
     seen: set[tuple[bool, bool, str]] = set()
@@ -345,7 +502,7 @@ def names_an_answer(text: str, answers: frozenset[str]) -> bool:
     return False
 
 
-def patterns(text: str, answers: frozenset[str] = frozenset()) -> tuple[float, tuple[str, ...]]:
+def patterns(text: str, answers: Collection[str] = frozenset()) -> tuple[float, tuple[str, ...]]:
     """(score in [0, 1], names of the checks that matched) for a state's text.
 
     Run on the text as the model reads it (`visible_text`: hidden words are read whole),
@@ -387,15 +544,19 @@ _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n")
 _QUARANTINED = tuple(pattern for _, weight, pattern in _FAMILIES if weight >= 0.5)
 
 
-def _flagged(text: str, answers: frozenset[str]) -> bool:
+def _flagged(text: str, answers: Answers) -> bool:
     return any(pattern.search(text) for pattern in _QUARANTINED) or names_an_answer(text, answers)
 
 
-def quarantined(text: str, answers: frozenset[str] = frozenset()) -> str:
+def quarantined(text: str, answers: Collection[str] = frozenset()) -> str:
     """`text` without every paragraph (or, in a long paragraph, every sentence) that the strong
     pattern checks flag; a flagged heading takes its section (the paragraphs up to the next
     heading) with it: what it heads is what it introduced. What is left keeps its own
-    separators, so a passage planted between two paragraphs leaves them as they were."""
+    separators, so a passage planted between two paragraphs leaves them as they were.
+
+    Linear: the text is checked whole, then each paragraph, then the sentences of a long
+    flagged one: each character is read by three checks at most."""
+    answers = as_answers(answers)
     if not _flagged(text, answers):
         return text
     parts = _PARAGRAPHS.split(text)  # paragraphs at even indices, their separators between
@@ -403,12 +564,12 @@ def quarantined(text: str, answers: frozenset[str] = frozenset()) -> str:
     in_flagged_section = False
     for i in range(0, len(parts), 2):
         paragraph = parts[i]
-        heading = bool(_HEADING.match(paragraph))
-        if heading:
-            in_flagged_section = _flagged(paragraph, answers)
+        flagged = _flagged(paragraph, answers)
+        if _HEADING.match(paragraph):
+            in_flagged_section = flagged
         if in_flagged_section:
             continue
-        if _flagged(paragraph, answers):
+        if flagged:
             if len(paragraph) <= _WHOLE_PARAGRAPH:
                 continue
             pieces = _SENTENCES.split(paragraph)
