@@ -100,7 +100,7 @@ class ScorerService:
 
         try:
             path = locate_model(self.settings.model, self.settings.model_dir)
-            manifest = verify_model(path, self.settings.expected_sha256)
+            manifest = verify_model(path, self.settings.expected_sha256, self.settings.expected_manifest_sha256)
             runtime = Runtime(path, self.settings.runtime)
             prompts = PromptFormat.for_runtime(runtime)
             name = self.settings.alias or manifest.name

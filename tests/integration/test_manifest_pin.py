@@ -17,7 +17,6 @@ from tests.conftest import ServerThread
 # scorer_container/server.py (ScorerService.load) passes only the file's pin to
 # verify_model today; these pass once it passes settings.expected_manifest_sha256 too.
 # Strict: when they pass, this marker must go.
-pytestmark = pytest.mark.xfail(strict=True, reason="server.py does not pass the manifest pin to verify_model yet")
 
 
 @pytest.fixture
