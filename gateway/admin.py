@@ -16,7 +16,8 @@ are printed once, to stdout, and never logged.
     revoke-token-id TOKEN_ID --tenant ID
     revoke-tokens --tenant ID | --principal ARN   (every token minted until now)
     set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
-               [--max-request-tokens N] [--max-chat-tokens N] [--usage-plan API_ID:STAGE]
+               [--max-request-tokens N] [--max-chat-tokens N] [--max-in-flight N]
+               [--usage-plan API_ID:STAGE]
     new-signing-key --file PATH        (creates or rotates a local signing key document)
     new-record-key --file PATH [--retention-days N]   (rotates the records' state-hash keys, keeping
                                        every earlier one for the retention, so old records still verify)
@@ -90,7 +91,7 @@ def _tenant_commands(commands: Any) -> None:
     c = commands.add_parser("set-limits")
     c.add_argument("tenant_id")
     for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
-                       ("max-request-tokens", int), ("max-chat-tokens", int)):
+                       ("max-request-tokens", int), ("max-chat-tokens", int), ("max-in-flight", int)):
         c.add_argument(f"--{name}", type=kind)
     c.add_argument("--usage-plan", metavar="API_ID:STAGE",
                    help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
@@ -265,7 +266,8 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     from gateway.auth import tenants
 
     changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
-                                                      "max_request_tokens", "max_chat_tokens") if getattr(args, name) is not None}
+                                                      "max_request_tokens", "max_chat_tokens", "max_in_flight")
+               if getattr(args, name) is not None}
     tenant = tenants.set_limits(store, args.tenant_id, **changes)
     if args.usage_plan == "local":
         import secrets

@@ -19,6 +19,7 @@ from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
 from gateway.services.runtime import GatewayRuntime
+from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
 
@@ -38,13 +39,15 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     recorder = DecisionRecorder(records, record_keys or build_record_keys(settings.auth),
                                 settings.auth.record_retention_days, on_failure=_count_record_failure)
     registry = build_registry(settings)
-    # One tenant cache for the authorizer's checks and the routes' policy.
+    # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
     tenants = authenticator.tenants if authenticator is not None else None
+    throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=settings.routing.deadline_s)
+                if stores is not None and tenants is not None else None)
     return GatewayRuntime(
         settings=settings, registry=registry,
-        decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants),
+        decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
-        catalogs=catalogs, authenticator=authenticator)
+        catalogs=catalogs, authenticator=authenticator, throttle=throttle)
 
 
 def pool_policy(routing: RoutingSettings) -> PoolPolicy:

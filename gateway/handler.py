@@ -47,6 +47,8 @@ class GatewayFunction:
             refuse_credentials_in_query(event)
             # Who calls, first: an anonymous request is refused before its body is even decoded.
             principal = None if self.is_public(path) else self._principal(event)
+            if principal is not None and self.runtime.throttle is not None:
+                self.runtime.throttle.admit(principal.tenant_id)  # the tenant's own rate, before its body is read
             prepared = prepare_event(event, self.runtime.settings.max_body_bytes)
         except GatewayError as exc:
             from gateway.api.responses import proxy_error  # Powertools' response type: loaded with the app

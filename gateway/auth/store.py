@@ -15,8 +15,9 @@ class TenantLimits:
 
     The defaults keep every decision's record well under DynamoDB's 400 KB item limit
     (1024 options and 256 KiB of text at most) and a chat's reply under a minute of
-    CPU decoding. Rate and burst are enforced by API Gateway's usage plan in AWS (the
-    authorizer names the tenant's `usage_key`) and by the local runner locally.
+    CPU decoding. Rate, burst and work in flight are enforced per tenant by the gateway
+    on the store's shared counters (`gateway.services.throttle`); API Gateway's usage plan
+    (the authorizer names the tenant's `usage_key`) is a coarser guard in front.
     """
 
     rate_per_s: float = 10.0
@@ -25,6 +26,7 @@ class TenantLimits:
     max_text_bytes: int = 256 * 1024  # UTF-8 text the model reads for one request: state, questions, options, messages
     max_request_tokens: int | None = None  # estimated evaluation tokens per decision; None: the model's own limit
     max_chat_tokens: int = 1024  # the most a chat completion may generate
+    max_in_flight: int = 8  # decisions and chats of this tenant running at once (gateway.services.throttle)
     usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
 
     def as_json(self) -> dict[str, Any]:
@@ -113,4 +115,14 @@ class TenantStore(Protocol):
     def count_within(self, name: str, limit: int, expires_at: float) -> bool:
         """Atomically count one more against `name` unless it reached `limit` (True: counted);
         the counter is dropped after `expires_at`."""
+        ...
+
+    def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
+        """Atomically take one of `limit` places of `name` for `holder` until `expires_at`,
+        unless they are all held (True: taken). A place whose holder never released it is
+        free again once it expired, so a function that died holding one leaks nothing."""
+        ...
+
+    def release(self, name: str, holder: str) -> None:
+        """Give `holder`'s place of `name` back (nothing when it holds none)."""
         ...

@@ -35,7 +35,7 @@ def create_tenant(store: TenantStore, tenant_id: str, name: str = "", *, catalog
 
 _LIMIT_BOUNDS = {"rate_per_s": (0.01, 10_000), "burst": (1, 100_000), "max_options": (2, 102_000),
                  "max_text_bytes": (1024, 6 * 1024 * 1024), "max_request_tokens": (256, 10_000_000),
-                 "max_chat_tokens": (1, 32_768)}
+                 "max_chat_tokens": (1, 32_768), "max_in_flight": (1, 10_000)}
 
 
 def set_limits(store: TenantStore, tenant_id: str, **changes: Any) -> Tenant:

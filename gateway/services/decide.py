@@ -10,6 +10,7 @@ Chat completions take the same first steps, without catalogs or a record.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.model import Decision, DecisionResult
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound
+from gateway.services.throttle import TenantThrottle
 
 
 class DecisionMetrics(MetricsSink, Protocol):
@@ -57,13 +59,18 @@ def require_model(principal: Principal, model: str) -> None:
 class DecideService:
     def __init__(self, registry: ModelRegistry, backend: InferenceBackend, recorder: DecisionRecorder, *,
                  catalogs: CatalogService | None = None, tenants: TenantCache | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 throttle: TenantThrottle | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.registry = registry
         self.backend = backend
         self.recorder = recorder
         self.catalogs = catalogs
         self.tenants = tenants
+        self.throttle = throttle
         self.clock = clock
+
+    def in_flight(self, tenant_id: str) -> contextlib.AbstractContextManager[None]:
+        """One of the tenant's places in flight for the backend call (429 when all are held)."""
+        return self.throttle.in_flight(tenant_id) if self.throttle is not None else contextlib.nullcontext()
 
     def tenant(self, tenant_id: str) -> Tenant | None:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
@@ -76,7 +83,8 @@ class DecideService:
         """The result and the id of its record (stored before this returns)."""
         require_model(principal, decision.model)
         started = self.clock()
-        asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
+        with self.in_flight(principal.tenant_id):
+            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
         measure_injection(result, metrics)
         decision_id = self.recorder.new_id()
         self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
@@ -103,7 +111,8 @@ class DecideService:
         model = self.registry.route_for(request["model"], "chat")
         payload = {**request, "stream": False, **check_chat_budget(request, self.limits(principal.tenant_id))}
         payload.pop("stream_options", None)
-        invocation = model.pool.ask(self.backend, json_bytes(payload), "chat", metrics, request_id)
+        with self.in_flight(principal.tenant_id):
+            invocation = model.pool.ask(self.backend, json_bytes(payload), "chat", metrics, request_id)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")

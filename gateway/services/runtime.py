@@ -10,6 +10,7 @@ from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
+from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
 
 
@@ -21,3 +22,4 @@ class GatewayRuntime:
     records: RecordsService
     catalogs: CatalogService | None = None
     authenticator: Authenticator | None = None  # IAM callers and tokens
+    throttle: TenantThrottle | None = None  # per-tenant rate and work in flight (where tenants are stored)

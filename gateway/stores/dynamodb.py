@@ -19,6 +19,7 @@ Writes that must not overwrite are conditional, so a race never loses a record.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -222,6 +223,44 @@ class DynamoDBStore:
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
+        """One conditional write: the place joins the string set `held` ("<expiry>|<holder>")
+        while it has fewer than `limit` members. When it is full, its expired members (a
+        function that died holding one) are removed and the write is tried once more."""
+        member = f"{math.ceil(expires_at)}|{holder}"
+        for attempt in range(2):
+            try:
+                self.client.update_item(
+                    TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": f"places:{name}"}),
+                    UpdateExpression="ADD #held :member SET #ttl = :ttl",
+                    ConditionExpression="attribute_not_exists(#held) OR size(#held) < :limit",
+                    ExpressionAttributeNames={"#held": "held", "#ttl": "ttl"},
+                    ExpressionAttributeValues={":member": {"SS": [member]}, ":limit": _value(limit),
+                                               ":ttl": _value(int(expires_at) + 3600)})
+                return True
+            except self.client.exceptions.ConditionalCheckFailedException:
+                if attempt or not self._drop_expired(name, now):
+                    return False
+        return False
+
+    def _drop_expired(self, name: str, now: float) -> bool:
+        item = self._get(self.keys_table, "COUNTER", f"places:{name}") or {}
+        expired = [m for m in item.get("held", ()) if float(m.partition("|")[0]) <= now]
+        if not expired:
+            return False
+        self.client.update_item(TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": f"places:{name}"}),
+                                UpdateExpression="DELETE #held :expired", ExpressionAttributeNames={"#held": "held"},
+                                ExpressionAttributeValues={":expired": {"SS": expired}})
+        return True
+
+    def release(self, name: str, holder: str) -> None:
+        item = self._get(self.keys_table, "COUNTER", f"places:{name}") or {}
+        mine = [m for m in item.get("held", ()) if m.partition("|")[2] == holder]
+        if mine:
+            self.client.update_item(TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": f"places:{name}"}),
+                                    UpdateExpression="DELETE #held :mine", ExpressionAttributeNames={"#held": "held"},
+                                    ExpressionAttributeValues={":mine": {"SS": mine}})
 
     # -- catalogs -----------------------------------------------------------------------
 

@@ -83,6 +83,12 @@ CREATE TABLE IF NOT EXISTS counters (
     count      INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS places (
+    name       TEXT NOT NULL,
+    holder     TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (name, holder)
+);
 """
 
 
@@ -218,6 +224,22 @@ class SQLiteStore:
             cursor = db.execute("INSERT INTO counters (name, count, expires_at) VALUES (?, 1, ?)"
                                 " ON CONFLICT(name) DO UPDATE SET count = count + 1 WHERE count < ?", (name, expires_at, limit))
         return cursor.rowcount == 1
+
+    def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
+        """Take a place of `name` unless `limit` unexpired ones are held: one write transaction."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # the count and the insert see no other writer between them
+            db.execute("DELETE FROM places WHERE name = ? AND expires_at <= ?", (name, now))
+            (held,) = db.execute("SELECT count(*) FROM places WHERE name = ?", (name,)).fetchone()
+            if held >= limit:
+                return False
+            db.execute("INSERT OR REPLACE INTO places (name, holder, expires_at) VALUES (?, ?, ?)",
+                       (name, holder, expires_at))
+        return True
+
+    def release(self, name: str, holder: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM places WHERE name = ? AND holder = ?", (name, holder))
 
     # -- catalogs -----------------------------------------------------------------------
 

@@ -105,13 +105,34 @@ def test_a_counter_counts_up_to_its_limit_and_no_further(tenants):
     assert tenants.count_within("mints:globex:1", 3, 4e9)  # its own counter
 
 
+def test_places_are_held_up_to_their_limit_and_given_back(tenants):
+    # Given a limit of 2 places, a third holder is refused until one gives its place back;
+    # another name has places of its own; giving back a place one does not hold is harmless.
+    assert tenants.hold("inflight:acme", "a", 2, 2000.0, 1000.0)
+    assert tenants.hold("inflight:acme", "b", 2, 2000.0, 1000.0)
+    assert not tenants.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
+    assert tenants.hold("inflight:globex", "c", 2, 2000.0, 1000.0)
+    tenants.release("inflight:acme", "a")
+    tenants.release("inflight:acme", "nobody")
+    assert tenants.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
+    assert not tenants.hold("inflight:acme", "d", 2, 2000.0, 1000.0)
+
+
+def test_a_place_whose_holder_died_is_free_once_it_expired(tenants):
+    # A function that died holding a place never gives it back: it must not leak the limit.
+    assert tenants.hold("inflight:acme", "dead", 1, 1030.0, 1000.0)
+    assert not tenants.hold("inflight:acme", "next", 1, 1060.0, 1029.0)
+    assert tenants.hold("inflight:acme", "next", 1, 1060.0, 1031.0)
+
+
 def test_a_tenants_limits_are_stored_with_it(tenants):
     from dataclasses import replace
 
     from gateway.auth.store import DEFAULT_LIMITS
 
     assert tenants.get_tenant("acme").limits == DEFAULT_LIMITS
-    limits = replace(DEFAULT_LIMITS, rate_per_s=2.5, burst=5, max_options=64, usage_key="usage-key-acme-0000000000")
+    limits = replace(DEFAULT_LIMITS, rate_per_s=2.5, burst=5, max_options=64, max_in_flight=3,
+                     usage_key="usage-key-acme-0000000000")
     tenants.put_tenant(Tenant("acme", "Acme", 1.0, limits=limits))
     assert tenants.get_tenant("acme").limits == limits
 

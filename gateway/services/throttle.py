@@ -1,0 +1,84 @@
+"""Per-tenant limits that every function instance shares: request rate and work in flight.
+
+API Gateway's usage plans throttle in AWS too, but they are a coarse outer guard: a
+region holds 300 plans by default, so tenants without a plan of their own share one
+bucket (one busy tenant throttles all the quiet ones), and the SigV4 routes have no
+authorizer to key a plan by. So the gateway enforces each tenant's own numbers
+(`TenantLimits`) itself, on the store's shared counters (DynamoDB in AWS, the SQLite
+file locally), so many Lambda instances count as one:
+
+- rate: at most `burst` requests in each window of `burst / rate_per_s` seconds (at
+  least 1 s), so the average stays at `rate_per_s` and a burst at `burst`; checked on
+  every authenticated request, before its body is read;
+- in flight: at most `max_in_flight` decisions and chats of one tenant at once, each a
+  place held until it ends (or, if its function died, until its deadline passed); a
+  tenant that fills the scorers' lines gets 429 instead of starving the others. Spend
+  budgets can reserve on the same places later.
+
+Each refusal is a 429 naming the limit, with a Retry-After. A store that cannot be
+reached is a 503: nothing is admitted unchecked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from gateway.auth.store import TenantLimits, TenantStore
+from gateway.errors import BackendUnavailable, RateLimited
+
+log = logging.getLogger("gateway.throttle")
+
+# A place is held at most this long past the work's own deadline (a function that died).
+HOLD_MARGIN_S = 30.0
+
+
+class TenantThrottle:
+    def __init__(self, store: TenantStore, limits: Callable[[str], TenantLimits], *, hold_s: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.limits = limits
+        self.hold_s = hold_s + HOLD_MARGIN_S  # the request's deadline, and a margin
+        self.clock = clock
+
+    def admit(self, tenant_id: str) -> None:
+        """Count one request of the tenant's rate, or RateLimited (429)."""
+        limits = self.limits(tenant_id)
+        window = max(1.0, limits.burst / limits.rate_per_s)
+        now = self.clock()
+        start = math.floor(now / window) * window
+        counted = self._store(lambda: self.store.count_within(f"rate:{tenant_id}:{window:g}:{start:.0f}",
+                                                              limits.burst, start + 2 * window))
+        if not counted:
+            raise RateLimited(f"this tenant may send {limits.burst} requests every {window:g} s"
+                              f" ({limits.rate_per_s:g} a second on average); retry later",
+                              max(1, math.ceil(start + window - now)))
+
+    @contextmanager
+    def in_flight(self, tenant_id: str) -> Iterator[None]:
+        """Hold one of the tenant's places in flight for the work inside, or RateLimited (429)."""
+        limits = self.limits(tenant_id)
+        holder, now = uuid.uuid4().hex, self.clock()
+        name = f"inflight:{tenant_id}"
+        if not self._store(lambda: self.store.hold(name, holder, limits.max_in_flight, now + self.hold_s, now)):
+            raise RateLimited(f"this tenant may have {limits.max_in_flight} decisions or chats in flight at once;"
+                              " retry when one has ended", 1)
+        try:
+            yield
+        finally:
+            try:
+                self.store.release(name, holder)
+            except Exception:  # the place expires by itself: the answer is not lost for it
+                log.exception("a place in flight could not be released", extra={"tenant_id": tenant_id})
+
+    @staticmethod
+    def _store(call: Callable[[], bool]) -> bool:
+        try:
+            return call()
+        except Exception:
+            log.exception("the tenant's limits could not be checked")
+            raise BackendUnavailable("limits cannot be checked right now; retry shortly", retry_after=2) from None
