@@ -5,6 +5,7 @@ turns them into System One or OpenAI bodies in one place.
      ├── RequestError                  the caller's fault: never a 5xx
      │    ├── InvalidRequest           422, System One validation items
      │    ├── PayloadTooLarge          413, body (or prompt) over a limit
+     │    │    └── RecordTooLarge      413, a record with its outcome over one stored item (decisions.records)
      │    ├── UnsupportedMedia         415, unknown Content-Encoding
      │    ├── NotFound                 404, unknown model (UnknownRoute: unknown path)
      │    ├── Unauthenticated          401, missing, bad or expired credential

@@ -27,6 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from systemone.limits import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_CARRIED_BODY_BYTES
+
 Service = Literal["decisions", "chat"]
 API_GATEWAY_TIMEOUT_S = 29.0
 # Lambda refuses a synchronous invocation whose request is larger than 6,291,456 bytes,
@@ -35,9 +37,9 @@ API_GATEWAY_TIMEOUT_S = 29.0
 # Gateway allows 10 KiB of them), the request context and the authorizer's context.
 # So the largest body that can reach the function is what is left, times 3/4; the
 # gateway accepts no more, and says so with its own 413 (tests/unit/gateway/test_limits.py).
-LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
 EVENT_OVERHEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = (LAMBDA_INVOKE_PAYLOAD_BYTES - EVENT_OVERHEAD_BYTES) * 3 // 4
+assert MAX_BODY_BYTES < MAX_CARRIED_BODY_BYTES  # the gateway's own 413 comes first (systemone.limits)
 
 
 class SettingsError(Exception):

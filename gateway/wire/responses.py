@@ -174,6 +174,7 @@ class VersionList(Strict):
 class RecordList(Strict):
     records: list[DecisionRecord]
     drift: dict[str, dict[str, Any]]
+    next_cursor: str | None = None  # more records: pass it back as ?cursor= (a page ends by count or by size)
 
 
 class OutcomeReply(Strict):
