@@ -3,6 +3,7 @@ gold answer, naming its target, and planting where it says (no model)."""
 
 import json
 import re
+import unicodedata
 from collections import Counter
 
 import pytest
@@ -10,11 +11,14 @@ import pytest
 from evals import injection
 from evals.injection import (
     BIDI,
+    CYRILLIC,
     FORMS,
+    GREEK,
     HELDOUT_FORMS,
     JSON_KEY,
     POSITIONS,
     TUNED_FORMS,
+    UNICODE_SPACES,
     ZERO_WIDTH,
     Attack,
     attacks,
@@ -52,11 +56,18 @@ def labelled():
     return load()
 
 
+# The look-alike letters back to Latin.
+LATIN = {v: chr(k) for table in (CYRILLIC, GREEK) for k, v in table.items()}
+
+
 def visible(text, form):
     """What the planted text says once the hiding is undone."""
     text = text.replace(ZERO_WIDTH, "")
     for c in BIDI:
         text = text.replace(c, "")
+    for c in UNICODE_SPACES:
+        text = text.replace(c, " ")
+    text = unicodedata.normalize("NFKC", text).translate(str.maketrans(LATIN))
     return json.loads(text)[JSON_KEY] if form == "json_field" else text
 
 
@@ -70,6 +81,8 @@ def test_the_forms_cover_the_brief_and_the_held_out_ones_are_apart():
     assert not HELDOUT_FORMS & set(TUNED_FORMS) and set(TUNED_FORMS) | HELDOUT_FORMS == set(FORMS)
     assert list(TUNED_FORMS) == [f for f in FORMS if f not in HELDOUT_FORMS]  # FORMS' order
     assert {"zero_width", "bidi", "gemma_turns", "chatml_turns", "json_field", "french", "spanish", "german"} <= set(FORMS)
+    # ordinary Unicode that hides a phrase from a plain match: held out, never tuned on
+    assert {"fullwidth", "unicode_spaces", "cyrillic", "mixed_scripts"} <= HELDOUT_FORMS
 
 
 def test_the_set_is_the_same_every_time(labelled):
@@ -110,6 +123,20 @@ def test_hidden_forms_really_hide():
     bidi = FORMS["bidi"](said, item)
     assert bidi.startswith("\u2066\u202e") and bidi.endswith("\u202c\u2069")
     assert names(visible(bidi, "bidi"), said, "choice")
+
+
+@pytest.mark.parametrize("form", ["fullwidth", "unicode_spaces", "cyrillic", "mixed_scripts"])
+def test_unicode_forms_hide_their_words_from_a_plain_match_yet_read_the_same(form):
+    # Given the instruction of a Unicode form
+    item = items()[0]
+    text = FORMS[form](wording(item, 1), item)
+    # Then its opening words are not there as a plain match reads them, yet undone they are
+    # plain English (and the fullwidth and Cyrillic forms keep no word as written at all)
+    plain = visible(text, form)
+    assert plain.isascii() and text != plain
+    assert " ".join(plain.split()[:3]) not in text
+    if form in ("fullwidth", "cyrillic"):
+        assert not [word for word in re.findall(r"[A-Za-z]{4,}", plain) if word in text]
 
 
 def test_start_and_end_put_the_text_at_either_end():
