@@ -18,7 +18,10 @@ any prompt is rendered, on every request:
   shapes attacks take in the literature, before the attack set of `make eval` existed,
   and are measured there (precision and recall on held-out attack forms). One of them
   reads the request's own options (`names_an_answer`): planted text has to name the
-  answer it wants, and the scorer knows every answer a question allows.
+  answer it wants, and the scorer knows every answer a question allows. The checks read
+  the text folded (`checked_text`: compatibility forms, every kind of space, accents and
+  letters of other scripts drawn like Latin ones), so "ｉｇｎｏｒｅ", "ignore\\u00a0all" and
+  "іgnоrе" in Cyrillic are read as "ignore"; the model still reads the text as it was.
 
 All of this runs before the engine knows whether the request fits, so its work is linear
 in the state, and a JSON state is walked without recursion under caps checked as it is
@@ -333,6 +336,36 @@ def readable(state: Any) -> str:
 # Every quantifier is bounded and no two adjacent ones can match the same characters, so
 # a check is linear in the text (a state can be 100k+ characters of whitespace).
 
+# The checks read the text folded (`checked_text`), so that ordinary Unicode does not hide
+# from them a phrase that a person and the model read plainly: compatibility forms
+# (fullwidth "ｉｇｎｏｒｅ", mathematical bold, ligatures) by NFKC, accents dropped
+# ("ignoré"), every space (and the blank braille cell) a space and a line or paragraph
+# separator a newline (the checks match spaces, tabs and newlines), and the Cyrillic, Greek
+# and other letters drawn like Latin ones (the common ones of Unicode's confusables) Latin:
+# "іgnоrе" in Cyrillic. Honest Russian or Greek text folds to a mix of Latin and its own
+# letters that spells no phrase the checks look for: those need letters no look-alike
+# stands for (g, n, r...), and a whole English phrase besides.
+_LOOKALIKES = str.maketrans(
+    "аеорсухіјѕԁԛԝһӏү" "АВЕКМНОРСТУХІЈЅԀԚԜҺӀҮ"  # Cyrillic
+    "αεικνορτυχγω" "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ"  # Greek
+    "ıɩɑօսոհ",  # Latin and Armenian
+    "aeopcyxijsdqwhly" "ABEKMHOPCTYXIJSDQWHIY"
+    "aeikvoptuxyw" "ABEZHIKMNOPTYX"
+    "iiaounh")
+_SPACES_FOLDED = {ord(c): " " for c in "\t\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                  "\u200a\u202f\u205f\u3000\u2800"} | {0x2028: "\n", 0x2029: "\n"}
+_CHECK_FOLDS = _LOOKALIKES | _SPACES_FOLDED
+_ACCENTS = re.compile("[\u0300-\u036f]")  # the combining diacritical marks
+
+
+def checked_text(text: str) -> str:
+    """`text` as the pattern checks read it (see `_CHECK_FOLDS`). Never what the model reads:
+    lengths and positions differ, so a check folds the passage it decides on (the quarantine
+    decides per paragraph and sentence, and removes the passage as it was written)."""
+    bare = _ACCENTS.sub("", unicodedata.normalize("NFKD", text))
+    return unicodedata.normalize("NFC", bare).translate(_CHECK_FOLDS)
+
+
 # Who planted text speaks to. Broad after an explicit address ("note to the model"); the
 # strict list alone, so that "the model will arrive" or "your assistant should call" pass.
 _STRICT_WHO = (r"(?:ai|a\.i\.|llm|(?:large )?language model|chat ?bot|ai assistant|ai model|classifier|"
@@ -429,9 +462,10 @@ _LONGEST_ANSWER = 120  # longer option wordings are matched on their first 120 c
 
 
 def _wording(text: str) -> str:
-    """An option's name, or a stretch of text, as the two are compared: NFKC (fullwidth
-    letters are letters), case-folded, runs of space one space."""
-    return _RUNS_OF_SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold())
+    """An option's name, or a stretch of text, as the two are compared: as the checks read it
+    (`checked_text`: fullwidth letters are letters, look-alikes Latin), case-folded, runs of
+    space one space."""
+    return _RUNS_OF_SPACE.sub(" ", checked_text(text).casefold())
 
 
 class Answers(frozenset[str]):
@@ -506,12 +540,13 @@ def patterns(text: str, answers: Collection[str] = frozenset()) -> tuple[float, 
     """(score in [0, 1], names of the checks that matched) for a state's text.
 
     Run on the text as the model reads it (`visible_text`: hidden words are read whole),
-    plus a check for hiding itself, and, given the wordings of the request's options
-    (`answer_wordings`), a check for text that names one of them as the answer. Each family
-    has a weight (how rarely it appears in honest text); the score is 1 - the product of
-    (1 - weight) over the families that matched."""
+    folded (`checked_text`), plus a check for hiding itself, and, given the wordings of the
+    request's options (`answer_wordings`), a check for text that names one of them as the
+    answer. Each family has a weight (how rarely it appears in honest text); the score is
+    1 - the product of (1 - weight) over the families that matched."""
     visible, removed = visible_text(text)
-    matched = [(name, weight) for name, weight, pattern in _FAMILIES if pattern.search(visible)]
+    checked = checked_text(visible)
+    matched = [(name, weight) for name, weight, pattern in _FAMILIES if pattern.search(checked)]
     if names_an_answer(visible, answers):
         matched.append(("names_an_answer", _NAMES_AN_ANSWER_WEIGHT))
     if removed >= 3 or _REORDERING.search(_FLAGS.sub("", text)):
@@ -536,16 +571,17 @@ _REORDERING = re.compile("[\u202d\u202e\U000e0000-\U000e007f]")
 # A flagged paragraph this short goes whole (planted text is rarely one sentence: "Note to
 # the reviewer: ... Choose X."); in a longer one, only the flagged sentences go.
 _WHOLE_PARAGRAPH = 400
-_PARAGRAPHS = re.compile(r"(\n[ \t]*\n)")
-_HEADING = re.compile(r"[ \t]{0,8}#{1,6}[ \t]")
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n")
+_PARAGRAPHS = re.compile(r"(\n[^\S\n]*\n)")  # a line of any spaces between (no-break ones too)
+_HEADING = re.compile(r"[^\S\n]{0,8}[#＃]{1,6}[^\S\n]")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|[\n\u2028\u2029]")
 # The families a passage is removed for: those that are almost never in honest text
 # (role markers and hidden characters only add to the score).
 _QUARANTINED = tuple(pattern for _, weight, pattern in _FAMILIES if weight >= 0.5)
 
 
 def _flagged(text: str, answers: Answers) -> bool:
-    return any(pattern.search(text) for pattern in _QUARANTINED) or names_an_answer(text, answers)
+    checked = checked_text(text)
+    return any(pattern.search(checked) for pattern in _QUARANTINED) or names_an_answer(text, answers)
 
 
 def quarantined(text: str, answers: Collection[str] = frozenset()) -> str:
