@@ -31,7 +31,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
                                  strip_prefixes=[IAM_PREFIX])
     doc = Documentation(runtime.settings.openapi)
     app.include_router(operations.router(runtime.registry, doc))
-    app.include_router(decisions.router(runtime.decide, doc))
+    app.include_router(decisions.router(runtime.decide, runtime.idempotency, doc))
     app.include_router(records.router(runtime.records, doc))
     app.include_router(catalogs.router(runtime.catalogs, doc))
     app.include_router(chat.router(runtime.decide))

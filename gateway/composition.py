@@ -17,6 +17,7 @@ from gateway.catalogs.service import CatalogService
 from gateway.decisions.records import DecisionRecorder
 from gateway.observability import counters
 from gateway.services.decide import DecideService
+from gateway.services.idempotency import Idempotency
 from gateway.services.records import RecordsService
 from gateway.services.runtime import GatewayRuntime
 from gateway.services.throttle import TenantThrottle
@@ -43,11 +44,13 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     tenants = authenticator.tenants if authenticator is not None else None
     throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=settings.routing.deadline_s)
                 if stores is not None and tenants is not None else None)
+    idempotency = (Idempotency(stores.idempotency, hold_s=settings.routing.deadline_s)
+                   if stores is not None and stores.idempotency is not None else None)
     return GatewayRuntime(
         settings=settings, registry=registry,
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
-        catalogs=catalogs, authenticator=authenticator, throttle=throttle)
+        catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency)
 
 
 def pool_policy(routing: RoutingSettings) -> PoolPolicy:

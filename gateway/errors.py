@@ -11,6 +11,7 @@ turns them into System One or OpenAI bodies in one place.
      │    ├── Unauthenticated          401, missing, bad or expired credential
      │    ├── Forbidden                403, credential without the needed scope or model
      │    └── Conflict                 409, concurrent writers: re-read and retry
+     │         └── NotReplayable       409, an idempotent request's first reply cannot be given again
      ├── RateLimited                   429 + Retry-After, the pool saturated, or a tenant's cap reached
      ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
      │    └── RecordNotStored          503, the decision's audit record could not be written
@@ -103,6 +104,10 @@ class Conflict(RequestError):
     error_type = "conflict"
     openai_code = "conflict"
     retryable = None  # re-read and retry can succeed
+
+
+class NotReplayable(Conflict):
+    retryable = False  # the first reply stays too large to keep however often it is asked
 
 
 class RateLimited(GatewayError):

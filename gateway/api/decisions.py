@@ -1,11 +1,15 @@
-"""Decisions, in System One and in OpenAI Decisions: two codecs over one decide service."""
+"""Decisions, in System One and in OpenAI Decisions: two codecs over one decide service.
+
+Either may carry an `Idempotency-Key` header: a retry with the same key gets the first
+answer, and no second decision or record (`gateway.services.idempotency`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header
 
 from gateway.api.context import caller, request_id
 from gateway.api.docs import UNDOCUMENTED, Documentation
@@ -13,27 +17,43 @@ from gateway.api.responses import json_response, served_by
 from gateway.decisions.model import DecisionResult
 from gateway.observability import counters
 from gateway.services.decide import DecideService
+from gateway.services.idempotency import HEADER, Idempotency, Reply
 from gateway.wire import openai_decisions, systemone
 
+# Declared so that the OpenAPI document shows it; its rules are checked by the service.
+IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description=(
+    "Makes the decision idempotent for 24 hours: a retry with the same key gets the first answer"
+    " (header idempotent-replayed: true), with no second decision or record. 1-255 printable ASCII characters."))]
 
-def router(service: DecideService, doc: Documentation = UNDOCUMENTED) -> Router:
+
+def router(service: DecideService, idempotency: Idempotency | None = None, doc: Documentation = UNDOCUMENTED) -> Router:
     routes = Router()
 
-    def headers(result: DecisionResult, decision_id: str) -> dict[str, str]:
-        return {**served_by(result.endpoint, result.attempts), "x-decision-id": decision_id}
+    def decided(route: str, request: Any, render: Callable[[DecisionResult, str], dict[str, Any]], key: str | None):
+        principal = caller(routes, "decide")
+
+        def work() -> Reply:
+            result, decision_id = service.decide(principal, request.to_decision(), route=route,
+                                                  request_id=request_id(routes), metrics=counters())
+            headers = {**served_by(result.endpoint, result.attempts), "x-decision-id": decision_id}
+            return Reply(200, render(result, decision_id), headers)
+
+        if idempotency is None:
+            reply = work()
+        else:
+            reply = idempotency.respond(principal.tenant_id, key, route, request.model_dump(mode="json"), work)
+        return json_response(reply.status, reply.body, reply.headers)
 
     @routes.post("/v1/systemone", summary="System One decision: a probability for every declared option",
                  tags=["System One"], responses=doc("SystemOneResponse", "The answers, by question id"))
-    def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)]):
-        result, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="systemone",
-                                              request_id=request_id(routes), metrics=counters())
-        return json_response(200, systemone.render(result, decision_id), headers(result, decision_id))
+    def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)],
+                         idempotency_key: IdempotencyKey = None):
+        return decided("systemone", request, systemone.render, idempotency_key)
 
     @routes.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"],
                  responses=doc("DecisionsResponse", "The answers, in the order asked"))
-    def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)]):
-        result, decision_id = service.decide(caller(routes, "decide"), request.to_decision(), route="decisions",
-                                              request_id=request_id(routes), metrics=counters())
-        return json_response(200, openai_decisions.render(result, decision_id), headers(result, decision_id))
+    def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)],
+                      idempotency_key: IdempotencyKey = None):
+        return decided("decisions", request, openai_decisions.render, idempotency_key)
 
     return routes

@@ -9,6 +9,7 @@ from gateway.auth.authenticate import Authenticator
 from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
 from gateway.services.decide import DecideService
+from gateway.services.idempotency import Idempotency
 from gateway.services.records import RecordsService
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
@@ -23,3 +24,4 @@ class GatewayRuntime:
     catalogs: CatalogService | None = None
     authenticator: Authenticator | None = None  # IAM callers and tokens
     throttle: TenantThrottle | None = None  # per-tenant rate and work in flight (where tenants are stored)
+    idempotency: Idempotency | None = None  # Idempotency-Key on decisions (where a store keeps them)

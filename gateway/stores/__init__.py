@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gateway.auth.store import TenantStore
 from gateway.catalogs.store import CatalogStore
+from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
 
 
@@ -20,3 +21,4 @@ class Stores:
     tenants: TenantStore
     catalogs: CatalogStore | None
     records: RecordStore | None
+    idempotency: IdempotencyStore | None = None

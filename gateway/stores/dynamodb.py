@@ -28,6 +28,7 @@ from typing import Any
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.decisions.idempotency import Entry
 from gateway.decisions.records import (
     MAX_RECORD_ITEM_BYTES,
     ListedRecord,
@@ -60,7 +61,7 @@ class DynamoDBStore:
     def stores(self) -> Stores:
         """Catalogs and records only where their table is configured."""
         return Stores(tenants=self, catalogs=self if self.catalogs_table else None,
-                      records=self if self.records_table else None)
+                      records=self if self.records_table else None, idempotency=self)
 
     def create_tables(self) -> None:
         """For tests and local tools; in AWS the template creates the tables."""
@@ -261,6 +262,41 @@ class DynamoDBStore:
             self.client.update_item(TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": f"places:{name}"}),
                                     UpdateExpression="DELETE #held :mine", ExpressionAttributeNames={"#held": "held"},
                                     ExpressionAttributeValues={":mine": {"SS": mine}})
+
+    # -- idempotent requests: `IDEMPOTENCY#<tenant>` / <key hash>, in the keys table -------
+
+    def claim_request(self, tenant_id: str, key: str, fingerprint: str, until: float, now: float) -> Entry | None:
+        pk = f"IDEMPOTENCY#{tenant_id}"
+        for _ in range(2):  # an entry that expires between the write and the read: claim again
+            try:
+                self.client.put_item(TableName=self.keys_table, Item=_item({
+                    "pk": pk, "sk": key, "fingerprint": fingerprint, "expires_at": until, "ttl": int(until) + 1}),
+                    ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now",
+                    ExpressionAttributeValues={":now": _value(now)})
+                return None
+            except self.client.exceptions.ConditionalCheckFailedException:
+                item = self._get(self.keys_table, pk, key)
+                if item is not None and item["expires_at"] > now:
+                    reply = item.get("reply")
+                    return Entry(item["fingerprint"], bytes(reply) if reply is not None else None)
+        return None
+
+    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
+        self.client.update_item(TableName=self.keys_table, Key=_item({"pk": f"IDEMPOTENCY#{tenant_id}", "sk": key}),
+                                UpdateExpression="SET reply = :reply, expires_at = :until, #ttl = :ttl",
+                                ExpressionAttributeNames={"#ttl": "ttl"},
+                                ExpressionAttributeValues={":reply": {"B": reply}, ":until": _value(until),
+                                                           ":ttl": _value(int(until) + 1)})
+
+    def drop_request(self, tenant_id: str, key: str) -> None:
+        # Expired rather than deleted: this function deletes nothing in the keys table.
+        try:
+            self.client.update_item(TableName=self.keys_table, Key=_item({"pk": f"IDEMPOTENCY#{tenant_id}", "sk": key}),
+                                    UpdateExpression="SET expires_at = :gone",
+                                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(reply)",
+                                    ExpressionAttributeValues={":gone": _value(0)})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass  # finished meanwhile: the reply is kept
 
     # -- catalogs -----------------------------------------------------------------------
 

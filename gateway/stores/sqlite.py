@@ -10,13 +10,14 @@ import json
 import sqlite3
 import threading
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
+from gateway.decisions.idempotency import Entry
 from gateway.decisions.records import ListedRecord, check_record_item, record_item_bytes
 from gateway.stores import Stores
 
@@ -83,6 +84,14 @@ CREATE TABLE IF NOT EXISTS counters (
     count      INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS idempotency (
+    tenant_id   TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    reply       BLOB,
+    expires_at  REAL NOT NULL,
+    PRIMARY KEY (tenant_id, key)
+);
 CREATE TABLE IF NOT EXISTS places (
     name       TEXT NOT NULL,
     holder     TEXT NOT NULL,
@@ -103,7 +112,7 @@ class SQLiteStore:
             _migrate(db)
 
     def stores(self) -> Stores:
-        return Stores(tenants=self, catalogs=self, records=self)
+        return Stores(tenants=self, catalogs=self, records=self, idempotency=self)
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -241,6 +250,29 @@ class SQLiteStore:
         with self._connect() as db:
             db.execute("DELETE FROM places WHERE name = ? AND holder = ?", (name, holder))
 
+    # -- idempotent requests --------------------------------------------------------------
+
+    def claim_request(self, tenant_id: str, key: str, fingerprint: str, until: float, now: float) -> Entry | None:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # the look-up and the claim see no other writer between them
+            db.execute("DELETE FROM idempotency WHERE tenant_id = ? AND expires_at <= ?", (tenant_id, now))
+            row = db.execute("SELECT fingerprint, reply FROM idempotency WHERE tenant_id = ? AND key = ?",
+                             (tenant_id, key)).fetchone()
+            if row is not None:
+                return Entry(row["fingerprint"], row["reply"])
+            db.execute("INSERT OR REPLACE INTO idempotency (tenant_id, key, fingerprint, reply, expires_at)"
+                       " VALUES (?, ?, ?, NULL, ?)", (tenant_id, key, fingerprint, until))
+        return None
+
+    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE idempotency SET reply = ?, expires_at = ? WHERE tenant_id = ? AND key = ?",
+                       (reply, until, tenant_id, key))
+
+    def drop_request(self, tenant_id: str, key: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM idempotency WHERE tenant_id = ? AND key = ? AND reply IS NULL", (tenant_id, key))
+
     # -- catalogs -----------------------------------------------------------------------
 
     def insert_catalog_version(self, version: CatalogVersion) -> None:
@@ -318,7 +350,8 @@ class SQLiteStore:
         if since is not None:
             match += " AND created_at >= ?"
             params.append(since)
-        query = (f"SELECT record_id, ({match}) AS matches,"
+        # `match` is built from the literal fragments above only; every value is a bound parameter.
+        query = (f"SELECT record_id, ({match}) AS matches,"  # noqa: S608
                  " length(CAST(body AS BLOB)) + coalesce(length(CAST(outcome AS BLOB)), 0) AS size,"
                  f" CASE WHEN {match} THEN body END AS body, CASE WHEN {match} THEN outcome END AS outcome"
                  " FROM records WHERE tenant_id = ? AND expires_at > ?")

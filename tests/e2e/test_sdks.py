@@ -78,6 +78,25 @@ def test_an_openai_caller_reports_the_outcome_with_the_id_it_was_given(client):
         client.post(f"/decisions/{decision.id}/outcome", body={"answers": {"refund": "maybe"}}, cast_to=object)
 
 
+def test_a_decision_sent_twice_with_one_idempotency_key_is_one_decision(client):
+    # Given an OpenAI SDK caller that sends the same decision twice with one Idempotency-Key
+    # (as its own retry of a reply it never saw would), then both replies are the first
+    # answer, the second marked as replayed, and the records hold one decision.
+    import uuid
+
+    key = f"test-{uuid.uuid4().hex}"
+    body = {"model": "decision-default", "input": "Charged twice for order 4411, refund one please.",
+            "questions": [{"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."}]}
+    listed = len(client.get("/records", cast_to=object, options={"params": {"limit": 100}})["records"])
+    first = client.decisions.create(**body, extra_headers={"Idempotency-Key": key})
+    raw = client.decisions.with_raw_response.create(**body, extra_headers={"Idempotency-Key": key})
+    second = raw.parse()
+    assert raw.headers["idempotent-replayed"] == "true"
+    assert second.id == first.id and second.model_dump() == first.model_dump()
+    records = client.get("/records", cast_to=object, options={"params": {"limit": 100}})["records"]
+    assert len(records) == listed + 1 and [r["id"] for r in records].count(first.id.removeprefix("decision_")) == 1
+
+
 def test_typesafe_noul_choice_and_score(typesafe):
     result = typesafe.system_one(
         state="I was charged twice for order 4411. Refund one please.",

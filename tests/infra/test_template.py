@@ -239,6 +239,11 @@ GATEWAY_WRITES = [
     lambda store: store.revoke_token("t0k3n", "acme", 1.7e9),
     lambda store: store.set_not_before("tenant:acme", 1.7e9),
     lambda store: store.count_within("mints:acme:1", 600, 1.7e9),
+    lambda store: store.hold("inflight:acme", "holder", 8, 1.7e9, 1.6e9),
+    lambda store: store.release("inflight:acme", "holder"),
+    lambda store: store.claim_request("acme", "0f" * 32, "fp", 1.7e9, 1.6e9),
+    lambda store: store.finish_request("acme", "0f" * 32, b"reply", 1.7e9),
+    lambda store: store.drop_request("acme", "0f" * 32),
 ]
 READS = [lambda store: store.get_api_key("0123456789abcdef"), lambda store: store.token_revoked("acme", "t0k3n", 1.7e9),
          lambda store: store.not_before("tenant:acme")]
@@ -268,6 +273,7 @@ ATTACKS = {
     "expire a not-before by TTL": forged("PutItem", "NOTBEFORE", "at", "ttl"),
     "edit a not-before": forged("UpdateItem", "NOTBEFORE", "at"),
     "write another item kind": forged("PutItem", "TENANT#acme", "limits"),
+    "a key through an idempotency entry": forged("PutItem", "IDEMPOTENCY#acme", "key_hash", "scopes"),
     "batch write": {**forged("BatchWriteItem", "KEY#0123456789abcdef", "key_hash"), "action": "dynamodb:BatchWriteItem"},
 }
 

@@ -65,7 +65,7 @@ def test_an_outcome_that_would_pass_dynamodbs_item_limit_is_a_413_with_the_figur
     assert int(message.split("would take ")[1].split(" bytes")[0]) > MAX_RECORD_ITEM_BYTES
     assert dynamodb.get_record("acme", decision_id)["outcome"] is None
     # And an outcome that fits is attached as ever
-    status, _, attached = call(event("POST", f"/v1/decisions/{decision_id}/outcome",
+    status, _, _ = call(event("POST", f"/v1/decisions/{decision_id}/outcome",
                                      {"answers": {names[0]: False}}, principal=ACME))
     assert status == 200 and dynamodb.get_record("acme", decision_id)["outcome"]["answers"] == {names[0]: False}
 

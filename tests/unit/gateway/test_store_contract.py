@@ -125,6 +125,30 @@ def test_a_place_whose_holder_died_is_free_once_it_expired(tenants):
     assert tenants.hold("inflight:acme", "next", 1, 1060.0, 1031.0)
 
 
+def test_an_idempotent_request_is_claimed_once_then_replayed_within_its_window(store):
+    from gateway.decisions.idempotency import Entry
+
+    # Given a first claim, a second caller sees it running; once finished, its reply.
+    assert store.claim_request("acme", "k1", "fp", 1060.0, 1000.0) is None
+    assert store.claim_request("acme", "k1", "fp", 1060.0, 1001.0) == Entry("fp", None)
+    assert store.claim_request("globex", "k1", "fp", 1060.0, 1001.0) is None  # another tenant's key
+    store.finish_request("acme", "k1", b"\x1f\x8breply", 90_000.0)
+    assert store.claim_request("acme", "k1", "other", 1060.0, 1002.0) == Entry("fp", b"\x1f\x8breply")
+    # A dropped claim (its request failed) frees the key; a finished one is never dropped.
+    store.drop_request("globex", "k1")
+    assert store.claim_request("globex", "k1", "fp2", 1060.0, 1003.0) is None
+    store.drop_request("acme", "k1")
+    assert store.claim_request("acme", "k1", "fp", 1060.0, 1004.0) == Entry("fp", b"\x1f\x8breply")
+
+
+def test_an_expired_idempotency_entry_is_claimed_afresh(store):
+    # A claim whose function died, or a reply past its window, does not hold the key.
+    assert store.claim_request("acme", "k2", "fp", 1030.0, 1000.0) is None
+    assert store.claim_request("acme", "k2", "fp3", 1090.0, 1031.0) is None
+    store.finish_request("acme", "k2", b"r", 1100.0)
+    assert store.claim_request("acme", "k2", "fp4", 1200.0, 1101.0) is None
+
+
 def test_a_tenants_limits_are_stored_with_it(tenants):
     from dataclasses import replace
 

@@ -1,0 +1,29 @@
+"""What a store keeps for an idempotent request (`gateway.services.idempotency`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the store holds for one key: the request's fingerprint, and its reply once done."""
+
+    fingerprint: str
+    reply: bytes | None  # None: the first request still runs
+
+
+class IdempotencyStore(Protocol):
+    def claim_request(self, tenant_id: str, key: str, fingerprint: str, until: float, now: float) -> Entry | None:
+        """Claim `key` for a first request until `until`, unless an unexpired entry holds it
+        (returned as it is). Atomic: of two callers at once, one claims and one is returned."""
+        ...
+
+    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
+        """Keep the claimed key's reply until `until`."""
+        ...
+
+    def drop_request(self, tenant_id: str, key: str) -> None:
+        """Give up a claim whose request failed (a finished entry is kept)."""
+        ...

@@ -1,0 +1,122 @@
+"""Idempotency-Key on decisions, through the handler, on a real SQLite store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gateway.auth.authenticate import Authenticator
+from gateway.backends.base import EndpointFailed
+from tests.fakes import UniformBackend
+from tests.gateway_helpers import PRINCIPAL, call, event, install, register_credentials, tenant_store
+
+GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
+SYSTEM_ONE = {"model": "jev-latest", "state": "I was charged twice.",
+              "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}}
+OPENAI = {"model": "decision-default", "input": "I was charged twice.",
+          "questions": [{"type": "predicate", "name": "refund", "instructions": "The customer asks for a refund."}]}
+ROUTES = [("/v1/systemone", SYSTEM_ONE), ("/v1/decisions", OPENAI)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = tenant_store(tmp_path / "g.db", "acme", "globex")
+    register_credentials(store, PRINCIPAL, GLOBEX)
+    return store
+
+
+def stack(store, backend=None):
+    backend = backend or UniformBackend()
+    install(backend, authenticator=Authenticator(store))
+    return backend
+
+
+def decide(path, body, key=None, principal=PRINCIPAL):
+    return call(event("POST", path, body, headers={"Idempotency-Key": key} if key else None, principal=principal))
+
+
+def records(store, tenant="acme"):
+    return list(store.scan_records(tenant))
+
+
+@pytest.mark.parametrize(("path", "body"), ROUTES)
+def test_a_retry_with_the_same_key_gets_the_first_answer_and_leaves_one_record(store, path, body):
+    # Given a decision sent with an Idempotency-Key, when it is sent again with the same key
+    # (a client that never saw the first reply), then the reply is the first one, byte for
+    # byte, marked as replayed; the backend was asked once and one record was written.
+    backend = stack(store)
+    first = decide(path, body, key="order-4411-try")
+    second = decide(path, body, key="order-4411-try")
+    assert first[0] == second[0] == 200
+    assert second[2] == first[2] and second[1]["x-decision-id"] == first[1]["x-decision-id"]
+    assert second[1]["idempotent-replayed"] == "true" and "idempotent-replayed" not in first[1]
+    assert len(backend.calls) == 1 and len(records(store)) == 1
+    # Without a key, each request is a decision of its own.
+    decide(path, body)
+    decide(path, body)
+    assert len(backend.calls) == 3 and len(records(store)) == 3
+
+
+def test_a_key_is_the_tenants_and_the_routes_own(store):
+    backend = stack(store)
+    decide("/v1/systemone", SYSTEM_ONE, key="shared-key")
+    decide("/v1/systemone", SYSTEM_ONE, key="shared-key", principal=GLOBEX)
+    decide("/v1/decisions", OPENAI, key="shared-key")
+    assert len(backend.calls) == 3 and len(records(store, "globex")) == 1
+
+
+def test_the_same_key_for_another_request_is_refused(store):
+    stack(store)
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200
+    status, headers, body = decide("/v1/systemone", {**SYSTEM_ONE, "state": "Another ticket."}, key="k")
+    assert status == 422 and body["detail"][0]["type"] == "idempotency_key_reused"
+    assert headers["x-should-retry"] == "false"
+
+
+class Gate(UniformBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside, self.opened = threading.Event(), threading.Event()
+
+    def invoke(self, endpoint, body, route, request_id=""):
+        self.inside.set()
+        assert self.opened.wait(30)
+        return super().invoke(endpoint, body, route, request_id)
+
+
+def test_a_retry_while_the_first_still_runs_is_409_and_then_gets_the_first_answer(store):
+    gate = stack(store, Gate())
+    first: dict = {}
+    worker = threading.Thread(target=lambda: first.setdefault("reply", decide("/v1/systemone", SYSTEM_ONE, key="k")))
+    worker.start()
+    assert gate.inside.wait(30)
+    status, headers, body = decide("/v1/systemone", SYSTEM_ONE, key="k")
+    assert status == 409 and "still running" in body["detail"]["message"]
+    assert "x-should-retry" not in headers  # the SDKs retry a 409 after a backoff: by then it has ended
+    gate.opened.set()
+    worker.join(30)
+    replay = decide("/v1/systemone", SYSTEM_ONE, key="k")
+    assert replay[0] == 200 and replay[2] == first["reply"][2] and len(gate.calls) == 1
+
+
+def test_a_failed_first_try_is_not_kept_so_a_retry_runs_afresh(store):
+    class FailsOnce(UniformBackend):
+        def invoke(self, endpoint, body, route, request_id=""):
+            if not self.calls:
+                self.calls.append(None)
+                raise EndpointFailed(endpoint.name, "container_500")
+            return super().invoke(endpoint, body, route, request_id)
+
+    stack(store, FailsOnce())
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 502
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200
+    assert len(records(store)) == 1
+
+
+@pytest.mark.parametrize("key", ["x" * 256, "caf\u00e9", "tab\there"])
+def test_a_malformed_key_is_a_422_before_any_work(store, key):
+    backend = stack(store)
+    status, _, body = decide("/v1/systemone", SYSTEM_ONE, key=key)
+    assert status == 422 and body["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+    assert backend.calls == []
