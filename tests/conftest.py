@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,6 +12,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# What a developer's shell may hold for the project or for AWS (the README suggests
+# GATEWAY_DEV_API_KEY and DG_API_KEY; the gateway reads GATEWAY_*, the scorer SM_* and
+# SCORER_*, boto3 AWS_* and ~/.aws). No test reads it: every test, and every process a test
+# starts, begins from the same environment, and a test that needs one of these sets it.
+DEVELOPER_PREFIXES = ("GATEWAY_", "AWS_", "DG_", "SM_", "SCORER_", "POWERTOOLS_", "LLAMA_")
+NO_AWS_FILES = str(ROOT / "tests" / "no-aws-config")  # does not exist: boto3 reads no profile
+
+
+def without_the_developers_environment(environ: dict[str, str]) -> None:
+    for name in [n for n in environ if n.startswith(DEVELOPER_PREFIXES)]:
+        del environ[name]
+    environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = NO_AWS_FILES
+    environ["AWS_EC2_METADATA_DISABLED"] = "true"  # nor any instance's credentials
+
+
+without_the_developers_environment(os.environ)  # before any test module is imported
 # A well-formed API key used by tests that exercise credentials: no test output, log line,
 # metric or error body may ever contain it (checked after every test, below).
 CANARY_KEY = "dgk_ca11ab1eca11ab1e_" + ("Canary" * 8)[:43]
@@ -127,8 +145,6 @@ class LocalStack:
 
 @pytest.fixture(scope="session")
 def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
-    import os
-
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
@@ -180,7 +196,6 @@ class ScorerProcess:
         self.process = None
 
     def __enter__(self) -> ScorerProcess:
-        import os
         import subprocess
         import sys
 
