@@ -372,7 +372,8 @@ class DecisionEngine:
         """The state as the model reads it under `settings` (untrusted.py); `answers`: the
         request's option wordings, when the caller has them already."""
         return untrusted.for_model(request.state, self.control_tokens, settings.framing,
-                                   settings.quarantine, request_answers(request) if answers is None else answers)
+                                   settings.quarantine, request_answers(request) if answers is None else answers,
+                                   max_chars=_MAX_CHARS_PER_TOKEN * context_capacity(self.runtime))
 
     def asked(self, request: DecisionRequest, settings: DecisionSettings) -> tuple[
             list[PreparedQuestion], list[DecisionSettings]]:
@@ -718,7 +719,7 @@ def _prior_key(probe: Probe, framing: str = "plain") -> str:
     return hashlib.sha256("\x1f".join((framing, probe.readout, probe.block, *probe.continuations)).encode()).hexdigest()
 
 
-def request_answers(request: DecisionRequest) -> frozenset[str]:
+def request_answers(request: DecisionRequest) -> untrusted.Answers:
     """The wordings of every option the request declares, as the pattern checks match them
     (untrusted.answer_wordings): the state is shared, so one set for all its questions."""
     return untrusted.answer_wordings(name for q in request.questions.values() for name in option_names(q))
