@@ -156,7 +156,11 @@ class DynamoDBStore:
 
     def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
         item = self._get(self.keys_table, f"KEY#{key_id}", "KEY")
-        return None if item is None else _api_key(item)
+        # An item without a hash, tenant or scopes is no key: the functions' only write to a key
+        # item (its last use) creates one where no key exists, and it must read as none (401).
+        if item is None or not all(name in item for name in _KEY_ATTRIBUTES):
+            return None
+        return _api_key(item)
 
     def list_api_keys(self, tenant_id: str) -> list[ApiKeyRecord]:
         records, start = [], None
@@ -473,6 +477,9 @@ def _item_too_large(exc: Exception) -> bool:
 
 def _record(item: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(item["body"]), "outcome": json.loads(item["outcome"]) if item.get("outcome") else None}
+
+
+_KEY_ATTRIBUTES = ("key_id", "tenant_id", "key_hash", "scopes", "created_at")
 
 
 def _api_key(item: dict[str, Any]) -> ApiKeyRecord:

@@ -149,6 +149,13 @@ def test_an_expired_idempotency_entry_is_claimed_afresh(store):
     assert store.claim_request("acme", "k2", "fp4", 1200.0, 1101.0) is None
 
 
+def test_a_last_use_recorded_for_a_key_that_does_not_exist_makes_no_key(store):
+    # The functions may only touch a key's last use; where no key exists, that write must not
+    # leave something that reads as a key (or breaks the read of one).
+    store.touch_api_key("0123456789abcdef", 1.7e9)
+    assert store.get_api_key("0123456789abcdef") is None
+
+
 def test_a_tenants_limits_are_stored_with_it(tenants):
     from dataclasses import replace
 
