@@ -10,7 +10,11 @@ their own GGUF files from S3.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from scorer_container.model_files import ModelManifest
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,17 @@ EMBEDDED_MODELS: tuple[EmbeddedModel, ...] = (SMOLLM2, GEMMA3_270M, QWEN25_CODER
 
 def by_name(name: str) -> EmbeddedModel | None:
     return next((m for m in EMBEDDED_MODELS if m.name == name), None)
+
+
+# What `make eval` chooses for a model and the manifest carries (evals/model_defaults.json).
+MANIFEST_DEFAULTS = ("readout", "order_average", "prior", "ordering", "averaging", "temperatures", "by_type",
+                     "framing", "quarantine", "injection_probe")
+
+
+def manifest_of(model: EmbeddedModel, defaults: Mapping[str, Any]) -> ModelManifest:
+    """The manifest `make setup` writes beside an embedded model, and `make up` pins: what the
+    file is, and how to read it (`defaults`: the model's entry in evals/model_defaults.json)."""
+    return ModelManifest(
+        name=model.name, file=model.file_name, size=model.size, sha256=model.sha256, source=model.source,
+        revision=model.revision, quantization=model.quantization, description=model.description,
+        release_date=model.release_date, **{key: defaults[key] for key in MANIFEST_DEFAULTS if key in defaults})

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scorer_container.embedded import EMBEDDED_MODELS, EmbeddedModel, by_name  # noqa: E402
-from scorer_container.model_files import ModelManifest, sha256_of, write_manifest  # noqa: E402
+from scorer_container.embedded import EMBEDDED_MODELS, EmbeddedModel, by_name, manifest_of  # noqa: E402
+from scorer_container.model_files import sha256_of, write_manifest  # noqa: E402
 
 VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
@@ -224,28 +224,13 @@ def concatenate_chunks(model: EmbeddedModel, target: Path) -> None:
 
 
 def model_defaults(model: EmbeddedModel) -> dict:
-    chosen = json.loads(MODEL_DEFAULTS.read_text()).get(model.name, {})
-    return {key: chosen[key] for key in ("readout", "order_average", "prior", "ordering", "averaging", "temperatures",
-                                        "by_type", "framing", "quarantine",
-                                        "injection_probe")
-            if key in chosen}
+    return json.loads(MODEL_DEFAULTS.read_text()).get(model.name, {})
 
 
 def ensure_model(model: EmbeddedModel) -> None:
     folder = MODELS / model.name
     target = folder / model.file_name
-    manifest = ModelManifest(
-        name=model.name,
-        file=model.file_name,
-        size=model.size,
-        sha256=model.sha256,
-        source=model.source,
-        revision=model.revision,
-        quantization=model.quantization,
-        description=model.description,
-        release_date=model.release_date,
-        **model_defaults(model),
-    )
+    manifest = manifest_of(model, model_defaults(model))
     manifest_path = folder / "model-manifest.json"
     if target.is_file() and target.stat().st_size == model.size and manifest_path.is_file():
         if manifest_path.read_text() != manifest.to_json():

@@ -30,6 +30,21 @@ DEV_ROLE = "arn:aws:iam::000000000000:role/LocalDeveloper"
 DEV_SCOPES = ["chat", "decide", "catalogs:read", "catalogs:write"]
 
 
+def model_pins(folder: str | Path) -> dict[str, str]:
+    """The pins a deployment passes its scorer (the model file's and its manifest's sha256), for
+    an embedded model, from what the project holds (its size and hash in the code, how to read
+    it in evals/model_defaults.json): a manifest edited on disk is refused at load, as in AWS.
+    Another folder runs unpinned."""
+    from scorer_container.embedded import by_name, manifest_of
+
+    model = by_name(Path(folder).name)
+    if model is None:
+        return {}
+    defaults = json.loads((ROOT / "evals" / "model_defaults.json").read_text()).get(model.name, {})
+    return {"SCORER_MODEL_SHA256": model.sha256,
+            "SCORER_MANIFEST_SHA256": manifest_of(model, defaults).canonical_sha256()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/gemma-3-270m-q4_k_m", help="folder with the GGUF file and its manifest")
@@ -53,7 +68,7 @@ def main() -> int:
     try:
         scorer = start_process("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
                                    "--port", str(args.scorer_port)],
-                        {"SM_LLAMA_CPP_MODEL_DIR": str(ROOT / args.model)})
+                        {"SM_LLAMA_CPP_MODEL_DIR": str(ROOT / args.model), **model_pins(args.model)})
         processes.append(scorer)
         wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
 

@@ -48,3 +48,22 @@ def test_stopping_make_up_stops_the_scorer_and_the_gateway(tmp_path, stop):
     while (listening(scorer_port) or listening(gateway_port)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not listening(scorer_port) and not listening(gateway_port)
+
+
+def test_make_up_pins_an_embedded_model_and_its_manifest_as_a_deployment_does():
+    # Given the embedded models `make setup` installed, the pins `make up` passes its scorer
+    # are the project's own figures (the code's sha256, the manifest evals chose), so they
+    # verify what setup wrote; another folder runs unpinned.
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import up
+
+    from scorer_container.model_files import manifest_sha256
+
+    for name in ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1"):
+        pins = up.model_pins(ROOT / "models" / name)
+        on_disk = json.loads((ROOT / "models" / name / "model-manifest.json").read_text())
+        assert pins["SCORER_MODEL_SHA256"] == on_disk["sha256"]
+        assert pins["SCORER_MANIFEST_SHA256"] == manifest_sha256(on_disk)
+    assert up.model_pins(ROOT / "models" / "somewhere-else") == {}
