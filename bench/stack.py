@@ -1,0 +1,55 @@
+"""The local stack the end-to-end benchmarks run: a real scorer process behind the gateway's
+local API Gateway runner (the authorizer, the function in worker processes), as `make up`
+serves it, with tenants of their own on a fresh SQLite store."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Stack:
+    gateway: str  # the gateway's base URL
+    scorer: Any  # the scorer process (its .url, .pid)
+    keys: dict[str, str]  # tenant -> API key (decide scope)
+
+
+@contextmanager
+def local_stack(model_dir: Path, tenants: tuple[str, ...] = ("bench",)) -> Iterator[Stack]:
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.authorizer import Authorizer
+    from gateway.local import LocalApiGateway, ProcessFunctions, make_server
+    from gateway.observability import configure_logging
+    from gateway.stores.sqlite import SQLiteStore
+    from tests.conftest import ScorerProcess
+    from tests.gateway_helpers import settings_for
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
+    configure_logging()
+    store = SQLiteStore(Path(tempfile.mkdtemp(prefix="bench-stack-")) / "gateway.db")
+    keys = {}
+    for tenant in tenants:
+        create_tenant(store, tenant)
+        keys[tenant] = issue_api_key(store, tenant, ["decide"]).secret
+    with ScorerProcess({"SM_LLAMA_CPP_MODEL_DIR": str(model_dir), "SM_LLAMA_CPP_THREADS": "2"}) as scorer:
+        scorer.wait("ready")
+        # The authorizer checks the keys; the function itself runs without a store (no records).
+        functions = ProcessFunctions(max_instances=2, env={"GATEWAY_MODELS": settings_for(scorer.url).model_dump_json()})
+        server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=Authorizer(Authenticator(store))))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        functions.prewarm(1)
+        try:
+            yield Stack(f"http://127.0.0.1:{server.server_address[1]}", scorer, keys)
+        finally:
+            server.shutdown()
+            server.server_close()
+            functions.close()
