@@ -41,7 +41,7 @@ def router(service: DecideService, idempotency: Idempotency | None = None, doc: 
         if idempotency is None:
             reply = work()
         else:
-            reply = idempotency.respond(principal.tenant_id, key, route, request.model_dump(mode="json"), work)
+            reply = idempotency.respond(principal, key, route, request.model_dump(mode="json"), work)
         return json_response(reply.status, reply.body, reply.headers)
 
     @routes.post("/v1/systemone", summary="System One decision: a probability for every declared option",

@@ -20,10 +20,11 @@ class IdempotencyStore(Protocol):
         (returned as it is). Atomic: of two callers at once, one claims and one is returned."""
         ...
 
-    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
-        """Keep the claimed key's reply until `until`."""
+    def finish_request(self, tenant_id: str, key: str, fingerprint: str, reply: bytes, until: float) -> None:
+        """Keep the reply until `until`, if the claim is still this request's (`fingerprint`,
+        no reply yet): a claim that expired and was taken by another is left to it."""
         ...
 
-    def drop_request(self, tenant_id: str, key: str) -> None:
-        """Give up a claim whose request failed (a finished entry is kept)."""
+    def drop_request(self, tenant_id: str, key: str, fingerprint: str) -> None:
+        """Give up this request's claim (it failed); a finished entry, or another's, is kept."""
         ...

@@ -3,7 +3,9 @@
 The OpenAI SDKs retry a timeout, a 429 and a 5xx twice by default, and a caller's own
 retry loop does the same: without this, each retry is a second decision, a second
 record and (once spend is counted) a second charge. The key is the caller's (the
-header OpenAI's and Stripe's APIs use), scoped to the tenant and the route:
+header OpenAI's and Stripe's APIs use), scoped to the tenant, the credential and the route
+(a replay skips the checks that differ between credentials, such as the models a key may
+use or an enforcing policy's, so another credential of the tenant never gets it):
 
 - the first request with a key claims it (for the work's deadline and a margin), runs,
   and stores its 200 reply for `WINDOW_S` (24 hours);
@@ -28,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.auth.credentials import Principal
 from gateway.decisions.idempotency import Entry, IdempotencyStore
-from gateway.errors import Conflict, InvalidRequest, NotReplayable
+from gateway.errors import BackendUnavailable, Conflict, InvalidRequest, NotReplayable
 
 log = logging.getLogger("gateway.idempotency")
 
@@ -71,26 +74,36 @@ class Idempotency:
         self.hold_s = hold_s + CLAIM_MARGIN_S
         self.clock = clock
 
-    def respond(self, tenant_id: str, key: str | None, route: str, request: Any, work: Callable[[], Reply]) -> Reply:
+    def respond(self, principal: Principal, key: str | None, route: str, request: Any,
+                work: Callable[[], Reply]) -> Reply:
         """`work()`'s reply, or the first reply to this key (see the module docstring)."""
         if key is None:
             return work()
-        stored_key = _stored_key(route, _checked(key))
-        fingerprint = hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        tenant_id = principal.tenant_id
+        stored_key = _stored_key(route, principal.credential_id, _checked(key))
+        # In the request's own order: options are listed, and a state is read, in that order.
+        fingerprint = hashlib.sha256(json.dumps(request, ensure_ascii=False).encode()).hexdigest()
         now = self.clock()
-        existing = self.store.claim_request(tenant_id, stored_key, fingerprint, now + self.hold_s, now)
+        try:
+            existing = self.store.claim_request(tenant_id, stored_key, fingerprint, now + self.hold_s, now)
+        except Exception:
+            log.exception("an idempotency key could not be claimed", extra={"tenant_id": tenant_id})
+            raise BackendUnavailable("idempotency keys cannot be checked right now; retry shortly", 2) from None
         if existing is not None:
             return _replay(existing, fingerprint)
         try:
             reply = work()
         except BaseException:
-            self.store.drop_request(tenant_id, stored_key)
+            try:
+                self.store.drop_request(tenant_id, stored_key, fingerprint)
+            except Exception:  # the claim expires by itself; the caller gets the error that happened
+                log.exception("a failed request's idempotency claim could not be dropped", extra={"tenant_id": tenant_id})
             raise
         encoded = reply.encode()
         if len(encoded) > MAX_STORED_REPLY_BYTES:
             encoded = _TOO_LARGE + reply.headers.get("x-decision-id", "").encode()
         try:
-            self.store.finish_request(tenant_id, stored_key, encoded, self.clock() + WINDOW_S)
+            self.store.finish_request(tenant_id, stored_key, fingerprint, encoded, self.clock() + WINDOW_S)
         except Exception:  # the answer stands (its record is stored); a retry within the claim gets 409
             log.exception("an idempotent reply could not be kept", extra={"tenant_id": tenant_id})
         return reply
@@ -103,8 +116,8 @@ def _checked(key: str) -> str:
     return key
 
 
-def _stored_key(route: str, key: str) -> str:
-    return hashlib.sha256(f"{route}\x1f{key}".encode()).hexdigest()
+def _stored_key(route: str, credential_id: str, key: str) -> str:
+    return hashlib.sha256(f"{route}\x1f{credential_id}\x1f{key}".encode()).hexdigest()
 
 
 def _replay(entry: Entry, fingerprint: str) -> Reply:

@@ -283,22 +283,27 @@ class DynamoDBStore:
                 if item is not None and item["expires_at"] > now:
                     reply = item.get("reply")
                     return Entry(item["fingerprint"], bytes(reply) if reply is not None else None)
-        return None
+        raise RuntimeError("an idempotency entry kept changing under its claim")  # a 503 for the caller
 
-    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
-        self.client.update_item(TableName=self.keys_table, Key=_item({"pk": f"IDEMPOTENCY#{tenant_id}", "sk": key}),
-                                UpdateExpression="SET reply = :reply, expires_at = :until, #ttl = :ttl",
-                                ExpressionAttributeNames={"#ttl": "ttl"},
-                                ExpressionAttributeValues={":reply": {"B": reply}, ":until": _value(until),
-                                                           ":ttl": _value(int(until) + 1)})
+    def finish_request(self, tenant_id: str, key: str, fingerprint: str, reply: bytes, until: float) -> None:
+        try:
+            self.client.update_item(
+                TableName=self.keys_table, Key=_item({"pk": f"IDEMPOTENCY#{tenant_id}", "sk": key}),
+                UpdateExpression="SET reply = :reply, expires_at = :until, #ttl = :ttl",
+                ConditionExpression="fingerprint = :fingerprint AND attribute_not_exists(reply)",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues={":reply": {"B": reply}, ":until": _value(until), ":ttl": _value(int(until) + 1),
+                                           ":fingerprint": _value(fingerprint)})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            pass  # the claim expired and another took it: never an item without its request
 
-    def drop_request(self, tenant_id: str, key: str) -> None:
+    def drop_request(self, tenant_id: str, key: str, fingerprint: str) -> None:
         # Expired rather than deleted: this function deletes nothing in the keys table.
         try:
             self.client.update_item(TableName=self.keys_table, Key=_item({"pk": f"IDEMPOTENCY#{tenant_id}", "sk": key}),
                                     UpdateExpression="SET expires_at = :gone",
-                                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(reply)",
-                                    ExpressionAttributeValues={":gone": _value(0)})
+                                    ConditionExpression="fingerprint = :fingerprint AND attribute_not_exists(reply)",
+                                    ExpressionAttributeValues={":gone": _value(0), ":fingerprint": _value(fingerprint)})
         except self.client.exceptions.ConditionalCheckFailedException:
             pass  # finished meanwhile: the reply is kept
 

@@ -264,14 +264,15 @@ class SQLiteStore:
                        " VALUES (?, ?, ?, NULL, ?)", (tenant_id, key, fingerprint, until))
         return None
 
-    def finish_request(self, tenant_id: str, key: str, reply: bytes, until: float) -> None:
+    def finish_request(self, tenant_id: str, key: str, fingerprint: str, reply: bytes, until: float) -> None:
         with self._connect() as db:
-            db.execute("UPDATE idempotency SET reply = ?, expires_at = ? WHERE tenant_id = ? AND key = ?",
-                       (reply, until, tenant_id, key))
+            db.execute("UPDATE idempotency SET reply = ?, expires_at = ? WHERE tenant_id = ? AND key = ?"
+                       " AND fingerprint = ? AND reply IS NULL", (reply, until, tenant_id, key, fingerprint))
 
-    def drop_request(self, tenant_id: str, key: str) -> None:
+    def drop_request(self, tenant_id: str, key: str, fingerprint: str) -> None:
         with self._connect() as db:
-            db.execute("DELETE FROM idempotency WHERE tenant_id = ? AND key = ? AND reply IS NULL", (tenant_id, key))
+            db.execute("DELETE FROM idempotency WHERE tenant_id = ? AND key = ? AND fingerprint = ? AND reply IS NULL",
+                       (tenant_id, key, fingerprint))
 
     # -- catalogs -----------------------------------------------------------------------
 

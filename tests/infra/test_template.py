@@ -242,8 +242,8 @@ GATEWAY_WRITES = [
     lambda store: store.hold("inflight:acme", "holder", 8, 1.7e9, 1.6e9),
     lambda store: store.release("inflight:acme", "holder"),
     lambda store: store.claim_request("acme", "0f" * 32, "fp", 1.7e9, 1.6e9),
-    lambda store: store.finish_request("acme", "0f" * 32, b"reply", 1.7e9),
-    lambda store: store.drop_request("acme", "0f" * 32),
+    lambda store: store.finish_request("acme", "0f" * 32, "fp", b"reply", 1.7e9),
+    lambda store: store.drop_request("acme", "0f" * 32, "fp"),
 ]
 READS = [lambda store: store.get_api_key("0123456789abcdef"), lambda store: store.token_revoked("acme", "t0k3n", 1.7e9),
          lambda store: store.not_before("tenant:acme")]

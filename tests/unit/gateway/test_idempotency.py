@@ -66,6 +66,30 @@ def test_a_key_is_the_tenants_and_the_routes_own(store):
     assert len(backend.calls) == 3 and len(records(store, "globex")) == 1
 
 
+def test_another_credential_of_the_tenant_never_gets_a_replay(store):
+    # Given a key that may use every model and one that may use another model only, when
+    # the narrow one replays the wide one's Idempotency-Key and body, then it is refused as
+    # it is without the header (404: the model does not exist for it), never handed the
+    # answer: a replay skips the checks that differ between credentials.
+    narrow = {**PRINCIPAL, "credential_id": "k9", "models": '["chat-default"]'}
+    register_credentials(store, narrow)
+    stack(store)
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200
+    status, headers, _ = decide("/v1/systemone", SYSTEM_ONE, key="k", principal=narrow)
+    assert status == 404 and "idempotent-replayed" not in headers
+
+
+def test_the_same_request_in_another_order_is_another_request(store):
+    # Options are listed to the model in the order they are sent: a reordered request is
+    # not the one the first answer was for.
+    stack(store)
+    body = {**SYSTEM_ONE, "questions": {"queue": {"type": "choice", "criteria": {"a": None, "b": None, "c": None}}}}
+    assert decide("/v1/systemone", body, key="k")[0] == 200
+    reordered = {**body, "questions": {"queue": {"type": "choice", "criteria": {"c": None, "b": None, "a": None}}}}
+    status, _, reply = decide("/v1/systemone", reordered, key="k")
+    assert status == 422 and reply["detail"][0]["type"] == "idempotency_key_reused"
+
+
 def test_the_same_key_for_another_request_is_refused(store):
     stack(store)
     assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200

@@ -132,12 +132,12 @@ def test_an_idempotent_request_is_claimed_once_then_replayed_within_its_window(s
     assert store.claim_request("acme", "k1", "fp", 1060.0, 1000.0) is None
     assert store.claim_request("acme", "k1", "fp", 1060.0, 1001.0) == Entry("fp", None)
     assert store.claim_request("globex", "k1", "fp", 1060.0, 1001.0) is None  # another tenant's key
-    store.finish_request("acme", "k1", b"\x1f\x8breply", 90_000.0)
+    store.finish_request("acme", "k1", "fp", b"\x1f\x8breply", 90_000.0)
     assert store.claim_request("acme", "k1", "other", 1060.0, 1002.0) == Entry("fp", b"\x1f\x8breply")
     # A dropped claim (its request failed) frees the key; a finished one is never dropped.
-    store.drop_request("globex", "k1")
+    store.drop_request("globex", "k1", "fp")
     assert store.claim_request("globex", "k1", "fp2", 1060.0, 1003.0) is None
-    store.drop_request("acme", "k1")
+    store.drop_request("acme", "k1", "fp")
     assert store.claim_request("acme", "k1", "fp", 1060.0, 1004.0) == Entry("fp", b"\x1f\x8breply")
 
 
@@ -145,7 +145,13 @@ def test_an_expired_idempotency_entry_is_claimed_afresh(store):
     # A claim whose function died, or a reply past its window, does not hold the key.
     assert store.claim_request("acme", "k2", "fp", 1030.0, 1000.0) is None
     assert store.claim_request("acme", "k2", "fp3", 1090.0, 1031.0) is None
-    store.finish_request("acme", "k2", b"r", 1100.0)
+    # The first request, whose claim expired, ends late: it neither finishes nor drops the new claim.
+    store.finish_request("acme", "k2", "fp", b"late", 90_000.0)
+    store.drop_request("acme", "k2", "fp")
+    from gateway.decisions.idempotency import Entry
+
+    assert store.claim_request("acme", "k2", "fp3", 1090.0, 1032.0) == Entry("fp3", None)
+    store.finish_request("acme", "k2", "fp3", b"r", 1100.0)
     assert store.claim_request("acme", "k2", "fp4", 1200.0, 1101.0) is None
 
 
