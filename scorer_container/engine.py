@@ -472,14 +472,15 @@ class DecisionEngine:
         in seconds too when `seconds_per_unit` is given).
 
         Debiasing the caller did not ask for explicitly is reduced when it alone breaks
-        the budget: first rotations become the reversal alone, then the uncached priors
-        go, then the second option order, then both; the answer's `x_debias` says what
-        was applied and that it was reduced.
+        the budget (unless `x_reduce` is false): first rotations become the reversal alone,
+        then the uncached priors go, then the second option order, then both; the answer's
+        `x_debias` says what was applied and that it was reduced.
         """
         settings = self.settings_for(request)
         counts: dict[Any, Any] = {}
-        drop_prior = request.x_prior is None and settings.applies(lambda s: s.prior)
-        drop_order = request.x_order_average is None and settings.applies(lambda s: s.order_average)
+        reducible = request.x_reduce is not False
+        drop_prior = reducible and request.x_prior is None and settings.applies(lambda s: s.prior)
+        drop_order = reducible and request.x_order_average is None and settings.applies(lambda s: s.order_average)
         candidates = [settings]
         if drop_order and settings.applies(lambda s: s.averaging == "rotations"):
             settings = settings.everywhere(averaging="reversal", reduced=True)

@@ -88,6 +88,10 @@ class DecisionRequest(Wire):
     x_framing: Framing | None = None
     x_quarantine: bool | None = None
     x_injection_probe: bool | None = None
+    # false: answer with the readout and debiasing the request resolves to, or refuse (413);
+    # never cut debiasing to fit the budget (an enforcing catalog entry's thresholds were
+    # set for its own readout: the gateway sets it for those).
+    x_reduce: bool | None = None
 
 
 # -- answers ---------------------------------------------------------------------------

@@ -51,6 +51,8 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
     # entry in the same request must not change an enforcing entry's readout either.
     for name, entry in enforcing:
         _hold_to_readout(name, entry, engine, decision.engine_options, declared)
+    if enforcing:
+        engine["x_reduce"] = False  # the scorer may not cut the debiasing to fit: 413 instead
     return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)
 
 

@@ -276,6 +276,8 @@ def test_debiasing_the_caller_did_not_ask_for_is_reduced_to_fit_the_budget(engin
     assert engine.fit(decision, full).settings == engine.settings_for(decision)
     with pytest.raises(OverBudget):
         engine.fit(request(x_prior=True, x_order_average=True), plain)
+    with pytest.raises(OverBudget):  # told not to reduce (an enforcing catalog entry's readout): refused instead
+        engine.fit(request(x_reduce=False), plain)
     with pytest.raises(OverBudget, match="split its questions"):
         engine.fit(decision, plain - 1)
     with pytest.raises(OverBudget, match="tokens' worth"):

@@ -274,6 +274,7 @@ def test_no_combination_of_entries_changes_an_enforcing_entrys_readout(store, ow
         assert len(backend.calls) == calls  # refused before any backend call
         return
     sent = backend.calls[-1][1]
+    assert sent["x_reduce"] is False  # nor may the scorer cut the debiasing to fit its budget
     enforced = [own, other] if other_enforces else [own]
     for declared in enforced:
         for field in ("readout", "order_average", "prior"):
