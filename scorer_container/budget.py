@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import collections
 import math
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,8 @@ MARGIN = 0.85
 # Decisions smaller than this say more about fixed overheads than about the rate.
 _MIN_OBSERVED_UNITS = 64
 _WINDOW = 16  # recent decisions the rate is read from
+MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
+MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
 
 
@@ -63,24 +67,30 @@ class WorkRate:
     """Seconds one unit of the engine's work takes on this machine: measured at load, then
     corrected by each decision as it runs; the slower of the two is the one used.
 
-    Recent decisions are pooled weighted by their size (total seconds over total units), so
-    a large decision, whose time is mostly the rate, counts more than a small one, whose
-    time is mostly fixed overheads. Thread-safe."""
+    What decisions say is read robustly, since anyone can send them: the median of the
+    recent decisions' own rates (one decision slow for reasons of its own moves nothing),
+    only decisions large enough that their time is mostly work, none older than
+    `MAX_AGE_S` (a busy hour passes), and never more than `MAX_SLOWDOWN` times the load
+    measurement (whatever the machine does, the budget keeps a floor). Thread-safe."""
 
-    def __init__(self, seconds_per_unit: float, window: int = _WINDOW) -> None:
+    def __init__(self, seconds_per_unit: float, window: int = _WINDOW,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.measured = seconds_per_unit
-        self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)
+        self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)  # (when, s/unit)
+        self._clock = clock
         self._lock = threading.Lock()
 
     def observe(self, units: float, seconds: float) -> None:
         if units >= _MIN_OBSERVED_UNITS and seconds > 0 and math.isfinite(seconds):
             with self._lock:
-                self._recent.append((units, seconds))
+                self._recent.append((self._clock(), seconds / units))
 
     def observed(self) -> float | None:
+        """The median rate of the recent decisions, capped; None when there are none."""
+        now = self._clock()
         with self._lock:
-            units = sum(u for u, _ in self._recent)
-            return sum(s for _, s in self._recent) / units if units else None
+            rates = [rate for when, rate in self._recent if now - when <= MAX_AGE_S]
+        return min(statistics.median(rates), MAX_SLOWDOWN * self.measured) if rates else None
 
     def seconds_per_unit(self) -> float:
         return max(self.measured, self.observed() or 0.0)
@@ -101,13 +111,15 @@ class Budget:
     def row_cost(self) -> float:
         return self.prefill.row_cost
 
-    def max_units(self, seconds: float | None = None) -> int:
+    def max_units(self, seconds: float | None = None, *, at_load: bool = False) -> int:
         """The units a request may ask for: the budget's seconds, or fewer when its own
-        deadline leaves fewer, at the current rate (or the fixed budget)."""
+        deadline gives fewer, at the rate in use (or the one measured at load; or the fixed
+        budget)."""
         if self.fixed_units is not None:
             return self.fixed_units
         within = self.seconds if seconds is None else min(self.seconds, seconds * MARGIN)
-        return max(_MIN_UNITS, int(within / self.rate.seconds_per_unit()))
+        rate = self.rate.measured if at_load else self.rate.seconds_per_unit()
+        return max(_MIN_UNITS, int(within / rate))
 
     def seconds_for(self, units: float) -> float:
         return units * self.rate.seconds_per_unit()

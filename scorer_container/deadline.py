@@ -21,6 +21,7 @@ from scorer_container.errors import CallerGone, DeadlineExceeded
 class Deadline:
     def __init__(self, seconds: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self.seconds = math.inf if seconds is None else seconds  # what the caller gave it, all of it
         self.at = math.inf if seconds is None else clock() + seconds
         self._gone = threading.Event()
 

@@ -42,11 +42,13 @@ from scorer_container.admission import Admission, Ticket
 from scorer_container.budget import Budget, budget_for
 from scorer_container.chat import ChatGenerator, ChatUsage, chunk, new_completion_id
 from scorer_container.deadline import Deadline
-from scorer_container.engine import DecisionEngine
+from scorer_container.engine import DecisionEngine, Fit
 from scorer_container.errors import (
     DeadlineExceeded,
     InvalidRequest,
     ModelNotReady,
+    OverBudget,
+    Overloaded,
     PayloadTooLarge,
     RequestError,
     ScorerError,
@@ -311,11 +313,15 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     budget = loaded.budget
     # Planned before it takes a place in line, so an over-budget request costs the others
     # nothing; one plan at a time (the rest wait in a short line, within their deadlines),
-    # so a flood of hostile states cannot take the machine from the job that runs.
+    # so a flood of hostile states cannot take the machine from the job that runs. Whether
+    # the work fits is judged on the time the caller gave (413: it never will), not on what
+    # waiting left of it: time lost in line is load (503, retry later).
     with service.planning.admit() as planner:
         async with planner.running(deadline):
-            fitted = await asyncio.to_thread(loaded.engine.fit, request, budget.max_units(deadline.remaining()),
-                                             budget.row_cost, deadline, budget.rate.seconds_per_unit())
+            try:
+                fitted = await asyncio.to_thread(_fit, loaded, request, deadline)
+            except DeadlineExceeded as exc:
+                raise exc if deadline.gone else planner.timed_out() from None
     units = fitted.cost.units(budget.row_cost)
     with service.admission.admit() as ticket:
         async with ticket.running(deadline):
@@ -331,6 +337,22 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     if service.settings.image_digest:
         result["x_image_digest"] = service.settings.image_digest
     return JSONResponse(result)
+
+
+def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Fit:
+    """The request's settings inside the budget for the caller's whole deadline, or a refusal:
+    413 when it does not fit, or 503 when it would at the rate measured at load (decisions
+    here ran slower of late: a passing load, which a retry can outlast)."""
+    budget, engine = loaded.budget, loaded.engine
+    try:
+        return engine.fit(request, budget.max_units(deadline.seconds), budget.row_cost, deadline,
+                          budget.rate.seconds_per_unit())
+    except OverBudget:
+        at_load = budget.max_units(deadline.seconds, at_load=True)
+        if at_load <= budget.max_units(deadline.seconds):
+            raise
+        engine.fit(request, at_load, budget.row_cost, deadline, budget.rate.measured)  # OverBudget: it never fits
+        raise Overloaded("this machine runs decisions slower than usual right now; retry later", 5) from None
 
 
 async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Response:

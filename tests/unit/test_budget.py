@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scorer_container.budget import MARGIN, Budget, Prefill, WorkRate
+from scorer_container.budget import MARGIN, MAX_AGE_S, MAX_SLOWDOWN, Budget, Prefill, WorkRate
 
 PREFILL = Prefill(tokens_per_s=300.0, row_cost=0.5)
 
@@ -19,14 +19,36 @@ def test_the_rate_is_the_slower_of_the_load_measurement_and_recent_decisions():
     assert rate.seconds_per_unit() == pytest.approx(6.0 / 2000)
 
 
-def test_recent_decisions_are_pooled_by_their_size_and_small_ones_say_nothing():
-    # A small decision's time is mostly fixed overheads: it must not set the rate of large ones.
+def test_recent_decisions_are_read_by_their_median_and_small_ones_say_nothing():
+    # A small decision's time is mostly fixed overheads, and one decision slow for reasons
+    # of its own must not set the rate of all the others.
     rate = WorkRate(0.001)
     rate.observe(10, 5.0)
     assert rate.observed() is None
-    rate.observe(4000, 8.0)
-    rate.observe(100, 1.0)
-    assert rate.observed() == pytest.approx(9.0 / 4100)
+    for seconds in (1.2, 1.4, 60.0):
+        rate.observe(1000, seconds)
+    assert rate.observed() == pytest.approx(0.0014)
+
+
+def test_decisions_made_slow_on_purpose_cannot_shrink_the_budget_past_a_floor():
+    # Given a caller sending decisions that run slow (sixteen 64-unit ones of 20 s each),
+    # the rate in use is at most twice the load measurement: the budget keeps half its units.
+    budget = Budget(seconds=18.7, prefill=PREFILL, rate=WorkRate(0.002))
+    full = budget.max_units()
+    for _ in range(16):
+        budget.rate.observe(64, 20.0)
+    assert budget.rate.seconds_per_unit() == pytest.approx(MAX_SLOWDOWN * 0.002)
+    assert budget.max_units() == int(18.7 / (MAX_SLOWDOWN * 0.002))
+    assert budget.max_units(at_load=True) == full
+
+
+def test_old_decisions_say_nothing_of_the_machine_now():
+    now = [0.0]
+    rate = WorkRate(0.001, clock=lambda: now[0])
+    rate.observe(1000, 1.9)
+    assert rate.observed() == pytest.approx(0.0019)
+    now[0] += MAX_AGE_S + 1
+    assert rate.observed() is None and rate.seconds_per_unit() == 0.001
 
 
 def test_only_a_window_of_recent_decisions_counts():
