@@ -14,6 +14,7 @@ turns them into System One or OpenAI bodies in one place.
      │         └── NotReplayable       409, an idempotent request's first reply cannot be given again
      ├── RateLimited                   429 + Retry-After, the pool saturated, or a tenant's cap reached
      ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
+     │    ├── NoAnswerInTime           503 + Retry-After, an endpoint said nothing before the deadline
      │    └── RecordNotStored          503, the decision's audit record could not be written
      ├── WorkTimedOut                  504, the work ran out of time on the model: never retried
      └── BackendFailed                 502, an endpoint answered something unusable
@@ -129,6 +130,15 @@ class BackendUnavailable(GatewayError):
     def __init__(self, message: str, retry_after: int = 5) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class NoAnswerInTime(BackendUnavailable):
+    """An endpoint said nothing before the deadline (a hung or crashed container, far more often
+    than oversized work: a scorer cuts its own work first, and says so). The work is not sent
+    again in this request (it may still run there); a later retry can find a healthy endpoint."""
+
+    error_type = "timeout"
+    openai_code = "timeout"
 
 
 class RecordNotStored(BackendUnavailable):

@@ -6,9 +6,11 @@ at once; a second pass waits a jittered, capped backoff first, and never goes ba
 an endpoint that said it is saturated: that one answered "later", so the caller gets
 429 with its Retry-After at once instead of the gateway queueing on its behalf (client
 SDKs retry 429 themselves; retrying here too would multiply the load). Work that ran out
-of time (the scorer cut it at its deadline, or no answer came in time) is never sent
-again, to another endpoint or the same: it would run out of time there too, holding a
-second model while others wait (504, and the caller is told not to retry). An endpoint that is busy
+of time is never sent again, to another endpoint or the same: it may still run there,
+and would hold a second model while others wait. Cut by the scorer at its deadline, it
+would run out of time anywhere (504, and the caller is told not to retry); with no answer
+at all, the endpoint is more likely hung than the work too large (503, retry later,
+and the endpoint's circuit counts it). An endpoint that is busy
 `failure_threshold` times in a row is skipped for `cooldown_s` (its circuit is open),
 then gets one probe request (half-open): a dead endpoint costs no latency, and a burst
 never turns into a retry storm. A container's 4xx goes straight back to the caller.
@@ -40,7 +42,9 @@ from gateway.backends.base import (
 from gateway.errors import (
     BackendFailed,
     BackendUnavailable,
+    GatewayError,
     InvalidRequest,
+    NoAnswerInTime,
     PayloadTooLarge,
     RateLimited,
     RequestError,
@@ -221,7 +225,7 @@ class EndpointPool:
                 self._busy(endpoint, exc, attempts, metrics)
                 continue
             except EndpointTimedOut as exc:
-                raise self._timed_out(endpoint, exc, attempts, metrics) from None
+                raise self._timed_out(endpoint, exc, attempts, route, metrics) from None
             except EndpointRejected as exc:
                 self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
                 metrics.count("AttemptRejected")
@@ -245,18 +249,23 @@ class EndpointPool:
             log.warning("circuit opened", extra={"endpoint": endpoint.name, "reason": exc.reason})
         log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempt})
 
-    def _timed_out(self, endpoint: Endpoint, exc: EndpointTimedOut, attempt: int, metrics: MetricsSink) -> WorkTimedOut:
-        """The work ran out of time: the caller is told, nothing is sent again. A scorer that cut
-        the job itself is healthy; one that did not answer at all counts toward its circuit."""
+    def _timed_out(self, endpoint: Endpoint, exc: EndpointTimedOut, attempt: int, route: Route,
+                   metrics: MetricsSink) -> GatewayError:
+        """The work ran out of time: it is not sent again. A scorer that cut the job itself is
+        healthy, and the caller is told not to retry (504); one that said nothing counts toward
+        its circuit, and the caller may retry later, when another endpoint may answer (503)."""
         metrics.count("AttemptTimedOut")
         log.warning("endpoint ran out of time", extra={"endpoint": endpoint.name, "reason": exc.reason,
                                                       "attempt": attempt})
-        if exc.answered:
-            self.circuits.succeeded(endpoint.name)
-        elif self.circuits.failed(endpoint.name, exc.reason):
-            metrics.count("CircuitOpened")
-        return WorkTimedOut("the model ran out of time on this request; retrying it would too: send less work per"
-                            " request (fewer questions or options, a shorter state)")
+        if not exc.answered:
+            if self.circuits.failed(endpoint.name, exc.reason):
+                metrics.count("CircuitOpened")
+            return NoAnswerInTime("the model endpoint did not answer in time; retry later",
+                                  max(1, round(self.policy.cooldown_s)))
+        self.circuits.succeeded(endpoint.name)
+        less = "a shorter completion (max_tokens)" if route == "chat" else (
+            "less work per request (fewer questions or options, a shorter state)")
+        return WorkTimedOut(f"the model ran out of time on this request; retrying it would too: ask for {less}")
 
     def _backoff(self, retry: int) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2^retry)]."""

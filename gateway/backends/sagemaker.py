@@ -23,6 +23,9 @@ _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingExcept
 _BUSY_ORIGINAL = {429, 503}
 # The container did not answer within SageMaker's limit.
 _TIMED_OUT_ORIGINAL = 0
+# What a scorer that cut a job at its deadline answers (504; 503 before the cut had a status
+# of its own): only then is its x_state read as a cut, never on a 4xx or a 500.
+_CUT_ORIGINAL = {503, 504}
 # The scorer is told to give up this much before the attempt's read timeout, so its
 # answer (a 503 saying so) arrives before the gateway stops listening.
 _DEADLINE_MARGIN_S = 0.25
@@ -99,7 +102,7 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
         hints = hints_of(message)
         if status == _TIMED_OUT_ORIGINAL:
             return EndpointTimedOut(name, "container_timeout", answered=False)
-        if hints.state == "deadline_exceeded":
+        if hints.state == "deadline_exceeded" and status in _CUT_ORIGINAL:
             return EndpointTimedOut(name, "container_deadline", answered=True)
         if status in _BUSY_ORIGINAL:
             reason = {"not_ready": "container_not_ready", "queue_timeout": "container_queue_timeout"}.get(

@@ -203,15 +203,14 @@ def test_backend_errors_map_to_statuses_without_leaking_internals(error, status,
 
 
 @pytest.mark.parametrize("flavor", ("systemone", "openai"))
-@pytest.mark.parametrize("answered", (True, False))
-def test_work_that_ran_out_of_time_is_a_504_the_caller_is_told_not_to_retry(flavor, answered):
-    # Given a first endpoint that ran out of time on the work, when a decision is asked on
+def test_work_the_scorer_cut_is_a_504_the_caller_is_told_not_to_retry(flavor):
+    # Given a first endpoint that cut the work at its deadline, when a decision is asked on
     # a pool of two, then the caller gets 504 with `x-should-retry: false` and no
     # Retry-After (the OpenAI SDKs retry a 5xx twice unless told not to), the second
     # endpoint is never asked, and nothing says "overloaded".
     from gateway.backends.base import EndpointTimedOut
 
-    backend = FailingBackend({"dg-gpu": EndpointTimedOut("dg-gpu", "container_deadline", answered)})
+    backend = FailingBackend({"dg-gpu": EndpointTimedOut("dg-gpu", "container_deadline", True)})
     install(backend, endpoints=("dg-gpu", "dg-cpu"))
     path, body = ("/v1/systemone", SYSTEM_ONE) if flavor == "systemone" else ("/v1/decisions", DECISIONS)
     status, headers, reply = call(event("POST", path, body))
@@ -219,6 +218,17 @@ def test_work_that_ran_out_of_time_is_a_504_the_caller_is_told_not_to_retry(flav
     assert [name for name, _, _ in backend.calls] == ["dg-gpu"]
     kind = reply["detail"]["error_type"] if flavor == "systemone" else reply["error"]["code"]
     assert kind == "timeout" and "overloaded" not in json.dumps(reply)
+
+
+def test_an_endpoint_that_said_nothing_in_time_is_a_503_to_retry_later_not_sent_again():
+    from gateway.backends.base import EndpointTimedOut
+
+    backend = FailingBackend({"dg-gpu": EndpointTimedOut("dg-gpu", "read_timeout", False)})
+    install(backend, endpoints=("dg-gpu", "dg-cpu"))
+    status, headers, reply = call(event("POST", "/v1/systemone", SYSTEM_ONE))
+    assert status == 503 and int(headers["retry-after"]) >= 1 and "x-should-retry" not in headers
+    assert reply["detail"]["error_type"] == "timeout"
+    assert [name for name, _, _ in backend.calls] == ["dg-gpu"]
 
 
 def test_a_refusal_that_retrying_cannot_mend_says_so_and_one_that_can_does_not():

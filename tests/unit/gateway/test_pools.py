@@ -13,7 +13,15 @@ import pytest
 
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
-from gateway.errors import BackendFailed, BackendUnavailable, InvalidRequest, PayloadTooLarge, RateLimited, WorkTimedOut
+from gateway.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    InvalidRequest,
+    NoAnswerInTime,
+    PayloadTooLarge,
+    RateLimited,
+    WorkTimedOut,
+)
 from tests.fakes import ManualClock
 
 OK = b'{"ok": true}'
@@ -242,17 +250,20 @@ def test_weights_spread_load_within_a_tier_and_tiers_stay_ordered():
 
 @pytest.mark.parametrize("answered", (True, False))
 def test_work_that_ran_out_of_time_is_never_sent_again(answered):
-    # Given a first endpoint whose attempt ran out of time (the scorer cut the job at its
-    # deadline, or no answer came before the read timeout), when the pool handles it, then
-    # it raises WorkTimedOut (504, not retryable) without asking any other endpoint: the
-    # same work would run out of time there too, holding a second model.
+    # Given a first endpoint whose attempt ran out of time, when the pool handles it, then no
+    # other endpoint is asked (the work may still run there, and would hold a second model):
+    # cut by the scorer, it is WorkTimedOut (504, not retryable: it would run out anywhere);
+    # with no answer at all, NoAnswerInTime (503 with Retry-After: a hung endpoint, most likely).
     clock, metrics = Clock(), Metrics()
     reason = "container_deadline" if answered else "read_timeout"
     backend = Scripted(clock, {"gpu": [EndpointTimedOut("gpu", reason, answered), OK], "cpu": [OK]})
-    with pytest.raises(WorkTimedOut) as raised:
+    with pytest.raises(WorkTimedOut if answered else NoAnswerInTime) as raised:
         pool(clock, extra_attempts=2).ask(backend, b"{}", "systemone", metrics)
     assert [name for name, _ in backend.calls] == ["gpu"]
-    assert raised.value.status == 504 and raised.value.retryable is False
+    if answered:
+        assert raised.value.status == 504 and raised.value.retryable is False
+    else:
+        assert raised.value.status == 503 and raised.value.retry_after >= 1 and raised.value.retryable is None
     assert metrics.counts["AttemptTimedOut"] == 1
 
 
@@ -267,6 +278,6 @@ def test_a_scorer_that_cut_a_job_itself_is_healthy_and_keeps_its_circuit_closed(
         p = pool(clock, names=("gpu",), policy=policy, circuits=circuits)
         reason = "container_deadline" if answered else "read_timeout"
         for _ in range(3):
-            with pytest.raises(WorkTimedOut):
+            with pytest.raises((WorkTimedOut, NoAnswerInTime)):
                 p.ask(Scripted(clock, {"gpu": [EndpointTimedOut("gpu", reason, answered)]}), b"{}", "systemone")
         assert circuits.allow("gpu") is not open_after

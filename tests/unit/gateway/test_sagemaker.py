@@ -54,6 +54,9 @@ def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(stubb
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "queue_timeout", "x_retry_after": 4}'}, EndpointBusy, "container_queue_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 504, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointTimedOut, "container_deadline"),
         ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointTimedOut, "container_deadline"),
+        # A cut is read only from a 503 or 504: a buggy body on another status says nothing.
+        ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointFailed, "container_500"),
+        ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": [], "x_state": "deadline_exceeded"}'}, EndpointRejected, "container_422"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
         ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointTimedOut, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),
@@ -78,7 +81,7 @@ def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, 
     if "x_retry_after" in fields.get("OriginalMessage", ""):
         assert raised.value.retry_after == 4
     if expected is EndpointRejected:
-        assert raised.value.status == 422 and raised.value.body == b'{"detail": []}'
+        assert raised.value.status == 422 and raised.value.body.startswith(b'{"detail": []')
 
 
 class _TimingOut:
