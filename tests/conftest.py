@@ -17,12 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # GATEWAY_DEV_API_KEY and DG_API_KEY; the gateway reads GATEWAY_*, the scorer SM_* and
 # SCORER_*, boto3 AWS_* and ~/.aws). No test reads it: every test, and every process a test
 # starts, begins from the same environment, and a test that needs one of these sets it.
-DEVELOPER_PREFIXES = ("GATEWAY_", "AWS_", "DG_", "SM_", "SCORER_", "POWERTOOLS_", "LLAMA_")
+DEVELOPER_PREFIXES = ("GATEWAY_", "AWS_", "DG_", "SM_", "SCORER_", "POWERTOOLS_", "LLAMA_", "OPENAI_")
+# A proxy would see the tests' loopback traffic, credentials included (httpx and botocore
+# honour these for 127.0.0.1 too).
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 NO_AWS_FILES = str(ROOT / "tests" / "no-aws-config")  # does not exist: boto3 reads no profile
 
 
 def without_the_developers_environment(environ: dict[str, str]) -> None:
-    for name in [n for n in environ if n.startswith(DEVELOPER_PREFIXES)]:
+    for name in [n for n in environ if n.startswith(DEVELOPER_PREFIXES) or n.upper() in PROXY_VARIABLES]:
         del environ[name]
     environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = NO_AWS_FILES
     environ["AWS_EC2_METADATA_DISABLED"] = "true"  # nor any instance's credentials

@@ -8,8 +8,10 @@ authorizer to key a plan by. So the gateway enforces each tenant's own numbers
 file locally), so many Lambda instances count as one:
 
 - rate: at most `burst` requests in each window of `burst / rate_per_s` seconds (at
-  least 1 s), so the average stays at `rate_per_s` and a burst at `burst`; checked on
-  every authenticated request, before its body is read;
+  least 1 s, and never fewer than a window's worth at the rate), so the average stays at
+  `rate_per_s`; checked on every authenticated request, before its body is read. Windows
+  are fixed (one conditional write a request), so a burst straddling a window's edge can
+  reach twice `burst` within a moment: a bound on the sum, not a smoothed rate;
 - in flight: at most `max_in_flight` decisions and chats of one tenant at once, each a
   place held until it ends (or, if its function died, until its deadline passed); a
   tenant that fills the scorers' lines gets 429 instead of starving the others. Spend
@@ -27,11 +29,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from gateway.auth.store import TenantLimits, TenantStore
 from gateway.errors import BackendUnavailable, RateLimited
 
 log = logging.getLogger("gateway.throttle")
+T = TypeVar("T")
 
 # A place is held at most this long past the work's own deadline (a function that died).
 HOLD_MARGIN_S = 30.0
@@ -47,21 +51,22 @@ class TenantThrottle:
 
     def admit(self, tenant_id: str) -> None:
         """Count one request of the tenant's rate, or RateLimited (429)."""
-        limits = self.limits(tenant_id)
+        limits = self._store(lambda: self.limits(tenant_id))
         window = max(1.0, limits.burst / limits.rate_per_s)
+        allowed = max(limits.burst, math.ceil(limits.rate_per_s * window))
         now = self.clock()
         start = math.floor(now / window) * window
         counted = self._store(lambda: self.store.count_within(f"rate:{tenant_id}:{window:g}:{start:.0f}",
-                                                              limits.burst, start + 2 * window))
+                                                              allowed, start + 2 * window))
         if not counted:
-            raise RateLimited(f"this tenant may send {limits.burst} requests every {window:g} s"
+            raise RateLimited(f"this tenant may send {allowed} requests every {window:g} s"
                               f" ({limits.rate_per_s:g} a second on average); retry later",
                               max(1, math.ceil(start + window - now)))
 
     @contextmanager
     def in_flight(self, tenant_id: str) -> Iterator[None]:
         """Hold one of the tenant's places in flight for the work inside, or RateLimited (429)."""
-        limits = self.limits(tenant_id)
+        limits = self._store(lambda: self.limits(tenant_id))
         holder, now = uuid.uuid4().hex, self.clock()
         name = f"inflight:{tenant_id}"
         if not self._store(lambda: self.store.hold(name, holder, limits.max_in_flight, now + self.hold_s, now)):
@@ -76,7 +81,7 @@ class TenantThrottle:
                 log.exception("a place in flight could not be released", extra={"tenant_id": tenant_id})
 
     @staticmethod
-    def _store(call: Callable[[], bool]) -> bool:
+    def _store(call: Callable[[], T]) -> T:
         try:
             return call()
         except Exception:

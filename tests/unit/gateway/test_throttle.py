@@ -141,10 +141,21 @@ class BrokenStore:
     def count_within(self, *args):
         raise OSError("the table is unreachable")
 
+    hold = count_within
+
 
 def test_limits_that_cannot_be_checked_admit_nothing():
+    # Neither a store that cannot count nor one whose tenant's limits cannot be read admits
+    # anything unchecked: 503 (not an exception escaping the handler).
     from gateway.auth.store import DEFAULT_LIMITS
     from gateway.errors import BackendUnavailable
 
-    with pytest.raises(BackendUnavailable):
-        TenantThrottle(BrokenStore(), lambda tenant: DEFAULT_LIMITS, hold_s=25).admit("acme")
+    def unreadable(tenant):
+        raise OSError("the tenants table is unreachable")
+
+    for limits in (lambda tenant: DEFAULT_LIMITS, unreadable):
+        throttle = TenantThrottle(BrokenStore(), limits, hold_s=25)
+        with pytest.raises(BackendUnavailable):
+            throttle.admit("acme")
+        with pytest.raises(BackendUnavailable), throttle.in_flight("acme"):
+            pass
