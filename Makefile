@@ -69,8 +69,8 @@ eval-injection: setup  ## the attack set: clean vs attacked accuracy, attack suc
 bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up to 255 options, in one run
 	@$(PY) -m bench.scorer
 
-bench-options: setup  ## 4 to 255 options and the largest valid body, end to end through the gateway as make up serves them
-	@$(PY) -m bench.options
+bench-options: setup  ## 16 to 255 options and the largest valid body, end to end through the gateway as make up serves MODEL
+	@$(PY) -m bench.options --model $(MODEL)
 
 bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
 	@$(PY) -m bench.hostile

@@ -1,6 +1,6 @@
 """`make bench-options`: the largest valid decisions, end to end, as `make up` serves them.
 
-One scorer with the `make up` default model and default settings (two threads, the
+One scorer with the `make up` default model (or `--model FOLDER`) and default settings (two threads, the
 budget it derives from its measured prefill rate) behind the gateway's local runner
 with its default routing (25 s deadline). Through the gateway it sends one choice
 question of 16, 32, 64, 128 and 255 options (a name and a description, about 45
@@ -9,7 +9,7 @@ the same 255 options with numbered names (digits cost a token each), and the lar
 body the contract allows (400 questions x 255 options), to the gateway and to the scorer
 alone. For each: status, seconds, what debiasing the budget left, tokens evaluated.
 Every request must end in a 200 or a 413 (never a 503 or a 504, the gateway's or API
-Gateway's), and a refusal must come in under a second. Writes reports/bench_options.json.
+Gateway's), and a refusal must come in under a second. Writes reports/bench_options_<model>.json.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ REPORTS = ROOT / "reports"
 
 
 def main() -> int:
+    import argparse
+
     import httpx
 
     sys.path.insert(0, str(ROOT))
@@ -31,8 +33,11 @@ def main() -> int:
     from bench.workloads import many_options
     from tests.conftest import GEMMA_DIR
 
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=GEMMA_DIR, help="the model folder (default: make up's)")
+    args = parser.parse_args()
     rows = []
-    with local_stack(GEMMA_DIR) as stack:
+    with local_stack(ROOT / args.model) as stack:
         scorer, gateway, key = stack.scorer, stack.gateway, stack.keys["bench"]
         ping = httpx.get(f"{scorer.url}/ping").json()
         print(f"scorer: {ping['model']}, budget {ping['max_request_tokens']} units in {ping['budget_s']} s"
@@ -70,12 +75,12 @@ def main() -> int:
         print(f"after the run: {after['units_per_s_observed']} units/s observed on its decisions, budget"
               f" {after['max_request_tokens']} units", flush=True)
     REPORTS.mkdir(exist_ok=True)
-    (REPORTS / "bench_options.json").write_text(json.dumps({"scorer": ping, "scorer_after": after, "rows": rows},
+    (REPORTS / f"bench_options_{Path(args.model).name}.json").write_text(json.dumps({"scorer": ping, "scorer_after": after, "rows": rows},
                                                            indent=2) + "\n")
     bad = [r for r in rows if r["status"] not in (200, 413)]
     slow_refusals = [r for r in rows if r["status"] == 413 and r["seconds"] >= 1.0]
     print(f"\n{len(bad)} requests ended in something else than 200 or 413; {len(slow_refusals)} refusals took a second"
-          f" or more; wrote {REPORTS / 'bench_options.json'}")
+          f" or more; wrote {REPORTS / f'bench_options_{Path(args.model).name}.json'}")
     return 1 if bad or slow_refusals else 0
 
 
