@@ -157,7 +157,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.handler import GatewayFunction
     from gateway.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.stores.sqlite import SQLiteStore
-    from tests.gateway_helpers import settings_for
+    from tests.gateway_helpers import settings_for, unthrottled
 
     # boto3 signs every call; the local scorer ignores the signature. Not a credential.
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
@@ -165,6 +165,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     folder = tmp_path_factory.mktemp("store")
     store = SQLiteStore(folder / "gateway.db")
     create_tenant(store, "acme")
+    unthrottled(store, "acme")  # a session of SDK tests in a row, as one tenant
     key = issue_api_key(store, "acme", ["chat", "decide", "catalogs:read", "catalogs:write"])
     store.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
     (folder / "signing-keys.json").write_text(new_key_document())

@@ -111,3 +111,12 @@ def tenant_store(path: Any, *tenants: str) -> Any:
     for tenant in tenants:
         create_tenant(store, tenant)
     return store
+
+
+def unthrottled(store: Any, *tenants: str) -> None:
+    """Limits no test traffic reaches, for stacks whose subject is not the per-tenant throttle
+    (a module's tests in a row send more than a tenant's default 20 requests in 2 s)."""
+    from gateway.auth.tenants import set_limits
+
+    for tenant in tenants:
+        set_limits(store, tenant, rate_per_s=10_000, burst=100_000, max_in_flight=10_000)

@@ -17,11 +17,11 @@ from gateway.api.responses import json_response, served_by
 from gateway.decisions.model import DecisionResult
 from gateway.observability import counters
 from gateway.services.decide import DecideService
-from gateway.services.idempotency import HEADER, Idempotency, Reply
+from gateway.services.idempotency import HEADER, MAX_KEY_CHARS, Idempotency, Reply
 from gateway.wire import openai_decisions, systemone
 
 # Declared so that the OpenAPI document shows it; its rules are checked by the service.
-IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description=(
+IdempotencyKey = Annotated[str, Header(alias=HEADER, min_length=1, max_length=MAX_KEY_CHARS, description=(
     "Makes the decision idempotent for 24 hours: a retry with the same key gets the first answer"
     " (header idempotent-replayed: true), with no second decision or record. 1-255 printable ASCII characters."))]
 

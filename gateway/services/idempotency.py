@@ -111,7 +111,7 @@ class Idempotency:
 
 def _checked(key: str) -> str:
     if not 1 <= len(key) <= MAX_KEY_CHARS or not all(" " <= c <= "~" for c in key):
-        raise InvalidRequest([{"loc": ["header", HEADER], "msg": f"an {HEADER} is 1 to {MAX_KEY_CHARS} printable"
+        raise InvalidRequest([{"loc": ["header", HEADER.lower()], "msg": f"an {HEADER} is 1 to {MAX_KEY_CHARS} printable"
                                " ASCII characters", "type": "idempotency_key_invalid"}])
     return key
 
@@ -122,7 +122,7 @@ def _stored_key(route: str, credential_id: str, key: str) -> str:
 
 def _replay(entry: Entry, fingerprint: str) -> Reply:
     if entry.fingerprint != fingerprint:
-        raise InvalidRequest([{"loc": ["header", HEADER], "msg": f"this {HEADER} was used for another request in the"
+        raise InvalidRequest([{"loc": ["header", HEADER.lower()], "msg": f"this {HEADER} was used for another request in the"
                                " last 24 hours: use a new key for a new request", "type": "idempotency_key_reused"}])
     if entry.reply is None:
         raise Conflict(f"a request with this {HEADER} is still running; retry when it has ended")

@@ -22,7 +22,7 @@ from gateway.local import InProcessFunction, LocalApiGateway, make_server
 from gateway.stores.sqlite import SQLiteStore
 from tests.conftest import CANARY_KEY
 from tests.fakes import UniformBackend
-from tests.gateway_helpers import settings_for
+from tests.gateway_helpers import settings_for, unthrottled
 
 ROLE = "arn:aws:iam::123456789012:role/Ops"
 OTHER_ROLE = "arn:aws:iam::123456789012:role/GlobexOps"
@@ -40,6 +40,7 @@ class Stack:
         store = SQLiteStore(tmp_path / "g.db")
         for tenant in ("acme", "globex"):
             create_tenant(store, tenant)
+        unthrottled(store, "acme", "globex")  # who gets in is tested here, not how often
         store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), None, 1.0))
         store.put_principal_rule(PrincipalRule(OTHER_ROLE, "globex", ("chat", "decide", "admin"), None, 1.0))
         document = new_key_document()

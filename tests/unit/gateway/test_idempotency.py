@@ -142,5 +142,5 @@ def test_a_failed_first_try_is_not_kept_so_a_retry_runs_afresh(store):
 def test_a_malformed_key_is_a_422_before_any_work(store, key):
     backend = stack(store)
     status, _, body = decide("/v1/systemone", SYSTEM_ONE, key=key)
-    assert status == 422 and body["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+    assert status == 422 and body["detail"][0]["loc"] == ["header", "idempotency-key"]
     assert backend.calls == []
