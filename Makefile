@@ -14,7 +14,7 @@ setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(MODEL))
 
 test: setup containers  ## the whole suite: the real tiny models, the scorer image and `sam local` included
-	@$(PY) -m ruff check gateway scorer_container systemone tests bench evals scripts
+	@$(PY) -m ruff check gateway scorer_container systemone devkit tests bench evals scripts
 	@$(PY) -m pytest
 
 test-fast: setup  ## the tests that need no model and no Docker engine
@@ -44,7 +44,7 @@ sam-local-test: setup base-images  ## sam build, sam local invoke with events/*.
 	@$(PY) -m pytest -m sam_local tests/sam_local
 
 lint: setup
-	@$(PY) -m ruff check gateway scorer_container systemone tests bench evals scripts
+	@$(PY) -m ruff check gateway scorer_container systemone devkit tests bench evals scripts
 
 GATEWAY_PORT ?= 3000
 
@@ -52,7 +52,7 @@ up: setup  ## the local stack: scorer (embedded model) + gateway on GATEWAY_PORT
 	@$(PY) scripts/up.py --model $(MODEL) --scorer-port $(SCORER_PORT) --gateway-port $(GATEWAY_PORT)
 
 gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GATEWAY_SQLITE_PATH must be set)
-	$(PY) -m gateway.local --port $(GATEWAY_PORT)
+	$(PY) -m devkit.local --port $(GATEWAY_PORT)
 
 scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
 	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)
@@ -102,9 +102,10 @@ clean:
 	rm -rf build reports .pytest_cache .ruff_cache
 
 # -- the Lambda artifact (sam build, BuildMethod: makefile) ---------------------------------
-# SAM calls these with ARTIFACTS_DIR set. The artifact's root holds the gateway package
-# and its dependencies, built for the function's architecture (LAMBDA_ARCH: arm64, the
-# template's default, or x86_64); boto3 comes with the Lambda runtime.
+# SAM calls these with ARTIFACTS_DIR set. The artifact's root holds the gateway and contract
+# packages and their dependencies, built for the function's architecture (LAMBDA_ARCH: arm64,
+# the template's default, or x86_64); boto3 comes with the Lambda runtime. It is built from
+# what the functions need: the tools that run beside them are in devkit/, never copied.
 LAMBDA_ARCH ?= arm64
 LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64
 LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
@@ -113,8 +114,6 @@ build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +
-	# The tools run beside the functions, never inside them (tests/unit/gateway/test_layers.py).
-	rm -f "$(ARTIFACTS_DIR)/gateway/local.py" "$(ARTIFACTS_DIR)/gateway/admin.py" "$(ARTIFACTS_DIR)/gateway/calibrate.py"
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
 		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version 3.11 --only-binary=:all: \
 		-r requirements/lambda.txt

@@ -67,9 +67,9 @@ def progress(text: str) -> None:
 
 
 def handler_overhead(requests: int) -> dict:
+    from devkit.fake_backend import UniformBackend
+    from devkit.gateway_stack import call_installed, event, install
     from gateway.observability import configure_logging
-    from tests.fakes import UniformBackend
-    from tests.gateway_helpers import call_installed, event, install
 
     configure_logging()
     backend = UniformBackend()
@@ -142,7 +142,7 @@ print(json.dumps({"import_s": imported, "first_request_s": first_s, "status": fi
 
 
 def cold_start(runs: int, burst: int, backend_url: str) -> dict:
-    from tests.gateway_helpers import event
+    from devkit.gateway_stack import event
 
     models = {"models": [
         {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"],
@@ -179,14 +179,14 @@ def cold_start(runs: int, burst: int, backend_url: str) -> dict:
 def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     import httpx
 
+    from devkit.gateway_stack import settings_for
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
     from gateway.composition import build_runtime
     from gateway.handler import GatewayFunction
-    from gateway.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.stores.sqlite import SQLiteStore
-    from tests.gateway_helpers import settings_for
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
@@ -311,7 +311,7 @@ def main() -> int:
     parser.add_argument("--no-litellm", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.fake_backend import FakeBackendServer
+    from devkit.fake_backend import FakeBackendServer
 
     REPORTS.mkdir(exist_ok=True)
     report: dict = {"requests": args.requests}

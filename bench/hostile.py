@@ -47,7 +47,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from bench.stack import local_stack
     from bench.workloads import many_options
-    from tests.conftest import GEMMA_DIR
+    from devkit.models import GEMMA_DIR
 
     body = hostile_state()
     print(f"hostile state: {KEYS} keys, {len(json.dumps(body)):,} bytes", flush=True)

@@ -111,14 +111,15 @@ def main() -> int:
     parser.add_argument("--quiet-requests", type=int, default=40, help="the quiet tenant's requests per two-tenant run")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from devkit.gateway_stack import settings_for
+    from devkit.local import LocalApiGateway, ProcessFunctions, make_server
+    from devkit.models import SMOLLM2_DIR
+    from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
-    from gateway.local import LocalApiGateway, ProcessFunctions, make_server
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
-    from tests.conftest import SMOLLM2_DIR, ScorerProcess
-    from tests.gateway_helpers import settings_for
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
@@ -188,10 +189,10 @@ FLOOD_RATE_PER_S, FLOOD_BURST, FLOOD_CONCURRENCY = 0.05, 1, 16
 
 def two_tenants(store, authorize, model: dict, quiet_requests: int) -> list[dict]:
     """The quiet tenant's latency alone, beside a throttled flood, beside an unthrottled one."""
+    from devkit.gateway_stack import settings_for
+    from devkit.local import LocalApiGateway, LocalUsagePlans, ProcessFunctions, make_server
+    from devkit.scorer_process import ScorerProcess
     from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
-    from gateway.local import LocalApiGateway, LocalUsagePlans, ProcessFunctions, make_server
-    from tests.conftest import ScorerProcess
-    from tests.gateway_helpers import settings_for
 
     for tenant in ("quiet", "flood"):
         create_tenant(store, tenant)

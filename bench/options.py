@@ -31,7 +31,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from bench.stack import local_stack
     from bench.workloads import many_options
-    from tests.conftest import GEMMA_DIR
+    from devkit.models import GEMMA_DIR
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=GEMMA_DIR, help="the model folder (default: make up's)")

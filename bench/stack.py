@@ -23,14 +23,14 @@ class Stack:
 
 @contextmanager
 def local_stack(model_dir: Path, tenants: tuple[str, ...] = ("bench",)) -> Iterator[Stack]:
+    from devkit.gateway_stack import settings_for
+    from devkit.local import LocalApiGateway, ProcessFunctions, make_server
+    from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
-    from gateway.local import LocalApiGateway, ProcessFunctions, make_server
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
-    from tests.conftest import ScorerProcess
-    from tests.gateway_helpers import settings_for
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")

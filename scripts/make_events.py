@@ -17,7 +17,7 @@ import json
 import zlib
 from pathlib import Path
 
-from gateway.local import proxy_event
+from devkit.local import proxy_event
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 BEARER = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "0123456789abcdef",

@@ -89,7 +89,7 @@ def main() -> int:
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_PROFILE": "",
             "POWERTOOLS_METRICS_DISABLED": "true",
         }
-        gateway = start_process("gateway", [sys.executable, "-m", "gateway.local", "--port", str(args.gateway_port)], gateway_env)
+        gateway = start_process("gateway", [sys.executable, "-m", "devkit.local", "--port", str(args.gateway_port)], gateway_env)
         processes.append(gateway)
         base = f"http://127.0.0.1:{args.gateway_port}"
         wait_ready("gateway", f"{base}/health", gateway, timeout_s=60)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from devkit.models import GEMMA_DIR, SMOLLM2_DIR
+from devkit.scorer_process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,8 +47,6 @@ def pytest_runtest_makereport(item, call):
     if leaked and report.passed:
         report.outcome = "failed"
         report.longrepr = f"the canary credential appears in captured output: {', '.join(leaked)}"
-SMOLLM2_DIR = ROOT / "models" / "smollm2-135m-instruct-q4_1"
-GEMMA_DIR = ROOT / "models" / "gemma-3-270m-q4_k_m"
 
 
 def model_file(folder: Path) -> Path:
@@ -82,12 +82,6 @@ def make_engine(runtime, readout: str, **kwargs):
     prompts = PromptFormat.for_runtime(runtime)
     return DecisionEngine(runtime, prompts, model_name="test-model", default_readout=readout,
                           **{"defenses_overridable": True, **kwargs})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServerThread:
@@ -148,6 +142,8 @@ class LocalStack:
 
 @pytest.fixture(scope="session")
 def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
+    from devkit.gateway_stack import settings_for
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
@@ -155,9 +151,8 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.authorizer import Authorizer
     from gateway.composition import build_runtime
     from gateway.handler import GatewayFunction
-    from gateway.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.stores.sqlite import SQLiteStore
-    from tests.gateway_helpers import settings_for, unthrottled
+    from tests.gateway_helpers import unthrottled
 
     # boto3 signs every call; the local scorer ignores the signature. Not a credential.
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
@@ -188,47 +183,3 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
 @pytest.fixture
 def local_stack(_local_stack) -> LocalStack:
     return _local_stack
-
-
-class ScorerProcess:
-    """`python -m scorer_container serve` as its own process on a free port."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = env
-        self.process = None
-
-    def __enter__(self) -> ScorerProcess:
-        import subprocess
-        import sys
-
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env={**os.environ, "SM_LLAMA_CPP_THREADS": "1", **self.env},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        return self
-
-    def wait(self, status: str, timeout_s: float = 120) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"scorer exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/ping", timeout=2).json().get("status") == status:
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"scorer not {status} within {timeout_s} s")
-
-    def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-
-    def __exit__(self, *exc) -> None:
-        self.kill()

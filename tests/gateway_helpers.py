@@ -1,4 +1,5 @@
-"""Building the gateway for tests: settings, runtime, API Gateway events, a tenant."""
+"""What only tests need around the in-process gateway (devkit.gateway_stack builds it): the
+function's reply parsed, credentials and tenants in a store."""
 
 from __future__ import annotations
 
@@ -6,78 +7,13 @@ import base64
 import json
 from typing import Any
 
-from gateway.auth.tokens import CachedKeyRing, new_key_document
-from gateway.composition import build_runtime
+from devkit.gateway_stack import call_installed
 from gateway.handler import GatewayFunction
-from gateway.local import proxy_event
-from gateway.services.runtime import GatewayRuntime
-from gateway.settings import GatewaySettings
-
-PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "k1"}
-
-
-def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] = ("dg-cpu",),
-                 urls: dict[str, str] | None = None, **extra: Any) -> GatewaySettings:
-    """Two models over one pool; every endpoint at `endpoint_url`, or each at its own `urls[name]`."""
-    urls = urls or ({name: endpoint_url for name in endpoints} if endpoint_url else {})
-    pool = [{"name": name, **({"endpoint_url": urls[name]} if name in urls else {})} for name in endpoints]
-    return GatewaySettings.model_validate({
-        "region": "us-east-1",
-        "models": [
-            {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"], "description": "decisions",
-             "release_date": "2026-11-01", "endpoints": pool},
-            {"name": "chat-default", "serves": ["chat"], "endpoints": pool},
-        ],
-        **extra,
-    })
-
-
-RECORD_KEYS = new_key_document()  # the records' state-hash keys of every test runtime
-
-
-_function: GatewayFunction | None = None  # the function the test last built, which `call` invokes
-
-
-def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None,
-            settings: GatewaySettings | None = None, **kwargs: Any) -> GatewayRuntime:
-    """Build the test's own function (a fresh app and runtime) for `call`; returns its runtime."""
-    global _function
-    runtime = build_runtime(settings or settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator,
-                            record_keys=CachedKeyRing(lambda: RECORD_KEYS))
-    _function = GatewayFunction(runtime)
-    return runtime
-
-
-def _installed_function() -> GatewayFunction:
-    if _function is None:
-        raise RuntimeError("install() the test's gateway first")
-    return _function
-
-
-def installed() -> GatewayRuntime:
-    """The runtime of the function `call` invokes."""
-    return _installed_function().runtime
-
-
-def call_installed(ev: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The function `install` built last, as a Lambda handler (for a local runner in a test)."""
-    return _installed_function()(ev, context)
-
-
-def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
-          principal: dict[str, str] | None = PRINCIPAL, raw: bytes | None = None) -> dict[str, Any]:
-    """The proxy event API Gateway sends after the authorizer accepted `principal`."""
-    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
-    all_headers = {"Content-Type": "application/json", **(headers or {})}
-    ev = proxy_event(method, path, list(all_headers.items()), data, "127.0.0.1")
-    if principal is not None:
-        ev["requestContext"]["authorizer"] = dict(principal)
-    return ev
 
 
 def call(ev: dict[str, Any], function: GatewayFunction | None = None) -> tuple[int, dict[str, str], Any]:
-    """Invoke `function` (by default the one `install` built); returns (status, lower-cased
-    headers, parsed JSON body or text)."""
+    """Invoke `function` (by default the one devkit.gateway_stack's `install` built last);
+    returns (status, lower-cased headers, parsed JSON body or text)."""
     result = function(ev, None) if function is not None else call_installed(ev, None)
     headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     for name, values in (result.get("multiValueHeaders") or {}).items():

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway import calibrate
+from devkit import calibrate
 
 pytestmark = pytest.mark.model
 ROUTING = {

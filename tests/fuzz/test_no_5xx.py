@@ -19,13 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import call_installed, event, install
+from devkit.local import InProcessFunction, LocalApiGateway, make_server
 from gateway.app import build_app
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
 from gateway.authorizer import Authorizer
-from gateway.local import InProcessFunction, LocalApiGateway, make_server
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import call, call_installed, event, install
+from tests.gateway_helpers import call
 
 FUZZ_ROLE = "arn:aws:iam::123456789012:role/Fuzz"
 

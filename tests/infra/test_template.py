@@ -497,9 +497,10 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
                          capture_output=True, text=True, env={**ENV, "LAMBDA_ARCH": arch}, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     artifact = build / "GatewayFunction"
-    assert (artifact / "gateway" / "handler.py").exists() and not (artifact / "scorer_container").exists()
-    # The local runner, the admin CLI and the calibration tool are not part of the function.
-    assert not any((artifact / "gateway" / tool).exists() for tool in ("local.py", "admin.py", "calibrate.py"))
+    assert (artifact / "gateway" / "handler.py").exists() and (artifact / "systemone").is_dir()
+    # Built from what the function needs: the tools beside it (devkit: the local runner, the admin
+    # CLI, the calibration tool), the scorer and the benchmarks are never copied in.
+    assert not any((artifact / name).exists() for name in ("devkit", "scorer_container", "bench", "evals", "scripts", "tests"))
     probe = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(artifact)!r})\n"

@@ -11,6 +11,9 @@ import time
 import httpx
 import pytest
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import settings_for
+from devkit.local import InProcessFunction, LocalApiGateway, make_server
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
@@ -18,11 +21,9 @@ from gateway.auth.tokens import CachedKeyRing, mint, new_key_document
 from gateway.authorizer import Authorizer
 from gateway.composition import build_runtime
 from gateway.handler import GatewayFunction
-from gateway.local import InProcessFunction, LocalApiGateway, make_server
 from gateway.stores.sqlite import SQLiteStore
 from tests.conftest import CANARY_KEY
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import settings_for, unthrottled
+from tests.gateway_helpers import unthrottled
 
 ROLE = "arn:aws:iam::123456789012:role/Ops"
 OTHER_ROLE = "arn:aws:iam::123456789012:role/GlobexOps"

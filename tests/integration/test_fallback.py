@@ -6,8 +6,10 @@ import os
 
 import pytest
 
-from tests.conftest import SMOLLM2_DIR, ScorerProcess
-from tests.gateway_helpers import call, event, install
+from devkit.gateway_stack import event, install
+from devkit.models import SMOLLM2_DIR
+from devkit.scorer_process import ScorerProcess
+from tests.gateway_helpers import call
 
 pytestmark = pytest.mark.model
 

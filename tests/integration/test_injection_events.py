@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from devkit.gateway_stack import install
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, install, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 

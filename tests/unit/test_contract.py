@@ -125,9 +125,10 @@ INVALID = [
 
 def test_a_body_both_refuse_gets_the_same_problems_from_both():
     # The gateway's 422 (through its real handler) and the scorer's, item for item.
+    from devkit.fake_backend import UniformBackend
+    from devkit.gateway_stack import event, install
     from scorer_container.errors import InvalidRequest
-    from tests.fakes import UniformBackend
-    from tests.gateway_helpers import call, event, install
+    from tests.gateway_helpers import call
 
     install(UniformBackend())
     for body in INVALID:
@@ -138,10 +139,11 @@ def test_a_body_both_refuse_gets_the_same_problems_from_both():
 
 
 def test_a_non_text_chat_part_is_refused_by_both_when_the_body_is_validated():
+    from devkit.fake_backend import UniformBackend
+    from devkit.gateway_stack import event, install
     from scorer_container.errors import InvalidRequest
     from scorer_container.schema import ChatRequest
-    from tests.fakes import UniformBackend
-    from tests.gateway_helpers import call, event, install
+    from tests.gateway_helpers import call
 
     body = {"model": "chat-default", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway import admin
+from devkit import admin
 
 
 def run(capsys, *argv: str) -> list[dict]:

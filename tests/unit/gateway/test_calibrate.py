@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gateway.calibrate import coverage_curve, fit_temperature, metrics, propose, uniform
+from devkit.calibrate import coverage_curve, fit_temperature, metrics, propose, uniform
 from gateway.catalogs.drift import drift, expected_calibration_error
 
 

@@ -8,11 +8,12 @@ import json
 
 import pytest
 
+from devkit.gateway_stack import event, install
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide catalogs:read catalogs:write", "models": "*",
         "credential_id": "k-acme"}

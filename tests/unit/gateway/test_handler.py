@@ -8,9 +8,11 @@ import json
 import pytest
 import zstandard
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected
-from tests.fakes import FailingBackend, UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, event, install
+from tests.fakes import FailingBackend
+from tests.gateway_helpers import call
 
 SYSTEM_ONE = {
     "model": "jev-latest",
@@ -320,7 +322,7 @@ def test_a_request_inside_the_budget_is_sent(backend):
 
 def test_the_budget_is_a_setting_of_each_model():
     # Given a model configured with a small budget, a request the default accepts is refused.
-    from tests.gateway_helpers import settings_for
+    from devkit.gateway_stack import settings_for
 
     backend = UniformBackend()
     settings = settings_for()

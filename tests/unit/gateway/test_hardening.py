@@ -11,13 +11,14 @@ import json
 
 import pytest
 
+from devkit.gateway_stack import event, install, installed
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant, set_limits
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.store import VersionTaken
 from gateway.stores.sqlite import SQLiteStore
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, installed, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide chat catalogs:read catalogs:write admin",
         "models": "*", "credential_id": "k-acme"}

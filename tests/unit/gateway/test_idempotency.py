@@ -6,10 +6,11 @@ import threading
 
 import pytest
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.auth.authenticate import Authenticator
 from gateway.backends.base import EndpointFailed
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, event, install, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
 SYSTEM_ONE = {"model": "jev-latest", "state": "I was charged twice.",

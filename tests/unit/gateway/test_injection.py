@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from devkit.gateway_stack import event
 from gateway.decisions.records import DecisionRecord
-from tests.gateway_helpers import call, event, tenant_store
+from tests.gateway_helpers import call, tenant_store
 from tests.unit.gateway.test_catalogs import ACME, ROUTING, decide, decide_openai, put, stack
 
 CONFIDENT = {"billing": 0.9, "delivery": 0.05, "account": 0.05}

@@ -24,8 +24,7 @@ LAYERS = (
     ("app",),  # assembles the routers
     ("composition",),  # builds stores, services and the authenticator from settings
     ("handler", "authorizer", "rotation"),  # the Lambda entry points
-    ("local", "admin", "calibrate"),  # tools run beside the functions, never inside them
-)
+)  # the tools that run beside the functions are in devkit/ (tests/unit/test_repository_layers.py)
 LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
 MAX_FUNCTION_LINES = 60
 

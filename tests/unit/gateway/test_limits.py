@@ -8,13 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from gateway import authorizer, local
+from devkit import local
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, call_installed, event, install, settings_for
+from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
+from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
-from gateway.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
 from systemone import limits
-from tests.fakes import ManualClock, UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, call_installed, event, install, settings_for, tenant_store
+from tests.fakes import ManualClock
+from tests.gateway_helpers import call, tenant_store
 
 
 def test_the_largest_accepted_body_fits_a_lambda_invocation_once_base64_encoded():

@@ -3,8 +3,9 @@ public where enabled (the local runner; opt-in in AWS), absent otherwise."""
 
 from __future__ import annotations
 
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import call, event, install
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import event, install
+from tests.gateway_helpers import call
 
 
 def test_the_document_and_swagger_ui_are_served_without_credentials_when_enabled():

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import call_installed, event, install
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
@@ -16,8 +18,7 @@ from gateway.decisions.records import MAX_RECORD_ITEM_BYTES, DecisionRecorder, R
 from gateway.services import records as listing
 from gateway.services.records import MAX_PAGE_BYTES, MAX_READ_BYTES, RecordsService
 from systemone.limits import LAMBDA_INVOKE_PAYLOAD_BYTES
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import call, call_installed, event, install, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide", "models": "*", "credential_id": "k-acme"}
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from devkit.gateway_stack import event, install
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.wire import responses
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, event, install, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 from tests.unit.gateway.test_catalogs import ACME, ROUTING, STATE
 
 QUESTIONS = {

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import event, install
 from gateway import authorizer
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
@@ -19,8 +21,8 @@ from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.errors import RateLimited, Unauthenticated
 from gateway.stores.sqlite import SQLiteStore
-from tests.fakes import ManualClock, UniformBackend
-from tests.gateway_helpers import call, event, install
+from tests.fakes import ManualClock
+from tests.gateway_helpers import call
 
 ROLE = "arn:aws:iam::123456789012:role/Ops"
 OTHER_ROLE = "arn:aws:iam::123456789012:role/Batch"
@@ -139,7 +141,7 @@ def test_a_dropped_signing_key_refuses_even_a_forged_token(stack):
 
 
 def test_unmapping_a_principal_revokes_its_tokens(stack, tmp_path, capsys):
-    from gateway import admin
+    from devkit import admin
 
     auth, store, clock = stack
     token = mint(auth)

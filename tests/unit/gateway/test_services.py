@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from devkit.gateway_stack import settings_for
 from gateway.auth.credentials import Principal
 from gateway.auth.tenant_cache import TenantCache
 from gateway.auth.tenants import create_tenant, set_limits
@@ -17,7 +18,7 @@ from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge,
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
 from tests.fakes import FixedBackend, ManualClock
-from tests.gateway_helpers import settings_for, tenant_store
+from tests.gateway_helpers import tenant_store
 
 ACME = Principal("acme", frozenset({"decide"}), None, "k-acme")
 GLOBEX = Principal("globex", frozenset({"decide"}), None, "k-globex")

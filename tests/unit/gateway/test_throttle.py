@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, event, settings_for
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import set_limits
@@ -16,8 +18,7 @@ from gateway.composition import build_runtime
 from gateway.handler import GatewayFunction
 from gateway.services.throttle import TenantThrottle
 from gateway.stores.sqlite import SQLiteStore
-from tests.fakes import UniformBackend
-from tests.gateway_helpers import PRINCIPAL, call, event, register_credentials, settings_for, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store
 
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
 DECISION = {"model": "jev-latest", "state": "I was charged twice.",

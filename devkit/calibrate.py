@@ -1,5 +1,5 @@
 """Fit a catalog entry's calibration on labelled data, through the gateway:
-`python -m gateway.calibrate --file labelled.jsonl --catalog NAME [--apply]`.
+`python -m devkit.calibrate --file labelled.jsonl --catalog NAME [--apply]`.
 
 Each JSONL line holds a `state`, the `expected` answer (an option name; true/false for
 a noul; a level index for a score) and optionally its own `catalog` (a name or
@@ -179,7 +179,7 @@ def plot(samples: list[dict[str, Any]], t: float, curve: list[dict[str, float]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devkit.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--file", required=True, type=Path)
     parser.add_argument("--catalog", help="the entry to calibrate (and the default reference of each item)")
     parser.add_argument("--url", default=os.environ.get("DG_URL", "http://127.0.0.1:3000"))

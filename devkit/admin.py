@@ -1,4 +1,4 @@
-"""Operate tenants and credentials: `python -m gateway.admin <command> ...`.
+"""Operate tenants and credentials: `python -m devkit.admin <command> ...`.
 
 Works against the store the environment configures (GATEWAY_SQLITE_PATH, or
 GATEWAY_TENANTS_TABLE + GATEWAY_KEYS_TABLE for DynamoDB) or the one given with
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gateway.admin", description="Tenants and credentials.")
+    parser = argparse.ArgumentParser(prog="python -m devkit.admin", description="Tenants and credentials.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--sqlite", metavar="PATH", help="the embedded store file")
     where.add_argument("--dynamodb", nargs=2, metavar=("TENANTS_TABLE", "KEYS_TABLE"))

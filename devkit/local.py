@@ -1,4 +1,4 @@
-"""Run the gateway locally: `python -m gateway.local --port 3000`.
+"""Run the gateway locally: `python -m devkit.local --port 3000`.
 
 An HTTP server that does what API Gateway (REST API, Lambda proxy integration) does
 in front of the function, with no AWS and no Docker: it turns each request into the
@@ -41,6 +41,7 @@ from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS
 from gateway.auth.store import DEFAULT_LIMITS
 from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
 
+# A child of the `gateway` logger, so its JSON handler and credential redaction apply here too.
 log = logging.getLogger("gateway.local")
 HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
 
@@ -459,7 +460,7 @@ def make_server(host: str, port: int, gateway: LocalApiGateway | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.local", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devkit.local", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000)
     parser.add_argument("--instances", type=int, default=8, help="most function instances at once (Lambda concurrency)")
