@@ -1,0 +1,63 @@
+"""The README is the project's front page: short, with both setup commands and a working
+decision where a reader starts, its links alive, and no credential in it or the docs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+FIRST_LINES = 40
+MAX_LINES = 200
+# A real API key (dgk_<16 hex>_<secret>) or minted token (dgt_...), as opposed to the
+# placeholders the docs use (dgk_..., dgk_<key id>_<secret>, $DG_API_KEY).
+CREDENTIAL = re.compile(r"dg[kt]_[0-9a-f]{16}_[A-Za-z0-9_-]{20,}|dgt_[A-Za-z0-9_.-]{40,}")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block."""
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
+
+
+def test_the_readme_is_short():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; at most {MAX_LINES}: move the rest to docs/"
+
+
+def test_both_commands_and_a_decision_come_first():
+    head = "\n".join(README.read_text().splitlines()[:FIRST_LINES])
+    assert re.search(r"^make up\b", head, re.M), "`make up` is not in the first lines"
+    assert re.search(r"^make test\b", head, re.M), "`make test` is not in the first lines"
+    runnable = [code for language, code in fenced_blocks(head + "\n```\n") if language == "bash"]
+    assert any(code.lstrip().startswith("curl") and "/v1/systemone" in code for code in runnable), (
+        "the curl decision is not in the first lines")
+
+
+def test_the_examples_read_the_environment_the_readme_sets():
+    # tests/e2e/test_readme.py runs the `bash` and `python` blocks with DG_URL and DG_API_KEY
+    # set: the README must tell the reader to set the same two, and its examples use them.
+    text = README.read_text()
+    blocks = fenced_blocks(text)
+    setup = "\n".join(code for language, code in blocks if language == "sh")
+    assert "export DG_URL=" in setup and "export DG_API_KEY=" in setup
+    bash = [code for language, code in blocks if language == "bash"]
+    python = [code for language, code in blocks if language == "python"]
+    assert bash and all("$DG_URL" in code and "$DG_API_KEY" in code for code in bash)
+    assert python and all('os.environ["DG_URL"]' in code and 'os.environ["DG_API_KEY"]' in code for code in python)
+    assert any("from openai import OpenAI" in code for code in python)
+
+
+def test_the_readmes_links_lead_somewhere():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert local, "the README maps no page of the documentation"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_no_credential_in_the_readme_or_the_docs():
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)[:12]}..." for page in pages
+             for m in CREDENTIAL.finditer(page.read_text())]
+    assert not found, f"credential-shaped strings in the docs: {found}"
