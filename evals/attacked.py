@@ -39,10 +39,12 @@ from evals import injection
 from evals.labelled import Item, load
 from evals.probing import Config, Prober, ScoreCache, distribution, prepared, probes_for
 from scorer_container import scoring, untrusted
-from scorer_container.engine import DecisionEngine, DecisionSettings, injection_question, request_answers
+from scorer_container.decision_settings import DecisionSettings
+from scorer_container.engine import DecisionEngine
 from scorer_container.llama_runtime import Runtime, RuntimeSettings
 from scorer_container.model_files import verify_model
 from scorer_container.prompts import PromptFormat
+from scorer_container.questions import injection_question, request_answers
 from scorer_container.schema import DecisionRequest, parse
 
 ROOT = Path(__file__).resolve().parent.parent

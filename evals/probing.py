@@ -1,7 +1,7 @@
 """Raw probe scores for the eval, through the engine's own code, cached on disk.
 
 A configuration (readout, ordering, averaging, prior) turns a question into the probes
-the engine would evaluate (`DecisionEngine._orders` and `_plan`, not a copy of them), and
+the engine would evaluate (`Planner.listings`, not a copy of it), and
 its distribution is combined from those probes' scores exactly as the engine combines
 them. Scores are cached in a SQLite file per model, keyed by the model file's sha256, the
 prompt template version and the probe's full text, so a second `make eval` decodes only
@@ -21,8 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from scorer_container import scoring, untrusted
-from scorer_container.engine import DecisionEngine, DecisionSettings, PreparedQuestion, Probe, prepare_question
+from scorer_container.decision_settings import DecisionSettings
+from scorer_container.engine import DecisionEngine
+from scorer_container.planning import Probe
 from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS
+from scorer_container.questions import PreparedQuestion, prepare_question
 from scorer_container.schema import DecisionRequest, parse
 
 
@@ -63,11 +66,10 @@ def prepared(state: str, question: dict) -> PreparedQuestion:
 def probes_for(engine: DecisionEngine, question: PreparedQuestion, config: Config) -> list[Probe]:
     """The probes the engine evaluates for this question under this configuration."""
     out = []
-    for order in engine._orders(question, config.settings()):
-        plan = engine._plan(question, order, config.readout)
-        if len(plan.groups) != 1:
+    for listing in engine.planner.listings(question, config.settings()):
+        if len(listing.groups) != 1:
             raise ValueError("eval items must fit one probe (at most as many options as labels)")
-        out.append(plan.groups[0])
+        out.append(listing.groups[0])
     return out
 
 
@@ -134,7 +136,7 @@ class Prober:
             else:
                 out[probe] = cached
         if missing:  # all of a state's new probes in one tree, as the engine evaluates a request
-            raw, evaluated = self.engine._evaluate(state_text, missing, framing=self.framing)
+            raw, evaluated = self.engine.evaluate(state_text, missing, framing=self.framing)
             self.decoded_tokens += evaluated
             for probe, scores in zip(missing, raw, strict=True):
                 self.cache.put(self.cache.key(state_text, probe, self.framing), scores)
@@ -147,7 +149,7 @@ class Prober:
             key = self.cache.key(CONTENT_FREE_STATE, probe, self.framing)
             cached = self.cache.get(key)
             if cached is None:  # alone, as the engine computes a prior
-                (cached,), evaluated = self.engine._evaluate(CONTENT_FREE_STATE, [probe], framing=self.framing)
+                (cached,), evaluated = self.engine.evaluate(CONTENT_FREE_STATE, [probe], framing=self.framing)
                 self.decoded_tokens += evaluated
                 self.cache.put(key, cached)
             out[probe] = cached

@@ -41,7 +41,8 @@ import numpy as np
 from evals import metrics
 from evals.labelled import Item, load
 from evals.probing import Config, Prober, ScoreCache, distribution, prepared, probes_for
-from scorer_container.engine import DecisionEngine, DecisionSettings
+from scorer_container.decision_settings import DecisionSettings
+from scorer_container.engine import DecisionEngine
 from scorer_container.llama_runtime import Runtime, RuntimeSettings
 from scorer_container.model_files import ModelManifest, verify_model
 from scorer_container.prompts import PromptFormat
@@ -380,7 +381,7 @@ def cost_per_decision(engine: DecisionEngine, items: list[Item], settings: dict[
     """Tokens the engine evaluates per decision (one question, priors uncached), counted, not decoded."""
     requests = [parse(DecisionRequest, {"model": "m", "state": it.state, "questions": {"q": it.question}})
                 for it in items]
-    return {key: float(np.mean([engine.cost(r, s).tokens for r in requests])) for key, s in settings.items()}
+    return {key: float(np.mean([engine.planner.plan(r, s).cost.tokens for r in requests])) for key, s in settings.items()}
 
 
 def seconds_per_decision(engine: DecisionEngine, items: list[Item], settings: DecisionSettings, n: int = 8) -> float:
@@ -389,10 +390,10 @@ def seconds_per_decision(engine: DecisionEngine, items: list[Item], settings: De
     requests = [parse(DecisionRequest, {"model": "m", "state": it.state, "questions": {"q": it.question}})
                 for it in chosen]
     for request in requests:
-        engine.decide(request, settings=settings)  # warms the prior cache
+        engine.answer(request, settings)  # warms the prior cache
     start = time.perf_counter()
     for request in requests:
-        engine.decide(request, settings=settings)
+        engine.answer(request, settings)
     return (time.perf_counter() - start) / len(requests)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from evals import injection
 from evals.labelled import Item, load
 from scorer_container import untrusted
-from scorer_container.engine import request_answers
+from scorer_container.questions import request_answers
 from scorer_container.schema import DecisionRequest, parse
 
 THRESHOLD = 0.5  # what a policy's injection rule compares suspicion with by default (evals/attacked.py)

@@ -1,6 +1,6 @@
 """How much work one request may ask of the model: seconds of this machine, in units.
 
-A request's work is what the engine will evaluate (`DecisionEngine.cost`): its tokens,
+A request's work is what the engine will evaluate (`planning.Plan.cost`): its tokens,
 plus its logits rows, each counted as `row_cost` tokens. A row is not free: with
 gemma's 262k-word vocabulary, computing one and reading it (a log-softmax over the
 whole vocabulary) costs about as much as a token, and the likelihood readout reads one
@@ -189,10 +189,10 @@ def measure_decisions(engine: DecisionEngine, row_cost: float, repeat: int = 2) 
     request = calibration_request()
     slowest = 0.0
     for _ in range(repeat):
-        fitted = engine.fit(request, math.inf, row_cost)
+        plan = engine.fit(request, math.inf, row_cost)
         started = time.perf_counter()
-        engine.decide(request, settings=fitted.settings)
-        slowest = max(slowest, (time.perf_counter() - started) / max(1.0, fitted.cost.units(row_cost)))
+        engine.decide(plan)
+        slowest = max(slowest, (time.perf_counter() - started) / max(1.0, plan.cost.units(row_cost)))
     return slowest
 
 

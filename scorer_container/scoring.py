@@ -1,7 +1,7 @@
-"""The arithmetic of a decision: distributions from log-scores, and the answer formulas.
+"""The arithmetic of a decision: distributions from log-scores (the answer formulas
+themselves are the contract's: systemone/answers.py).
 
-Pure functions over numpy arrays, so every formula of the System One contract is
-tested without a model.
+Pure functions over numpy arrays, tested without a model.
 """
 
 from __future__ import annotations
@@ -34,27 +34,3 @@ def with_temperature(probabilities: np.ndarray, temperature: float) -> np.ndarra
     if temperature == 1.0:
         return probabilities
     return softmax(np.log(np.clip(probabilities, 1e-300, None)), temperature)
-
-
-def choice_confidence(probabilities: np.ndarray) -> float:
-    """(n * p_max - 1) / (n - 1): 0 for a uniform distribution, 1 for a one-hot one."""
-    n = len(probabilities)
-    return _unit(float((n * probabilities.max() - 1) / (n - 1)))
-
-
-def expected_score(probabilities: np.ndarray) -> float:
-    return float(np.dot(np.arange(len(probabilities)), probabilities))
-
-
-def score_confidence(probabilities: np.ndarray) -> float:
-    """1 - sum(p_i |i - k|) / D, k the argmax, D the same sum under the uniform distribution."""
-    n = len(probabilities)
-    levels = np.arange(n)
-    k = int(np.argmax(probabilities))
-    spread = float(np.dot(probabilities, np.abs(levels - k)))
-    uniform_spread = float(np.abs(levels - k).mean())
-    return _unit(1.0 - spread / uniform_spread)
-
-
-def _unit(value: float) -> float:
-    return min(1.0, max(0.0, value))

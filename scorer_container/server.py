@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from starlette.applications import Starlette
@@ -38,15 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from scorer_container.admission import Admission, Ticket
-from scorer_container.budget import Budget, budget_for
-from scorer_container.chat import ChatGenerator, ChatUsage, chunk, new_completion_id
 from scorer_container.deadline import Deadline
-from scorer_container.engine import DecisionEngine, Fit
 from scorer_container.errors import (
     DeadlineExceeded,
     InvalidRequest,
-    ModelNotReady,
     OverBudget,
     Overloaded,
     PayloadTooLarge,
@@ -54,10 +47,13 @@ from scorer_container.errors import (
     ScorerError,
     UnsupportedMedia,
 )
-from scorer_container.model_files import ModelManifest, locate_model, verify_model
-from scorer_container.prompts import PROMPT_VERSIONS, PromptFormat
+from scorer_container.planning import Plan
+from scorer_container.prompts import PROMPT_VERSIONS
+from scorer_container.sagemaker_runtime import as_sagemaker_runtime
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
+from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
+from scorer_container.streaming import stream_chat
 from systemone.body import BodyRefused, read_json
 from systemone.errors import openai_body, system_one_body
 from systemone.sidechannel import (
@@ -75,109 +71,10 @@ log = logging.getLogger("scorer")
 Flavor = Literal["systemone", "openai"]
 
 
-@dataclass
-class Loaded:
-    manifest: ModelManifest
-    engine: DecisionEngine
-    chat: ChatGenerator
-    model_name: str
-    budget: Budget
-
-
-class ScorerService:
-    """Holds the model once loaded, and why it is not when it is not."""
-
-    def __init__(self, settings: ScorerSettings) -> None:
-        self.settings = settings
-        self.admission = Admission(settings.max_waiting)
-        self.planning = Admission(settings.max_waiting)  # counting a request's work, before admission
-        self.loaded: Loaded | None = None
-        self.status = "loading"
-        self.reason = "the model is loading"
-        self.started = int(time.time())
-
-    def load(self) -> None:
-        """Locate, verify and load the model; on any failure stay unhealthy and say why."""
-        from scorer_container.llama_runtime import Runtime  # llama.cpp only once loading
-
-        try:
-            path = locate_model(self.settings.model, self.settings.model_dir)
-            manifest = verify_model(path, self.settings.expected_sha256, self.settings.expected_manifest_sha256)
-            runtime = Runtime(path, self.settings.runtime)
-            prompts = PromptFormat.for_runtime(runtime)
-            name = self.settings.alias or manifest.name
-            engine = DecisionEngine.for_manifest(
-                runtime, prompts, manifest, model_name=name,
-                # The manifest's readout and fitted temperatures unless the deployment sets them.
-                readout=self.settings.readout, temperature=self.settings.temperature,
-                prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
-            )
-            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s)
-            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
-            self.status, self.reason = "ready", ""
-            log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.default_readout,
-                     budget.describe())
-        except ScorerError as exc:
-            self.status, self.reason = "failed", exc.message
-            log.error("model refused: %s", exc.message)
-        except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve
-            self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
-            log.exception("model load failed")
-
-    def require(self) -> Loaded:
-        if self.loaded is None:
-            raise ModelNotReady(self.reason)
-        return self.loaded
-
-
 def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> Starlette:
     service = ScorerService(settings)
     if settings.ignored_options:
         log.warning("ignoring SM_LLAMA_CPP options this engine does not use: %s", ", ".join(settings.ignored_options))
-
-    async def ping(request: Request) -> Response:
-        loaded = service.loaded
-        if service.status == "ready" and loaded is not None:
-            return JSONResponse({"status": "ready", "model": loaded.model_name, **loaded.budget.figures()})
-        return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
-
-    async def models(request: Request) -> Response:
-        loaded = service.require()
-        manifest = loaded.manifest
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": loaded.model_name, "object": "model", "created": service.started, "owned_by": "scorer"}],
-                "models": [
-                    {
-                        "name": loaded.model_name,
-                        "description": manifest.description or manifest.name,
-                        "release_date": manifest.release_date or "1970-01-01",
-                    }
-                ],
-            }
-        )
-
-    async def systemone(request: Request) -> Response:
-        return await _handle(request, "systemone", lambda body, deadline: _decide(service, body, deadline))
-
-    async def chat_completions(request: Request) -> Response:
-        return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline))
-
-    async def invocations(request: Request) -> Response:
-        route = route_of(_attributes(request))
-
-        async def dispatch(body: Any, deadline: Deadline) -> Response:
-            chosen = route or _route_from_body(body)
-            if chosen == "chat":
-                return await _chat(service, body, deadline)
-            return await _decide(service, body, deadline)
-
-        flavor: Flavor = "openai" if route == "chat" else "systemone"
-        response = await _handle(request, flavor, dispatch)
-        if "endpoint" in request.path_params:
-            return as_sagemaker_runtime(response, request.path_params["endpoint"])
-        return response
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -187,13 +84,13 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
 
     app = Starlette(
         routes=[
-            Route("/ping", ping, methods=["GET"]),
-            Route("/health", ping, methods=["GET"]),
-            Route("/invocations", invocations, methods=["POST"]),
-            Route("/endpoints/{endpoint}/invocations", invocations, methods=["POST"]),
-            Route("/v1/systemone", systemone, methods=["POST"]),
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
+            Route("/ping", _ping, methods=["GET"]),
+            Route("/health", _ping, methods=["GET"]),
+            Route("/invocations", _invocations, methods=["POST"]),
+            Route("/endpoints/{endpoint}/invocations", _invocations, methods=["POST"]),
+            Route("/v1/systemone", _systemone, methods=["POST"]),
+            Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
+            Route("/v1/models", _models, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
@@ -201,6 +98,59 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
     if not load_in_background:
         service.load()
     return app
+
+
+# -- routes --------------------------------------------------------------------------------
+
+
+def _service(request: Request) -> ScorerService:
+    return request.app.state.service
+
+
+async def _ping(request: Request) -> Response:
+    service = _service(request)
+    loaded = service.loaded
+    if service.status == "ready" and loaded is not None:
+        return JSONResponse({"status": "ready", "model": loaded.model_name, **loaded.budget.figures()})
+    return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
+
+
+async def _models(request: Request) -> Response:
+    service = _service(request)
+    loaded = service.require()
+    manifest = loaded.manifest
+    return JSONResponse({
+        "object": "list",
+        "data": [{"id": loaded.model_name, "object": "model", "created": service.started, "owned_by": "scorer"}],
+        "models": [{"name": loaded.model_name, "description": manifest.description or manifest.name,
+                    "release_date": manifest.release_date or "1970-01-01"}],
+    })
+
+
+async def _systemone(request: Request) -> Response:
+    service = _service(request)
+    return await _handle(request, "systemone", lambda body, deadline: _decide(service, body, deadline))
+
+
+async def _chat_completions(request: Request) -> Response:
+    service = _service(request)
+    return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline))
+
+
+async def _invocations(request: Request) -> Response:
+    """SageMaker's one route: the custom attributes' `route`, else the body's shape, picks the handler."""
+    service, route = _service(request), route_of(_attributes(request))
+
+    async def dispatch(body: Any, deadline: Deadline) -> Response:
+        if (route or _route_from_body(body)) == "chat":
+            return await _chat(service, body, deadline)
+        return await _decide(service, body, deadline)
+
+    flavor: Flavor = "openai" if route == "chat" else "systemone"
+    response = await _handle(request, flavor, dispatch)
+    if "endpoint" in request.path_params:
+        return as_sagemaker_runtime(response, request.path_params["endpoint"])
+    return response
 
 
 # -- request handling ----------------------------------------------------------------------
@@ -255,26 +205,6 @@ async def _read_json(request: Request, limit: int) -> Any:
         raise InvalidRequest.at([], refused.message, refused.kind) from None
 
 
-def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
-    """What SageMaker's InvokeEndpoint makes of a container's error: HTTP 424 `ModelError`
-    carrying the container's status and body, so boto3 pointed here raises exactly what
-    it raises against AWS (a container 503 is ModelError with OriginalStatusCode 503)."""
-    if response.status_code < 400:
-        return response
-    original = bytes(response.body).decode("utf-8", "replace")
-    kind = "client" if response.status_code < 500 else "server"
-    body = {
-        "ErrorCode": f"{kind.upper()}_ERROR_FROM_MODEL",
-        "message": f"Received {kind} error ({response.status_code}) from primary with message \"{original}\".",
-        "OriginalStatusCode": response.status_code,
-        "OriginalMessage": original,
-        "LogStreamArn": f"arn:aws:logs:local:000000000000:log-group:/aws/sagemaker/Endpoints/{endpoint}",
-    }
-    headers = {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/coral/com.amazonaws.sagemaker/"}
-    headers.update({k: v for k, v in response.headers.items() if k.lower() in ("x-request-id", "retry-after")})
-    return JSONResponse(body, status_code=424, headers=headers)
-
-
 async def _watch_disconnect(request: Request, deadline: Deadline) -> None:
     """Mark the job abandoned when the caller closes the connection (the body is read by now)."""
     while True:
@@ -298,7 +228,10 @@ def _request_id(request: Request) -> str:
 
 
 def _attributes(request: Request) -> dict[str, str]:
-    return parse_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
+    """The custom attributes, parsed once a request (the route, the deadline and the id read them)."""
+    if not hasattr(request.state, "attributes"):
+        request.state.attributes = parse_attributes(request.headers.get(CUSTOM_ATTRIBUTES, ""))
+    return request.state.attributes
 
 
 def _route_from_body(body: Any) -> str:
@@ -319,16 +252,16 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     with service.planning.admit() as planner:
         async with planner.running(deadline):
             try:
-                fitted = await asyncio.to_thread(_fit, loaded, request, deadline)
+                plan = await asyncio.to_thread(_fit, loaded, request, deadline)
             except DeadlineExceeded as exc:
                 raise exc if deadline.gone else planner.timed_out() from None
-    units = fitted.cost.units(budget.row_cost)
+    units = plan.cost.units(budget.row_cost)
     with service.admission.admit() as ticket:
         async with ticket.running(deadline):
             if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
                 raise ticket.timed_out()  # it waited in line too long to finish: busy, not too big
             started = time.perf_counter()
-            result = await asyncio.to_thread(loaded.engine.decide, request, deadline, fitted.settings)
+            result = await asyncio.to_thread(loaded.engine.decide, plan, deadline)
             # What decisions really cost here keeps the estimate honest (budget.WorkRate).
             budget.rate.observe(units, time.perf_counter() - started)
     # What produced the answer, for the gateway's decision records.
@@ -339,8 +272,8 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     return JSONResponse(result)
 
 
-def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Fit:
-    """The request's settings inside the budget for the caller's whole deadline, or a refusal:
+def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Plan:
+    """The request's plan inside the budget for the caller's whole deadline, or a refusal:
     413 when it does not fit, or 503 when it would at the rate measured at load (decisions
     here ran slower of late: a passing load, which a retry can outlast)."""
     budget, engine = loaded.budget, loaded.engine
@@ -366,64 +299,8 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Respon
     tokens, budget = loaded.chat.prepare(request)
     ticket = service.admission.admit()
     include_usage = request.include_usage()
-    events = _stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
+    events = stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
     return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
-
-
-async def _stream_chat(
-    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool,
-    deadline: Deadline,
-):
-    """Server-sent events; generation runs in a worker thread that stops when the client goes."""
-    completion_id, created, model = new_completion_id(), int(time.time()), loaded.model_name
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-    stop = threading.Event()
-    usage = ChatUsage()
-    done = object()
-
-    def work() -> None:
-        try:
-            for piece in loaded.chat.generate(request, tokens, budget, usage, stop, deadline):
-                loop.call_soon_threadsafe(queue.put_nowait, piece)
-        except Exception as exc:
-            loop.call_soon_threadsafe(queue.put_nowait, exc)
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, done)
-
-    try:
-        async with ticket.running(deadline):
-            worker = loop.run_in_executor(None, work)
-            try:
-                yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
-                while (item := await queue.get()) is not done:
-                    if isinstance(item, Exception):
-                        log.error("chat stream failed: %s", type(item).__name__)
-                        yield _sse({"error": {"message": "generation failed", "type": "server_error"}})
-                        break
-                    if item.text:
-                        yield _sse(chunk(completion_id, model, created, {"content": item.text}, None))
-                    if item.finish_reason:
-                        yield _sse(chunk(completion_id, model, created, {}, item.finish_reason))
-                if include_usage:
-                    final = chunk(completion_id, model, created, {}, None)
-                    final["choices"], final["usage"] = [], usage.as_dict()
-                    yield _sse(final)
-                yield "data: [DONE]\n\n"
-            finally:
-                stop.set()
-                await asyncio.shield(worker)
-    except DeadlineExceeded:
-        # Out of time in line, after the 200 went out: say so in the stream, and end it properly.
-        yield _sse({"error": {"message": "the request's deadline passed while it waited for the model",
-                              "type": "server_error", "code": "timeout"}})
-        yield "data: [DONE]\n\n"
-    finally:
-        ticket.release()
-
-
-def _sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -36,6 +36,10 @@ STATES: tuple[State, ...] = ("not_ready", "queue_timeout", "deadline_exceeded")
 REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 MAX_REQUEST_ID = 64
 _MAX_TIMEOUT_DIGITS = 9
+# What InvokeEndpoint makes of a container's error (ModelError, HTTP 424): the container's
+# status and body survive, its headers do not; status 0: it did not answer in time.
+ORIGINAL_STATUS = "OriginalStatusCode"
+ORIGINAL_MESSAGE = "OriginalMessage"
 _MAX_RETRY_AFTER_S = 3600
 
 
@@ -114,3 +118,14 @@ def hints_of(original_message: str | bytes | None) -> ErrorHints:
         retry_after = None
     state = body.get("x_state")
     return ErrorHints(retry_after, state if state in STATES else None)
+
+
+def original_error(response: dict[str, Any]) -> tuple[int, str | bytes]:
+    """The container's status (-1 when unreadable) and error body in a ModelError as botocore
+    raises it (the fields at the top of the response, or under `Error`)."""
+    error = response.get("Error", {})
+    try:
+        status = int(response.get(ORIGINAL_STATUS, error.get(ORIGINAL_STATUS)))
+    except (TypeError, ValueError):
+        status = -1
+    return status, response.get(ORIGINAL_MESSAGE, error.get(ORIGINAL_MESSAGE)) or ""

@@ -2,22 +2,23 @@ import numpy as np
 import pytest
 
 from scorer_container import scoring
+from systemone import answers as formulas
 
 
 def test_choice_confidence_is_zero_for_uniform_and_one_for_one_hot():
-    assert scoring.choice_confidence(np.full(4, 0.25)) == pytest.approx(0.0)
-    assert scoring.choice_confidence(np.array([0.0, 1.0, 0.0])) == pytest.approx(1.0)
+    assert formulas.choice_confidence(np.full(4, 0.25)) == pytest.approx(0.0)
+    assert formulas.choice_confidence(np.array([0.0, 1.0, 0.0])) == pytest.approx(1.0)
 
 
 def test_choice_confidence_formula():
     # Given p_max = 0.82 over three options, when the confidence is computed,
     # then it is (n * p_max - 1) / (n - 1).
     p = np.array([0.82, 0.10, 0.08])
-    assert scoring.choice_confidence(p) == pytest.approx((3 * 0.82 - 1) / 2)
+    assert formulas.choice_confidence(p) == pytest.approx((3 * 0.82 - 1) / 2)
 
 
 def test_expected_score_uses_zero_based_levels():
-    assert scoring.expected_score(np.array([0.12, 0.64, 0.24])) == pytest.approx(0.64 + 2 * 0.24)
+    assert formulas.expected_score(np.array([0.12, 0.64, 0.24])) == pytest.approx(0.64 + 2 * 0.24)
 
 
 def test_score_confidence_formula_and_bounds():
@@ -25,10 +26,10 @@ def test_score_confidence_formula_and_bounds():
     k = 1
     spread = sum(pi * abs(i - k) for i, pi in enumerate(p))
     uniform = sum(abs(i - k) for i in range(3)) / 3
-    assert scoring.score_confidence(p) == pytest.approx(1 - spread / uniform)
-    assert scoring.score_confidence(np.array([0.0, 0.0, 1.0])) == pytest.approx(1.0)
+    assert formulas.score_confidence(p) == pytest.approx(1 - spread / uniform)
+    assert formulas.score_confidence(np.array([0.0, 0.0, 1.0])) == pytest.approx(1.0)
     # Mass on both extremes is worse than uniform: clamped at 0, never negative.
-    assert scoring.score_confidence(np.array([0.5, 0.0, 0.0, 0.0, 0.5])) == 0.0
+    assert formulas.score_confidence(np.array([0.5, 0.0, 0.0, 0.0, 0.5])) == 0.0
 
 
 def test_softmax_with_temperature_flattens():
@@ -61,7 +62,7 @@ def test_priors_used_twice_survive_a_stream_of_one_off_questions():
     # its capacity.
     import numpy as np
 
-    from scorer_container.engine import PriorCache
+    from scorer_container.priors import PriorCache
 
     cache = PriorCache(10)
     cache.put("entry", np.zeros(2))
@@ -76,7 +77,7 @@ def test_priors_used_twice_survive_a_stream_of_one_off_questions():
 def test_a_prior_cache_of_size_zero_keeps_nothing():
     import numpy as np
 
-    from scorer_container.engine import PriorCache
+    from scorer_container.priors import PriorCache
 
     cache = PriorCache(0)
     cache.put("a", np.zeros(1))

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from evals.labelled import load
-from scorer_container.engine import request_answers
 from scorer_container.errors import ContextOverflow, PayloadTooLarge
 from scorer_container.prompts import FRAMINGS, PROMPT_VERSIONS, PromptFormat
+from scorer_container.questions import request_answers
 from scorer_container.schema import DecisionRequest, parse
 from scorer_container.untrusted import (
     DATAMARK,

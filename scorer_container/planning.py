@@ -1,0 +1,239 @@
+"""One plan per decision: what the model will read and evaluate, decided before it runs.
+
+`Planner.fit` turns a validated request into a `Plan`: the settings it is answered
+with, the state as the model reads it, the request's option wordings, every question
+with its listings and their probes, and what all of that costs. The server checks the
+cost against the budget before the request takes a place in line, and the engine runs
+the same plan (`DecisionEngine.decide`): nothing is rebuilt between the check that
+admits a request and the code that answers it.
+
+For each question the planner renders one or more *probes*: prompts that list the
+options in a given order and end with the answer cue. More options than one probe lists
+(26: the letters, and for likelihood the same, so that a probe's prompt stays short):
+the options are split into balanced groups, each group is probed, the group winners
+are probed in a final round (built by the engine once the groups are scored), and
+P(option) = P(its group wins the final) * P(option | its group).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scorer_container import untrusted
+from scorer_container.counting import Cost, Tally, TokenCounter, over_budget
+from scorer_container.deadline import Deadline
+from scorer_container.decision_settings import DecisionSettings, Defaults
+from scorer_container.errors import OverBudget
+from scorer_container.llama_runtime import Runtime
+from scorer_container.priors import PriorCache, prior_key
+from scorer_container.prompts import CONTENT_FREE_STATE, ListedOption, PromptFormat, framed_state, question_block, render_value
+from scorer_container.questions import (
+    PreparedQuestion,
+    canonical_order,
+    injection_question,
+    prepare_question,
+    request_answers,
+)
+from scorer_container.schema import DecisionRequest
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+REPLY_HINTS = {
+    "letters": "Reply with the letter of the correct option.",
+    "likelihood": "Reply with the correct option, exactly as written.",
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One prompt: the options at `shown` (indices into the question's options), in that order."""
+
+    readout: str
+    block: str
+    shown: tuple[int, ...]
+    continuations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One question in one option order: the probes of its first round (one per group)."""
+
+    order: tuple[int, ...]
+    groups: tuple[Probe, ...]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question as the model is asked it: its settings and its listings."""
+
+    question: PreparedQuestion
+    settings: DecisionSettings
+    listings: tuple[Listing, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided about one request before it runs; `DecisionEngine.decide` runs it."""
+
+    request: DecisionRequest
+    settings: DecisionSettings
+    state: untrusted.Shown  # the state as the model reads it
+    wordings: untrusted.Answers  # the request's option wordings (quarantine and pattern checks)
+    asked: tuple[Asked, ...]  # the request's questions, then the injection probe when it is on
+    cost: Cost
+
+
+@dataclass
+class _Request:
+    """What every plan of one request shares, whatever its settings: built once."""
+
+    request: DecisionRequest
+    wordings: untrusted.Answers
+    questions: list[PreparedQuestion]
+    counter: TokenCounter
+    shown: dict[tuple[str, bool], untrusted.Shown]
+
+
+class Planner:
+    def __init__(self, runtime: Runtime, prompts: PromptFormat, defaults: Defaults, max_listed: int,
+                 control_tokens: frozenset[str], priors: PriorCache) -> None:
+        self.runtime = runtime
+        self.prompts = prompts
+        self.defaults = defaults
+        self.max_listed = max_listed  # the most options one probe lists (the single-token letters)
+        self.control_tokens = control_tokens
+        self.priors = priors
+
+    def settings_for(self, request: DecisionRequest) -> DecisionSettings:
+        return self.defaults.settings_for(request)
+
+    def fit(self, request: DecisionRequest, max_units: float, row_cost: float = 0.0,
+            deadline: Deadline | None = None, seconds_per_unit: float = 0.0) -> Plan:
+        """The plan that answers `request` inside `max_units` (tokens' worth of work, a logits
+        row costing `row_cost`), or OverBudget (413, with the figures: in seconds too when
+        `seconds_per_unit` is given).
+
+        Debiasing the caller did not ask for explicitly is reduced when it alone breaks
+        the budget (unless `x_reduce` is false): first rotations become the reversal alone,
+        then the uncached priors go, then the second option order, then both; the answer's
+        `x_debias` says what was applied and that it was reduced.
+        """
+        shared = self._shared(request)
+        for candidate in self._candidates(request, self.settings_for(request)):
+            plan = self.plan(request, candidate, max_units, row_cost, deadline, shared)
+            if plan.cost.units(row_cost) <= max_units:
+                return plan
+        raise OverBudget(over_budget(plan.cost, row_cost, max_units, seconds_per_unit))
+
+    @staticmethod
+    def _candidates(request: DecisionRequest, settings: DecisionSettings) -> list[DecisionSettings]:
+        reducible = request.x_reduce is not False
+        drop_prior = reducible and request.x_prior is None and settings.applies(lambda s: s.prior)
+        drop_order = reducible and request.x_order_average is None and settings.applies(lambda s: s.order_average)
+        candidates = [settings]
+        if drop_order and settings.applies(lambda s: s.averaging == "rotations"):
+            settings = settings.everywhere(averaging="reversal", reduced=True)
+            candidates.append(settings)
+        if drop_prior:
+            candidates.append(settings.everywhere(prior=False, reduced=True))
+        if drop_order:
+            candidates.append(settings.everywhere(order_average=False, reduced=True))
+        if drop_prior and drop_order:
+            candidates.append(settings.everywhere(order_average=False, prior=False, reduced=True))
+        return candidates
+
+    def plan(self, request: DecisionRequest, settings: DecisionSettings | None = None, limit: float = math.inf,
+             row_cost: float = 0.0, deadline: Deadline | None = None, shared: _Request | None = None) -> Plan:
+        """The plan under `settings` (default: the request's), counted as it is built.
+
+        Counting stops once the work passes `limit` (the plan is then incomplete: refused,
+        never run). Raises ContextOverflow as soon as a probe cannot fit, and
+        DeadlineExceeded when `deadline` passes (checked once a question and listing:
+        planning runs before admission, in a worker thread)."""
+        settings = settings or self.settings_for(request)
+        shared = shared or self._shared(request)
+        state = self._shown(shared, settings)
+        counter = shared.counter
+        head, frame = counter.frame(settings.framing)
+        tally = Tally(head + counter(framed_state(state.text, settings.framing).rstrip()),
+                      head + counter(CONTENT_FREE_STATE), counter.capacity, frame)
+        asked: list[Asked] = []
+        for question, own in self._questions(shared, settings):
+            listings = []
+            for order in self.orders(question, own):
+                if deadline is not None:
+                    deadline.check()
+                listings.append(self.listing(question, order, own.readout))
+                tally.add(listings[-1], counter, own.prior, lambda p, f=own.framing: self.priors.peek(
+                    prior_key(p, f)) is None)
+                if tally.cost().units(row_cost) > limit:
+                    return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(complete=False))
+            asked.append(Asked(question, own, tuple(listings)))
+        return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost())
+
+    def _shared(self, request: DecisionRequest) -> _Request:
+        counter = TokenCounter(self.runtime, self.prompts)
+        raw = render_value(request.state)
+        if len(raw) > 2 * counter.too_long:  # far beyond the context: refused before it is even cleaned
+            counter(raw)
+        questions = [prepare_question(qid, q) for qid, q in request.questions.items()]
+        return _Request(request, request_answers(request), questions, counter, {})
+
+    def _shown(self, shared: _Request, settings: DecisionSettings) -> untrusted.Shown:
+        key = (settings.framing, settings.quarantine)  # the same for every budget candidate
+        if key not in shared.shown:
+            shared.shown[key] = untrusted.for_model(
+                shared.request.state, self.control_tokens, settings.framing, settings.quarantine, shared.wordings,
+                max_chars=shared.counter.too_long)
+        return shared.shown[key]
+
+    def shown_state(self, request: DecisionRequest, settings: DecisionSettings | None = None) -> untrusted.Shown:
+        """The state as the model reads it under `settings` (untrusted.py)."""
+        return self._shown(self._shared(request), settings or self.settings_for(request))
+
+    @staticmethod
+    def _questions(shared: _Request, settings: DecisionSettings) -> list[tuple[PreparedQuestion, DecisionSettings]]:
+        """The questions the model is asked, each with its settings: the request's, then the
+        injection probe when it is on (read the model's yes/no way, without a temperature)."""
+        asked = [(q, settings.for_kind(q.kind)) for q in shared.questions]
+        if settings.injection_probe:
+            asked.append((injection_question(), replace(settings.for_kind("noul"), temperature=1.0)))
+        return asked
+
+    # -- listings and probes -----------------------------------------------------------------
+
+    def orders(self, question: PreparedQuestion, settings: DecisionSettings) -> list[tuple[int, ...]]:
+        """The option listings a question is probed in (indices into its declared options)."""
+        base = tuple(range(len(question.options)))
+        if settings.ordering == "canonical" and question.kind == "choice":
+            base = canonical_order(question)
+        if not settings.order_average:
+            return [base]
+        if settings.averaging == "rotations" and question.kind == "choice" and len(base) <= self.max_listed:
+            return [base[i:] + base[:i] for i in range(len(base))]
+        return [base, base[::-1]]
+
+    def listings(self, question: PreparedQuestion, settings: DecisionSettings) -> list[Listing]:
+        """Every listing of a question under `settings` (what the evals score)."""
+        return [self.listing(question, order, settings.readout) for order in self.orders(question, settings)]
+
+    def listing(self, question: PreparedQuestion, order: tuple[int, ...], readout: str) -> Listing:
+        # Both readouts list at most as many options as there are letters: a likelihood
+        # probe listing 255 options would need more context than small models have.
+        n_groups = math.ceil(len(order) / self.max_listed)
+        # Balanced groups (255 options, 26 labels: ten groups of 25-26), in the given order.
+        bounds = [round(i * len(order) / n_groups) for i in range(n_groups + 1)]
+        return Listing(order, tuple(self.probe(question, order[a:b], readout) for a, b in itertools.pairwise(bounds)))
+
+    @staticmethod
+    def probe(question: PreparedQuestion, shown: Sequence[int], readout: str) -> Probe:
+        options = [question.options[i] for i in shown]
+        if readout == "letters":
+            listed = [ListedOption(LETTERS[k], f"{o.name} — {o.meaning}" if o.meaning else o.name)
+                      for k, o in enumerate(options)]
+            return Probe(readout, question_block(question.instructions, listed, REPLY_HINTS[readout]), tuple(shown))
+        listed = [ListedOption(o.name, o.meaning) for o in options]
+        block = question_block(question.instructions, listed, REPLY_HINTS[readout])
+        return Probe(readout, block, tuple(shown), tuple(" " + o.name for o in options))

@@ -1,0 +1,81 @@
+"""The scorer's one model: located, verified and loaded once, in the background, with why
+it is not ready when it is not (what /ping says).
+
+Loading runs after the socket is open, so /ping answers 503 within milliseconds while
+the model loads, and a model that fails its checks leaves the scorer up and unhealthy,
+saying why, never serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from scorer_container.admission import Admission
+from scorer_container.budget import Budget, budget_for
+from scorer_container.chat import ChatGenerator
+from scorer_container.engine import DecisionEngine
+from scorer_container.errors import ModelNotReady, ScorerError
+from scorer_container.model_files import ModelManifest, locate_model, verify_model
+from scorer_container.prompts import PromptFormat
+from scorer_container.settings import ScorerSettings
+
+log = logging.getLogger("scorer")
+
+
+@dataclass
+class Loaded:
+    manifest: ModelManifest
+    engine: DecisionEngine
+    chat: ChatGenerator
+    model_name: str
+    budget: Budget
+
+
+class ScorerService:
+    """Holds the model once loaded, and why it is not when it is not."""
+
+    def __init__(self, settings: ScorerSettings) -> None:
+        self.settings = settings
+        self.admission = Admission(settings.max_waiting)
+        self.planning = Admission(settings.max_waiting)  # counting a request's work, before admission
+        self.loaded: Loaded | None = None
+        self.status = "loading"
+        self.reason = "the model is loading"
+        self.started = int(time.time())
+
+    def load(self) -> None:
+        """Locate, verify and load the model; on any failure stay unhealthy and say why."""
+        from scorer_container.llama_runtime import Runtime  # llama.cpp only once loading
+
+        try:
+            path = locate_model(self.settings.model, self.settings.model_dir)
+            manifest = verify_model(path, self.settings.expected_sha256, self.settings.expected_manifest_sha256)
+            runtime = Runtime(path, self.settings.runtime)
+            prompts = PromptFormat.for_runtime(runtime)
+            name = self.settings.alias or manifest.name
+            engine = DecisionEngine.for_manifest(
+                runtime, prompts, manifest, model_name=name,
+                # The manifest's readout and fitted temperatures unless the deployment sets them.
+                readout=self.settings.readout, temperature=self.settings.temperature,
+                prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
+            )
+            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s)
+            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
+            self.status, self.reason = "ready", ""
+            log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,
+                     budget.describe())
+        except ScorerError as exc:
+            self.status, self.reason = "failed", exc.message
+            log.error("model refused: %s", exc.message)
+        except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve
+            self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
+            log.exception("model load failed")
+
+    def require(self) -> Loaded:
+        if self.loaded is None:
+            raise ModelNotReady(self.reason)
+        return self.loaded
+
+

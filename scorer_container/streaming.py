@@ -1,0 +1,82 @@
+"""A chat completion streamed as OpenAI's server-sent events.
+
+Generation runs in a worker thread and hands each piece to the event loop; it stops
+when the caller hangs up (the response is closed) or the deadline passes. A failure
+after the 200 has started is said in the stream, as an OpenAI-shaped error event, and
+the stream still ends with `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+
+from scorer_container.admission import Ticket
+from scorer_container.chat import ChatUsage, chunk, new_completion_id
+from scorer_container.deadline import Deadline
+from scorer_container.errors import DeadlineExceeded
+from scorer_container.schema import ChatRequest
+from scorer_container.service import Loaded
+
+log = logging.getLogger("scorer")
+
+
+async def stream_chat(
+    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool,
+    deadline: Deadline,
+):
+    """Server-sent events; generation runs in a worker thread that stops when the client goes."""
+    completion_id, created, model = new_completion_id(), int(time.time()), loaded.model_name
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+    usage = ChatUsage()
+    done = object()
+
+    def work() -> None:
+        try:
+            for piece in loaded.chat.generate(request, tokens, budget, usage, stop, deadline):
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+        except Exception as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, done)
+
+    try:
+        async with ticket.running(deadline):
+            worker = loop.run_in_executor(None, work)
+            try:
+                yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
+                while (item := await queue.get()) is not done:
+                    if isinstance(item, Exception):
+                        log.error("chat stream failed: %s", type(item).__name__)
+                        yield _sse({"error": {"message": "generation failed", "type": "server_error"}})
+                        break
+                    if item.text:
+                        yield _sse(chunk(completion_id, model, created, {"content": item.text}, None))
+                    if item.finish_reason:
+                        yield _sse(chunk(completion_id, model, created, {}, item.finish_reason))
+                if include_usage:
+                    final = chunk(completion_id, model, created, {}, None)
+                    final["choices"], final["usage"] = [], usage.as_dict()
+                    yield _sse(final)
+                yield "data: [DONE]\n\n"
+            finally:
+                stop.set()
+                await asyncio.shield(worker)
+    except DeadlineExceeded:
+        # Out of time in line, after the 200 went out: say so in the stream, and end it properly.
+        yield _sse({"error": {"message": "the request's deadline passed while it waited for the model",
+                              "type": "server_error", "code": "timeout"}})
+        yield "data: [DONE]\n\n"
+    finally:
+        ticket.release()
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
