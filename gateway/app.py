@@ -20,9 +20,11 @@ from gateway.api.responses import error_response
 from gateway.errors import GatewayError, InvalidRequest, UnknownRoute
 from gateway.services.runtime import GatewayRuntime
 from systemone import json_text
-from systemone.errors import validation_details
+from systemone.errors import QUESTION_TAGS, validation_details
 
 log = logging.getLogger("gateway.app")
+# The public API's question types beside the contract's: /v1/decisions' predicates and catalog references.
+PUBLIC_QUESTION_TAGS = QUESTION_TAGS | {"predicate", "catalog"}
 API_TITLE = "Decision gateway"
 
 
@@ -50,7 +52,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
 def register_error_handlers(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(RequestValidationError)
     def invalid(exc: RequestValidationError) -> Response:
-        return error_response(InvalidRequest(validation_details(exc.errors())), app.current_event.path)
+        return error_response(InvalidRequest(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), app.current_event.path)
 
     @app.exception_handler(GatewayError)
     def gateway_error(exc: GatewayError) -> Response:

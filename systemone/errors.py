@@ -1,19 +1,25 @@
 """Validation problems as System One 422 items, and the two error-body shapes every side
-answers in: System One (`{"detail": [...]}` or `{"detail": {"error_type", "message"}}`)
-and OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
+answers in, written (`system_one_body`, `openai_body`) and read (`read_error_body`) here
+only: System One (`{"detail": [...]}` or `{"detail": {"error_type", "message"}}`) and
+OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 # JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
 _UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
-_QUESTION_TAGS = {"noul", "choice", "score", "predicate", "catalog"}
+# The question types of this contract: a discriminated union puts the tag in `loc`. A side
+# with more types of its own (the gateway's public API) passes them in.
+QUESTION_TAGS = frozenset({"noul", "choice", "score"})
 _WHERE = ("body", "path", "query", "header")
 
 
-def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def validation_details(errors: Iterable[dict[str, Any]],
+                       question_tags: frozenset[str] = QUESTION_TAGS) -> list[dict[str, Any]]:
     """Pydantic errors as 422 items: `loc` from "body", one item per problem, no input echoed."""
     details: list[dict[str, Any]] = []
     seen: set[tuple] = set()
@@ -21,7 +27,7 @@ def validation_details(errors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         loc = list(error.get("loc", ()))
         where = loc.pop(0) if loc and loc[0] in _WHERE else "body"
         # Discriminated unions put the tag in the path ("questions", "q1", "choice", ...): drop it.
-        if len(loc) >= 3 and loc[0] == "questions" and loc[2] in _QUESTION_TAGS:
+        if len(loc) >= 3 and loc[0] == "questions" and loc[2] in question_tags:
             del loc[2]
         msg, kind = str(error.get("msg", "invalid value")), str(error.get("type", "value_error"))
         if loc and isinstance(loc[-1], str) and loc[-1] in _UNION_MEMBERS:
@@ -63,3 +69,31 @@ def openai_body(message: str, error_type: str, code: str | None,
         if len(details) > 1:
             message += f" (and {len(details) - 1} more problems)"
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    """What an error body in either shape says: its message, and a 422's problems."""
+
+    message: str | None = None
+    details: list[dict[str, Any]] | None = None  # as `validation_details` writes them
+
+
+def read_error_body(raw: str | bytes | None) -> ErrorBody:
+    """The message (System One `detail.message` or OpenAI `error.message`) and a 422's problem
+    list of an error body another side wrote; anything malformed says nothing."""
+    try:
+        body = json.loads(raw or b"null")
+    except (TypeError, ValueError):
+        return ErrorBody()
+    if not isinstance(body, dict):
+        return ErrorBody()
+    detail = body.get("detail")
+    if isinstance(detail, list) and detail and all(isinstance(d, dict) and "loc" in d for d in detail):
+        return ErrorBody(None, detail)
+    if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+        return ErrorBody(detail["message"])
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return ErrorBody(error["message"])
+    return ErrorBody()

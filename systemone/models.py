@@ -105,7 +105,7 @@ class ChoiceAnswer(Wire):
     type: Literal["choice"]
     choice: str = Field(description="The most likely option.")
     probabilities: dict[str, Probability] = Field(description="Every declared option, in the declared order.")
-    confidence: float | None = None
+    confidence: Probability | None = Field(default=None, description="0: uniform, 1: certain (systemone.answers).")
 
 
 class ScoreAnswer(Wire):
@@ -113,7 +113,14 @@ class ScoreAnswer(Wire):
     score: float = Field(allow_inf_nan=False, description="The expected level (0 = lowest).")
     legend: dict[str, Text] = Field(default_factory=dict, description="Level index -> the level as declared.")
     probabilities: dict[str, Probability] = Field(description="Level index -> P(level).")
-    confidence: float | None = None
+    confidence: Probability | None = Field(default=None, description="0: uniform, 1: certain (systemone.answers).")
+
+    @model_validator(mode="after")
+    def _score_is_a_level(self) -> ScoreAnswer:
+        # A hair of rounding either way: the expected level of a distribution summing to 1 +- ulps.
+        if not -1e-9 <= self.score <= max(0, len(self.probabilities) - 1) + 1e-9:
+            raise ValueError("score must lie between 0 and the highest level")
+        return self
 
 
 Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]

@@ -21,7 +21,6 @@ facts from its own traffic within a few requests.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -50,6 +49,7 @@ from gateway.errors import (
     RequestError,
     WorkTimedOut,
 )
+from systemone.errors import read_error_body
 
 log = logging.getLogger("gateway.pools")
 
@@ -296,18 +296,10 @@ def _within(endpoint: Endpoint, remaining: float) -> Endpoint:
 
 def rejection_error(exc: EndpointRejected) -> RequestError:
     """A container's 4xx, in the gateway's own error types (its messages are written for callers)."""
-    try:
-        body = json.loads(exc.body or b"null")
-    except ValueError:
-        body = None
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if exc.status == 422 and isinstance(detail, list) and all(isinstance(d, dict) and "loc" in d for d in detail):
-        return InvalidRequest(detail)
-    message = "the model refused this request"
-    if isinstance(detail, dict) and isinstance(detail.get("message"), str):
-        message = detail["message"]
-    elif isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"].get("message"), str):
-        message = body["error"]["message"]
+    body = read_error_body(exc.body)
+    if exc.status == 422 and body.details is not None:
+        return InvalidRequest(body.details)
+    message = body.message or "the model refused this request"
     if exc.status == 413:
         return PayloadTooLarge(message)
     if exc.status == 422:

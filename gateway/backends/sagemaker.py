@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut, Route
-from systemone.sidechannel import attributes, hints_of, safe_request_id
+from systemone.sidechannel import attributes, hints_of, original_error, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
@@ -93,12 +93,7 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     error = response.get("Error", {})
     code = error.get("Code", "")
     if code == "ModelError":
-        original = response.get("OriginalStatusCode", error.get("OriginalStatusCode"))
-        try:
-            status = int(original)
-        except (TypeError, ValueError):
-            status = -1
-        message = response.get("OriginalMessage", error.get("OriginalMessage")) or ""
+        status, message = original_error(response)
         hints = hints_of(message)
         if status == _TIMED_OUT_ORIGINAL:
             return EndpointTimedOut(name, "container_timeout", answered=False)

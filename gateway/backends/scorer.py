@@ -18,8 +18,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
 from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage
-from gateway.decisions.scoring import normalise
 from gateway.errors import BackendFailed
+from systemone.answers import normalise
 from systemone.models import Answer as ScorerAnswer
 from systemone.models import Extensions, NoulAnswer
 
@@ -58,12 +58,10 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         raise BackendFailed("the model endpoint answered in an unexpected shape")
     read = []
     for question in decision.questions:
-        probabilities = _probabilities(question, answers.get(question.id))
-        if probabilities is None:
+        answer = _answer(question, answers.get(question.id))
+        if answer.refused:
             log.warning("unusable answer from the endpoint", extra={"endpoint": endpoint, "question_kind": question.kind})
-            read.append(Answer(question, refused=True))
-        else:
-            read.append(Answer(question, probabilities))
+        read.append(answer)
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     extensions, typed = _extensions(body)
     return DecisionResult(
@@ -95,22 +93,23 @@ def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
 _ANSWER = TypeAdapter(ScorerAnswer)
 
 
-def _probabilities(question: Question, raw: Any) -> tuple[float, ...] | None:
-    """The answer's distribution over the question's declared options, or None when it is not
-    a contract answer of the question's type covering every option with some probability."""
+def _answer(question: Question, raw: Any) -> Answer:
+    """The answer's distribution over the question's declared options, with the scorer's own
+    confidence and score; refused when it is not a contract answer of the question's type
+    covering every option with some probability."""
     try:
         answer = _ANSWER.validate_python(raw)
     except ValidationError:
-        return None
+        return Answer(question, refused=True)
     if answer.type != question.kind:
-        return None
+        return Answer(question, refused=True)
     if isinstance(answer, NoulAnswer):
-        return (answer.noul,)
+        return Answer(question, (answer.noul,))
     keys = [o.key for o in question.options] if question.kind == "choice" else [str(i) for i in range(len(question.options))]
     values = [answer.probabilities.get(key) for key in keys]
     if any(v is None for v in values) or sum(values) <= 0:
-        return None
-    return normalise(values)
+        return Answer(question, refused=True)
+    return Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None))
 
 
 def _count(value: Any) -> int:

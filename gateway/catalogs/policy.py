@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gateway.catalogs.model import InjectionRule, Policy, Rule
-from gateway.decisions import scoring
 from gateway.decisions.model import Action, DecisionResult, Verdict, VerdictReason
+from systemone import answers as formulas
 
 _EPSILON = 1e-12
 _STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}
@@ -43,7 +43,7 @@ def measures(kind: str, probabilities: Sequence[float]) -> tuple[float, float, f
     distribution = (probabilities[0], 1 - probabilities[0]) if kind == "noul" else tuple(probabilities)
     ordered = sorted(distribution, reverse=True)
     top, margin = ordered[0], ordered[0] - ordered[1]
-    confidence = scoring.score_confidence(distribution) if kind == "score" else scoring.choice_confidence(distribution)
+    confidence = formulas.score_confidence(distribution) if kind == "score" else formulas.choice_confidence(distribution)
     return top, margin, confidence
 
 
@@ -90,5 +90,5 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
         calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
         verdict = (judge(answer.question.kind, calibrated, binding.policy, suspicion)
                    if binding.policy is not None else None)
-        answers.append(replace(answer, probabilities=calibrated, verdict=verdict))
+        answers.append(replace(answer.recalibrated(calibrated), verdict=verdict))
     return replace(result, answers=tuple(answers))

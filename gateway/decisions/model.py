@@ -9,10 +9,10 @@ model next to the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from gateway.decisions import scoring
+from systemone import answers as formulas
 
 # The contract's, re-exported for the decision model's users.
 from systemone.json_text import canonical as render_json  # noqa: F401 (re-exported)
@@ -121,6 +121,29 @@ class Answer:
     probabilities: tuple[float, ...] = ()
     refused: bool = False  # the backend gave no usable answer to this question
     verdict: Verdict | None = None  # when the question's catalog entry has a policy (gateway.catalogs.policy)
+    # The scorer's own confidence and expected score, kept while these are its probabilities;
+    # None once the gateway changed them (a catalog temperature): then computed from them.
+    confidence: float | None = None
+    score: float | None = None
+
+    def recalibrated(self, probabilities: tuple[float, ...]) -> Answer:
+        """This answer with other probabilities: the scorer's figures no longer describe them."""
+        if probabilities == self.probabilities:
+            return self
+        return replace(self, probabilities=probabilities, confidence=None, score=None)
+
+
+def confidence_of(answer: Answer) -> float:
+    """The answer's confidence (systemone.answers): the scorer's, or computed from recalibrated probabilities."""
+    if answer.confidence is not None:
+        return answer.confidence
+    p = answer.probabilities
+    return formulas.score_confidence(p) if answer.question.kind == "score" else formulas.choice_confidence(p)
+
+
+def score_of(answer: Answer) -> float:
+    """A score answer's expected level: the scorer's, or computed from recalibrated probabilities."""
+    return answer.score if answer.score is not None else formulas.expected_score(answer.probabilities)
 
 
 @dataclass(frozen=True)
@@ -153,4 +176,4 @@ def shown_choice(answer: Answer) -> Option:
     if (verdict is not None and verdict.action == "abstain" and binding is not None and binding.abstain is not None
             and binding.policy is not None and binding.policy.mode == "enforcing"):
         return binding.abstain
-    return question.options[scoring.argmax(answer.probabilities)]
+    return question.options[formulas.argmax(answer.probabilities)]

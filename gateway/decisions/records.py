@@ -43,7 +43,6 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
-from gateway.decisions import scoring
 from gateway.decisions.model import (
     Action,
     Answer,
@@ -55,6 +54,7 @@ from gateway.decisions.model import (
     shown_choice,
 )
 from gateway.errors import PayloadTooLarge, RecordNotStored
+from systemone import answers as formulas
 
 log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90
@@ -327,7 +327,7 @@ def _question_record(answer: Answer) -> QuestionRecord:
         # `answer` is what the caller got (an enforced abstain route included); `model_answer`
         # the most likely option, which calibration drift is measured on.
         entry.update(probabilities={str(o.value): v for o, v in zip(question.options, p, strict=True)},
-                     answer=shown_choice(answer).value, model_answer=question.options[scoring.argmax(p)].value)
+                     answer=shown_choice(answer).value, model_answer=question.options[formulas.argmax(p)].value)
     if answer.verdict is not None:
         entry.update(action=answer.verdict.action, top=answer.verdict.top, margin=answer.verdict.margin,
                      confidence=answer.verdict.confidence)

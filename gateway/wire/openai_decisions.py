@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from gateway.decisions import scoring
 from gateway.decisions.model import (
     MAX_CHOICES,
     MAX_LEVELS,
@@ -25,8 +24,10 @@ from gateway.decisions.model import (
     DecisionResult,
     Option,
     Question,
+    confidence_of,
     render_json,
     score_level,
+    score_of,
     shown_choice,
 )
 from gateway.errors import InvalidRequest
@@ -262,15 +263,15 @@ def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, 
                 "type": "choice",
                 "name": question.name,
                 "choice": shown_choice(answer).value,
-                "confidence": scoring.choice_confidence(p),
+                "confidence": confidence_of(answer),
                 "probabilities": [{"value": o.value, "probability": v} for o, v in zip(question.options, p, strict=True)],
             }
         else:
             body = {
                 "type": "score",
                 "name": question.name,
-                "score": scoring.expected_score(p),
-                "confidence": scoring.score_confidence(p),
+                "score": score_of(answer),
+                "confidence": confidence_of(answer),
                 "probabilities": [
                     {"value": i, "label": o.label, "probability": v}
                     for i, (o, v) in enumerate(zip(question.options, p, strict=True))

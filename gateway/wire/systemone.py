@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag
 from pydantic.json_schema import SkipJsonSchema
 
-from gateway.decisions import scoring
 from gateway.decisions.model import (
     MAX_QUESTIONS,
     CatalogReference,
@@ -19,6 +18,8 @@ from gateway.decisions.model import (
     DecisionResult,
     Option,
     Question,
+    confidence_of,
+    score_of,
     shown_choice,
 )
 from gateway.errors import BackendFailed
@@ -84,15 +85,15 @@ def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, 
                 "type": "choice",
                 "choice": shown_choice(answer).key,
                 "probabilities": dict(zip(keys, p, strict=True)),
-                "confidence": scoring.choice_confidence(p),
+                "confidence": confidence_of(answer),
             }
         else:
             body = {
                 "type": "score",
-                "score": scoring.expected_score(p),
+                "score": score_of(answer),
                 "legend": {str(i): o.label for i, o in enumerate(question.options)},
                 "probabilities": {str(i): v for i, v in enumerate(p)},
-                "confidence": scoring.score_confidence(p),
+                "confidence": confidence_of(answer),
             }
         answers[question.name] = {**body, **policy_fields(answer)}
     document = {

@@ -19,7 +19,9 @@ from gateway.backends.pools import Invocation
 from gateway.backends.scorer import backend_request, json_bytes, read_result
 from gateway.wire.openai_decisions import DecisionsRequest
 from gateway.wire.systemone import SystemOneRequest
-from scorer_container.engine import answer, prepare_question
+from scorer_container import errors as scorer_errors
+from scorer_container.answers import answer
+from scorer_container.questions import prepare_question
 from scorer_container.schema import DecisionRequest, parse
 
 # Text as JSON carries it (no lone surrogates: they are not UTF-8), short and long.
@@ -155,3 +157,87 @@ def test_a_non_text_chat_part_is_refused_by_both_when_the_body_is_validated():
     assert status == 422 and backend.calls == []
     assert "only text content parts" in gateway["error"]["message"]
     assert refused.value.details[0]["msg"] == "only text content parts are supported"
+
+
+# -- beside the body: the scorer's errors and the custom attributes ----------------------------
+
+SCORER_ERRORS = [  # every kind of error the scorer answers, as it raises them
+    ("invalid", lambda: scorer_errors.InvalidRequest.at(["questions", "q"], "bad question")),
+    ("too large", lambda: scorer_errors.PayloadTooLarge("the body is larger than 8 bytes")),
+    ("over budget", lambda: scorer_errors.OverBudget("this request needs about 9000 tokens' worth")),
+    ("context", lambda: scorer_errors.ContextOverflow("a probe needs 9000 tokens of context")),
+    ("encoding", lambda: scorer_errors.UnsupportedMedia("unsupported Content-Encoding")),
+    ("overloaded", lambda: scorer_errors.Overloaded("busy", 3)),
+    ("not ready", lambda: scorer_errors.ModelNotReady("the model is loading")),
+    ("cut", lambda: scorer_errors.DeadlineExceeded("the deadline passed")),
+    ("queue", lambda: scorer_errors.QueueTimeout("waited too long", 4)),
+    ("failed", lambda: scorer_errors.ScorerError("the scorer failed on this request")),
+]
+
+
+def through_sagemaker(exc: Exception, flavor: str) -> Exception:
+    """The scorer's error answer, as InvokeEndpoint hands it to the gateway (ModelError), classified there."""
+    from gateway.backends.sagemaker import _classify
+    from scorer_container.sagemaker_runtime import as_sagemaker_runtime
+    from scorer_container.server import error_response
+
+    model_error = json.loads(bytes(as_sagemaker_runtime(error_response(exc, flavor), "ep").body))
+    return _classify("ep", {"Error": {"Code": "ModelError"}, **model_error})
+
+
+@pytest.mark.parametrize("flavor", ["systemone", "openai"])
+@pytest.mark.parametrize(("name", "make"), SCORER_ERRORS, ids=[n for n, _ in SCORER_ERRORS])
+def test_every_scorer_error_reaches_the_gateway_as_what_it_is(name, make, flavor):
+    # Given each error the scorer answers, in both body shapes, when SageMaker passes it on,
+    # the gateway reads the kind the scorer meant: a client error with its message (a 422
+    # with its problems), busy with the scorer's Retry-After, cut (never re-sent), failed.
+    from gateway.backends.base import EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
+    from gateway.backends.pools import rejection_error
+
+    exc = make()
+    read = through_sagemaker(exc, flavor)
+    if isinstance(exc, scorer_errors.RequestError):
+        assert isinstance(read, EndpointRejected) and read.status == exc.status
+        error = rejection_error(read)
+        if isinstance(exc, scorer_errors.InvalidRequest) and flavor == "systemone":
+            assert error.details == exc.details
+        else:
+            assert exc.message in error.message
+    elif exc.status == 503:
+        assert isinstance(read, EndpointBusy) and read.retry_after == exc.retry_after
+    elif exc.status == 504:
+        assert isinstance(read, EndpointTimedOut) and read.answered
+    else:
+        assert isinstance(read, EndpointFailed)
+
+
+@given(route=st.sampled_from(["systemone", "chat"]), timeout_ms=st.integers(1, 10**8),
+       request_id=st.text(max_size=200))
+def test_what_the_gateway_writes_in_the_custom_attributes_the_scorer_reads_back(route, timeout_ms, request_id):
+    # Any request id (hostile ones too: separators, newlines, 200 characters) travels as its
+    # safe form, and never breaks the route or the deadline beside it.
+    from systemone import sidechannel
+
+    header = sidechannel.attributes(route, timeout_ms, request_id)
+    assert len(header) <= sidechannel.MAX_ATTRIBUTES_CHARS
+    pairs = sidechannel.parse_attributes(header)
+    assert sidechannel.route_of(pairs) == route
+    assert sidechannel.timeout_of(pairs, ceiling=10**7) == timeout_ms / 1000
+    assert sidechannel.request_id_of(pairs) == sidechannel.safe_request_id(request_id)
+
+
+def test_a_scorer_answer_keeps_its_own_confidence_and_score_in_the_gateway():
+    # The gateway reports the scorer's confidence and expected score as the scorer computed
+    # them (systemone.answers), and computes them itself only after it changed the probabilities.
+    from gateway.decisions.model import confidence_of, score_of
+
+    body = parse(DecisionRequest, {"model": "m", "state": "s", "questions": {
+        "a": {"type": "score", "criteria": ["low", "mid", "high"]}}})
+    decision = SystemOneRequest.model_validate({"model": "m", "state": "s", "questions": {
+        "a": {"type": "score", "criteria": ["low", "mid", "high"]}}}).to_decision()
+    sent = answer(prepare_question("a", body.questions["a"]), np.array([0.2, 0.3, 0.5]))
+    sent = {**sent, "confidence": 0.125, "score": 1.5}  # what this scorer says, whatever it is
+    (read,) = read_result(decision, Invocation(json_bytes({"model": "m", "answers": {decision.questions[0].id: sent}}), "ep", 1)).answers
+    assert (confidence_of(read), score_of(read)) == (0.125, 1.5)
+    changed = read.recalibrated((0.1, 0.2, 0.7))
+    assert confidence_of(changed) != 0.125 and score_of(changed) == pytest.approx(1.6)
