@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from systemone.errors import read_error_body
+
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"
 
@@ -64,7 +66,7 @@ def main() -> int:
             answer = reply.json()
             row = {"case": name, "readout": readout, "status": reply.status_code, "seconds": round(seconds, 2),
                    "debias": answer.get("x_debias"), "tokens": (answer.get("usage") or {}).get("input_tokens"),
-                   "message": (answer.get("detail") or {}).get("message") if reply.status_code != 200 else None}
+                   "message": read_error_body(reply.content).message if reply.status_code != 200 else None}
             rows.append(row)
             debias = row["debias"] or {}
             applied = "+".join(k for k in ("order_average", "prior") if debias.get(k)) or "none"

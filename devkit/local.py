@@ -39,6 +39,7 @@ from gateway import authorizer as authorizers
 from gateway import handler
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS
 from gateway.auth.store import DEFAULT_LIMITS
+from systemone.errors import openai_body, system_one_body
 from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
 
 # A child of the `gateway` logger, so its JSON handler and credential redaction apply here too.
@@ -55,11 +56,8 @@ MAX_REQUEST_BYTES = API_GATEWAY_MAX_REQUEST_BYTES
 REQUEST_TOO_LONG = (413, "Request Too Long", "BadRequestException")
 # What the deployed API answers when a tenant (or the refused callers' shared key) is
 # over its usage plan: its THROTTLED gateway response (template.yaml).
-THROTTLED_BODY = {
-    "error": {"message": "too many requests; retry later", "type": "rate_limit_error", "param": None,
-              "code": "rate_limit_exceeded"},
-    "detail": {"error_type": "rate_limit_error", "message": "too many requests; retry later"},
-}
+THROTTLED_BODY = {**openai_body("too many requests; retry later", "rate_limit_error", "rate_limit_exceeded"),
+                  **system_one_body("rate_limit_error", "too many requests; retry later")}
 # The usage plan of refused callers (bad or missing credentials), template.yaml's RefusedCallersPlan.
 REFUSED_RATE_PER_S, REFUSED_BURST = 10.0, 20
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -69,11 +67,9 @@ ACCOUNT = "000000000000"
 API_ID = "localapi00"
 # What the deployed API answers when no credential is sent (its UNAUTHORIZED gateway
 # response): a body both SDKs understand, like every other error of this API.
-UNAUTHORIZED_BODY = {
-    "error": {"message": "missing credentials: send Authorization: Bearer <API key>", "type": "authentication_error",
-              "param": None, "code": "invalid_api_key"},
-    "detail": {"error_type": "authentication_error", "message": "missing credentials: send Authorization: Bearer <API key>"},
-}
+_MISSING_CREDENTIALS = "missing credentials: send Authorization: Bearer <API key>"
+UNAUTHORIZED_BODY = {**openai_body(_MISSING_CREDENTIALS, "authentication_error", "invalid_api_key"),
+                     **system_one_body("authentication_error", _MISSING_CREDENTIALS)}
 # Local only: a request carrying this header is treated as a SigV4 call that API Gateway
 # authenticated as the named IAM principal (its ARN), so the IAM path runs end to end.
 LOCAL_IAM_HEADER = "x-local-iam-principal"
@@ -393,8 +389,7 @@ def _http_response(result: dict[str, Any]) -> HttpReply:
 
 def _shaped(status: int, openai_type: str, systemone_type: str, code: str, message: str) -> HttpReply:
     """An answer of the API in front of the function, in the body both SDKs parse."""
-    body = {"error": {"message": message, "type": openai_type, "param": None, "code": code},
-            "detail": {"error_type": systemone_type, "message": message}}
+    body = {**openai_body(message, openai_type, code), **system_one_body(systemone_type, message)}
     return status, [("Content-Type", "application/json")], json.dumps(body).encode()
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from scorer_container import scoring, untrusted
 from scorer_container.decision_settings import DecisionSettings
 from scorer_container.engine import DecisionEngine
-from scorer_container.planning import Probe
+from scorer_container.probes import Probe
 from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS
 from scorer_container.questions import PreparedQuestion, prepare_question
 from scorer_container.schema import DecisionRequest, parse

@@ -20,7 +20,7 @@ from scorer_container.prefix_tree import context_capacity
 from scorer_container.prompts import PromptFormat
 
 if TYPE_CHECKING:
-    from scorer_container.planning import Listing, Probe
+    from scorer_container.probes import Listing, Probe
 
 # No text these tokenizers see averages more than this per token (English runs 3-5), so
 # a state this many times longer than the context cannot fit whatever its tokens.

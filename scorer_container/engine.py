@@ -26,9 +26,10 @@ from scorer_container.counting import common_prefix
 from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
 from scorer_container.llama_runtime import Runtime
-from scorer_container.planning import LETTERS, Asked, Listing, Plan, Planner, Probe
+from scorer_container.planning import Asked, Plan, Planner
 from scorer_container.prefix_tree import Branch, Read, evaluate
-from scorer_container.priors import PriorCache, prior_key
+from scorer_container.priors import PriorCache
+from scorer_container.probes import LETTERS, Listing, Probe, probe_for
 from scorer_container.prompts import ANSWER_CUE, CONTENT_FREE_STATE, PromptFormat
 from scorer_container.schema import DecisionRequest
 
@@ -166,7 +167,7 @@ class DecisionEngine:
                 if len(listing.groups) > 1:
                     winners = tuple(g.shown[int(np.argmax(_corrected(raw, priors, g, a.settings.prior)))]
                                     for g in listing.groups)
-                    finals[i, j] = self.planner.probe(a.question, winners, a.settings.readout)
+                    finals[i, j] = probe_for(a.question, winners, a.settings.readout)
                     if a.settings.prior:
                         with_prior.add(finals[i, j])
         if finals:
@@ -202,7 +203,7 @@ class DecisionEngine:
 
     def _prior(self, probe: Probe, deadline: Deadline | None, framing: str) -> tuple[np.ndarray, int]:
         """The probe's content-free scores and the tokens computing them cost (0 when cached)."""
-        key = prior_key(probe, framing)
+        key = probe.prior_key(framing)
         cached = self.priors.get(key)
         if cached is not None:
             return cached, 0

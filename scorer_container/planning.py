@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from scorer_container import untrusted
@@ -28,8 +27,9 @@ from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import DecisionSettings, Defaults
 from scorer_container.errors import OverBudget
 from scorer_container.llama_runtime import Runtime
-from scorer_container.priors import PriorCache, prior_key
-from scorer_container.prompts import CONTENT_FREE_STATE, ListedOption, PromptFormat, framed_state, question_block, render_value
+from scorer_container.priors import PriorCache
+from scorer_container.probes import Listing, probe_for
+from scorer_container.prompts import CONTENT_FREE_STATE, PromptFormat, framed_state, render_value
 from scorer_container.questions import (
     PreparedQuestion,
     canonical_order,
@@ -38,30 +38,6 @@ from scorer_container.questions import (
     request_answers,
 )
 from scorer_container.schema import DecisionRequest
-
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-REPLY_HINTS = {
-    "letters": "Reply with the letter of the correct option.",
-    "likelihood": "Reply with the correct option, exactly as written.",
-}
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One prompt: the options at `shown` (indices into the question's options), in that order."""
-
-    readout: str
-    block: str
-    shown: tuple[int, ...]
-    continuations: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Listing:
-    """One question in one option order: the probes of its first round (one per group)."""
-
-    order: tuple[int, ...]
-    groups: tuple[Probe, ...]
 
 
 @dataclass(frozen=True)
@@ -166,8 +142,7 @@ class Planner:
                 if deadline is not None:
                     deadline.check()
                 listings.append(self.listing(question, order, own.readout))
-                tally.add(listings[-1], counter, own.prior, lambda p, f=own.framing: self.priors.peek(
-                    prior_key(p, f)) is None)
+                tally.add(listings[-1], counter, own.prior, lambda p, f=own.framing: self.priors.peek(p.prior_key(f)) is None)
                 if tally.cost().units(row_cost) > limit:
                     return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(complete=False))
             asked.append(Asked(question, own, tuple(listings)))
@@ -225,15 +200,4 @@ class Planner:
         n_groups = math.ceil(len(order) / self.max_listed)
         # Balanced groups (255 options, 26 labels: ten groups of 25-26), in the given order.
         bounds = [round(i * len(order) / n_groups) for i in range(n_groups + 1)]
-        return Listing(order, tuple(self.probe(question, order[a:b], readout) for a, b in itertools.pairwise(bounds)))
-
-    @staticmethod
-    def probe(question: PreparedQuestion, shown: Sequence[int], readout: str) -> Probe:
-        options = [question.options[i] for i in shown]
-        if readout == "letters":
-            listed = [ListedOption(LETTERS[k], f"{o.name} — {o.meaning}" if o.meaning else o.name)
-                      for k, o in enumerate(options)]
-            return Probe(readout, question_block(question.instructions, listed, REPLY_HINTS[readout]), tuple(shown))
-        listed = [ListedOption(o.name, o.meaning) for o in options]
-        block = question_block(question.instructions, listed, REPLY_HINTS[readout])
-        return Probe(readout, block, tuple(shown), tuple(" " + o.name for o in options))
+        return Listing(order, tuple(probe_for(question, order[a:b], readout) for a, b in itertools.pairwise(bounds)))

@@ -2,25 +2,16 @@
 
 Each probe can also be scored with the state replaced by "N/A"; its scores are then
 divided by (log: minus) that prior. The prior depends only on the probe (its question,
-listing and how the state is framed), so it is cached, keyed by a digest of the probe,
+listing and how the state is framed), so it is cached, keyed by a digest of the probe (`Probe.prior_key`),
 and always computed alone, so a cached prior equals a fresh one bit for bit.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from scorer_container.planning import Probe
-
-
-def prior_key(probe: Probe, framing: str = "plain") -> str:
-    return hashlib.sha256("\x1f".join((framing, probe.readout, probe.block, *probe.continuations)).encode()).hexdigest()
 
 
 class PriorCache:

@@ -515,3 +515,12 @@ def test_a_request_can_add_a_defense_but_not_remove_one(smollm2_runtime):
     assert added["x_injection"]["probe"] is not None
     plain = make_engine(smollm2_runtime, "letters", defenses_overridable=False)
     assert plain.answer(request(x_framing="datamark"))["x_framing"] == "datamark"
+
+
+def test_a_plan_counted_only_up_to_its_limit_is_over_it_and_never_runs(engine):
+    # Given a limit the request passes, counting stops there: the plan is incomplete, its
+    # cost already over the limit (so no budget admits it), and the engine refuses to run it.
+    plan = engine.planner.plan(request(), limit=10)
+    assert not plan.cost.complete and plan.cost.units(0.0) > 10
+    with pytest.raises(ValueError, match="never run"):
+        engine.decide(plan)

@@ -369,3 +369,30 @@ def test_json_no_model_can_hold_is_a_422_at_the_scorer_too(scorer_url, fragment)
     raw = b'{"model": "m", "questions": {"q": {"type": "noul", "instructions": "?"}}, "state": ' + fragment + b"}"
     reply = httpx.post(f"{scorer_url}/v1/systemone", content=raw, headers={"Content-Type": "application/json"}, timeout=60)
     assert reply.status_code == 422 and reply.json()["detail"][0]["type"] == "json_invalid"
+
+
+def test_a_decision_is_planned_once_and_run_as_planned(scorer_url, monkeypatch):
+    # Given counters on what planning builds (the state as the model reads it, each prepared
+    # question, each listing of a question), when one decision is served, each was built
+    # once: the engine ran the plan the request was admitted with, building none of it again.
+    import collections
+
+    from scorer_container import planning
+
+    built = collections.Counter()
+
+    def counted(name, build):
+        def wrapper(*args, **kwargs):
+            built[name] += 1
+            return build(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(planning.untrusted, "for_model", counted("state", planning.untrusted.for_model))
+    monkeypatch.setattr(planning, "prepare_question", counted("question", planning.prepare_question))
+    monkeypatch.setattr(planning.Planner, "listing", counted("listing", planning.Planner.listing))
+    body = {**DECISION, "x_order_average": True, "x_prior": True, "questions": {
+        **DECISION["questions"],
+        "queue": {"type": "choice", "criteria": {"billing": None, "delivery": None, "account": None}}}}
+    reply = httpx.post(f"{scorer_url}/v1/systemone", json=body, timeout=120)
+    assert reply.status_code == 200 and "reduced_for_budget" not in reply.json()["x_debias"]
+    assert built == {"state": 1, "question": 2, "listing": 4}  # two questions, each in two orders

@@ -1,5 +1,5 @@
 """The gateway's shape, checked: packages import only packages below them (so no two
-import each other), and no function is longer than a screen."""
+import each other). The function-length rule is in tests/unit/test_repository_layers.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ LAYERS = (
     ("handler", "authorizer", "rotation"),  # the Lambda entry points
 )  # the tools that run beside the functions are in devkit/ (tests/unit/test_repository_layers.py)
 LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
-MAX_FUNCTION_LINES = 60
 
 
 def unit_of(path: Path) -> str:
@@ -70,14 +69,6 @@ def test_the_checks_see_an_upward_import():
     # A module of the decision model that imports a route would be refused.
     tree = ast.parse("from gateway.api.records import router\nfrom gateway import handler\n")
     assert imported_units(tree) == {"api", "handler"} and LAYER["api"] > LAYER["decisions"]
-
-
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(GATEWAY)))
-def test_no_function_is_longer_than_a_screen(path):
-    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
-    assert not long
 
 
 def test_the_contract_package_depends_on_neither_side():
