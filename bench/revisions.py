@@ -1,0 +1,129 @@
+"""One benchmark at two revisions of this repository, in one run: is a change as fast as before?
+
+    python -m bench.revisions --base <rev> --bench scorer [-- bench arguments]
+
+The base revision is exported (`git archive`) into build/revisions/<sha>, beside the
+models this checkout fetched; then the benchmark runs there and here in turn, `--rounds`
+times, alternating which goes first, so that a machine that slows down over the run
+slows both alike. Each figure is the median of its rounds; the report gives the ratio
+after / before of each (below 1: faster now) and their geometric mean, and is written
+to reports/bench_revisions_<bench>.json. Timings taken on a shared machine drift by
+several percent between runs: read the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports"
+
+
+def scorer_figures(report: dict) -> dict[str, float]:
+    """Seconds per decision of every shape the scorer bench measures: plain and debiased (warm priors)."""
+    figures = {}
+    for row in report["rows"]:
+        shape = f"{row['readout']} {row['questions']}q x {row['options']}"
+        figures[f"{shape}: engine s"] = row["engine_s"]
+        figures[f"{shape}: debiased s"] = row["debias_warm_s"]
+    return figures
+
+
+def gateway_figures(report: dict) -> dict[str, float]:
+    """The handler's own time per route, the cold start, memory, and the overhead over HTTP."""
+    figures = {f"{route}: handler p50 ms": row["handler_p50_ms"] for route, row in report["handler_overhead"].items()}
+    cold = report["cold_start"]
+    figures.update({"cold start: import ms": cold["import_p50_ms"],
+                    "cold start: first request ms": cold["first_request_p50_ms"],
+                    "RSS after the burst MB": cold["rss_after_burst_mb"],
+                    "over HTTP: added p50 ms": report["over_http"]["gateway"]["added_p50_ms"]})
+    return figures
+
+
+BENCHES: dict[str, tuple[str, Callable[[dict], dict[str, float]]]] = {
+    "scorer": ("bench_scorer.json", scorer_figures),
+    "gateway": ("bench_gateway.json", gateway_figures),
+}
+
+
+def export(revision: str) -> Path:
+    """The revision's files in build/revisions/<sha>, with this checkout's models beside them."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{revision}^{{commit}}"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    target = ROOT / "build" / "revisions" / sha
+    if not (target / ".exported").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, check=True, capture_output=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(target, filter="data")
+        (target / ".exported").touch()
+    for shared in ("models", ".cache"):  # fetched by make setup, never in git
+        link = target / shared
+        if not link.exists() and (ROOT / shared).exists():
+            link.symlink_to(ROOT / shared)
+    return target
+
+
+def run_once(tree: Path, bench: str, arguments: list[str]) -> dict:
+    """The benchmark's report from one run in `tree`, its own code first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", f"bench.{bench}", *arguments], cwd=tree, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    print(f"[bench] {tree.name if tree != ROOT else 'this checkout'}: {time.monotonic() - started:.0f} s", flush=True)
+    return json.loads((tree / "reports" / BENCHES[bench][0]).read_text())
+
+
+def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> dict:
+    rows = {}
+    for name in before[0]:
+        old = statistics.median(run[name] for run in before)
+        new = statistics.median(run[name] for run in after)
+        rows[name] = {"before": old, "after": new, "ratio": new / old if old else math.nan}
+    ratios = [r["ratio"] for r in rows.values() if r["ratio"] > 0 and math.isfinite(r["ratio"])]
+    return {"figures": rows, "geometric_mean_ratio": math.exp(statistics.fmean(math.log(r) for r in ratios))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the revision to compare with (a commit, tag or branch)")
+    parser.add_argument("--bench", choices=sorted(BENCHES), required=True)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the benchmark (after --)")
+    args = parser.parse_args()
+    arguments = [a for a in args.arguments if a != "--"]
+    base = export(args.base)
+    figures = BENCHES[args.bench][1]
+    before: list[dict[str, float]] = []
+    after: list[dict[str, float]] = []
+    for round_ in range(args.rounds):
+        print(f"[bench] round {round_ + 1} of {args.rounds}", flush=True)
+        order = [(base, before), (ROOT, after)]
+        for tree, runs in order if round_ % 2 == 0 else order[::-1]:
+            runs.append(figures(run_once(tree, args.bench, arguments)))
+    result = {"bench": args.bench, "base": args.base, "arguments": arguments, "rounds": args.rounds,
+              **compare(before, after)}
+    REPORTS.mkdir(exist_ok=True)
+    out = REPORTS / f"bench_revisions_{args.bench}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n{'figure':<44} {'before':>10} {'after':>10} {'after/before':>13}")
+    for name, row in result["figures"].items():
+        print(f"{name:<44} {row['before']:>10.4g} {row['after']:>10.4g} {row['ratio']:>12.3f}x")
+    print(f"geometric mean of the ratios: {result['geometric_mean_ratio']:.3f}x (median of {args.rounds} rounds each)")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
