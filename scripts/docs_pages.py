@@ -65,8 +65,11 @@ def render_eval(report: dict) -> list[str]:
         held = per_type["heldout"]
         baseline = baseline or (held.get("uniform_nll"), held.get("uniform_brier"), held["n"])
         flat = set(model.get("flat", ()))
-        by_type = " / ".join(f"{held['by_type'][k]:.0%}" for k in ("noul", "choice", "score") if k in held["by_type"])
-        flat_note = f"; {' and '.join(sorted(flat))} flat" if flat else ""
+        kinds = [k for k in ("noul", "choice", "score") if k in held["by_type"]]
+        by_type = " / ".join(f"{held['by_type'][k]:.0%}" for k in kinds)
+        flat_note = ""
+        if flat:
+            flat_note = "; all flat" if flat >= set(kinds) else f"; {' and '.join(k for k in kinds if k in flat)} flat"
         before = results.get(model.get("before", ""), {})
         invariance, before_invariance = per_type.get("invariance", {}), before.get("invariance", {})
         low, high = held.get("nll_vs_uniform_95", [None, None])
