@@ -18,6 +18,7 @@ from scorer_container.decision_settings import DecisionSettings
 from scorer_container.planning import Plan
 from scorer_container.questions import PreparedQuestion
 from systemone import answers as formulas
+from systemone.models import ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer, Usage
 
 
 def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, model_name: str) -> dict[str, Any]:
@@ -27,16 +28,17 @@ def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, mo
     if plan.settings.injection_probe:  # the injection probe is asked last
         questions, probe = questions[:-1], float(distributions[-1][0])
     settings = plan.settings
-    return {
-        "model": model_name,
-        "answers": {q.qid: answer(q, p) for q, p in zip(questions, distributions[: len(questions)], strict=True)},
-        "usage": {"input_tokens": int(evaluated), "output_tokens": 0},
-        "x_readout": settings.readout,
-        "x_debias": debias(settings, {q.kind for q in questions}),
-        "x_framing": settings.framing,
-        "x_quarantine": settings.quarantine,
-        "x_injection": injection_signal(untrusted.readable(plan.request.state), plan.state, probe, plan.wordings),
-    }
+    # Built as the contract's model, so no answer leaves the scorer that the gateway would refuse.
+    return DecisionResponse(
+        model=model_name,
+        answers={q.qid: answer(q, p) for q, p in zip(questions, distributions[: len(questions)], strict=True)},
+        usage=Usage(input_tokens=int(evaluated), output_tokens=0),
+        x_readout=settings.readout,
+        x_debias=debias(settings, {q.kind for q in questions}),
+        x_framing=settings.framing,
+        x_quarantine=settings.quarantine,
+        x_injection=injection_signal(untrusted.readable(plan.request.state), plan.state, probe, plan.wordings),
+    ).model_dump(mode="json", exclude_unset=True)
 
 
 def answer(question: PreparedQuestion, probabilities: np.ndarray) -> dict[str, Any]:
@@ -44,23 +46,19 @@ def answer(question: PreparedQuestion, probabilities: np.ndarray) -> dict[str, A
     p = probabilities / probabilities.sum()
     values = [float(x) for x in p]
     if question.kind == "noul":
-        return {"type": "noul", "noul": values[0]}
-    if question.kind == "choice":
+        typed: NoulAnswer | ChoiceAnswer | ScoreAnswer = NoulAnswer(type="noul", noul=values[0])
+    elif question.kind == "choice":
         names = list(question.question.criteria)  # type: ignore[union-attr]
-        return {
-            "type": "choice",
-            "choice": names[formulas.argmax(values)],
-            "probabilities": dict(zip(names, values, strict=True)),
-            "confidence": formulas.choice_confidence(values),
-        }
-    levels = question.question.criteria  # type: ignore[union-attr]
-    return {
-        "type": "score",
-        "score": formulas.expected_score(values),
-        "legend": {str(i): level for i, level in enumerate(levels)},
-        "probabilities": {str(i): v for i, v in enumerate(values)},
-        "confidence": formulas.score_confidence(values),
-    }
+        typed = ChoiceAnswer(type="choice", choice=names[formulas.argmax(values)],
+                             probabilities=dict(zip(names, values, strict=True)),
+                             confidence=formulas.choice_confidence(values))
+    else:
+        levels = question.question.criteria  # type: ignore[union-attr]
+        typed = ScoreAnswer(type="score", score=formulas.expected_score(values),
+                            legend={str(i): level for i, level in enumerate(levels)},
+                            probabilities={str(i): v for i, v in enumerate(values)},
+                            confidence=formulas.score_confidence(values))
+    return typed.model_dump(mode="json", exclude_unset=True)
 
 
 def debias(settings: DecisionSettings, kinds: set[str]) -> dict[str, Any]:
