@@ -1,6 +1,6 @@
 """One benchmark at two revisions of this repository, in one run: is a change as fast as before?
 
-    python -m bench.revisions --base <rev> --bench scorer [-- bench arguments]
+    python -m bench.revisions --base <rev> [--against <rev>] --bench scorer [-- bench arguments]
 
 The base revision is exported (`git archive`) into build/revisions/<sha>, beside the
 models this checkout fetched; then the benchmark runs there and here in turn, `--rounds`
@@ -98,21 +98,24 @@ def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the revision to compare with (a commit, tag or branch)")
+    parser.add_argument("--against", help="a second revision to compare (default: this checkout, as it is)")
     parser.add_argument("--bench", choices=sorted(BENCHES), required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="passed to the benchmark (after --)")
     args = parser.parse_args()
     arguments = [a for a in args.arguments if a != "--"]
     base = export(args.base)
+    head = export(args.against) if args.against else ROOT
     figures = BENCHES[args.bench][1]
     before: list[dict[str, float]] = []
     after: list[dict[str, float]] = []
     for round_ in range(args.rounds):
         print(f"[bench] round {round_ + 1} of {args.rounds}", flush=True)
-        order = [(base, before), (ROOT, after)]
+        order = [(base, before), (head, after)]
         for tree, runs in order if round_ % 2 == 0 else order[::-1]:
             runs.append(figures(run_once(tree, args.bench, arguments)))
-    result = {"bench": args.bench, "base": args.base, "arguments": arguments, "rounds": args.rounds,
+    result = {"bench": args.bench, "base": args.base, "against": args.against or "this checkout",
+              "arguments": arguments, "rounds": args.rounds,
               **compare(before, after)}
     REPORTS.mkdir(exist_ok=True)
     out = REPORTS / f"bench_revisions_{args.bench}.json"

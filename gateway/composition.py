@@ -2,7 +2,8 @@
 here, once, from settings, for the gateway function (`build_runtime`), the authorizer
 and the admin CLI (`build_stores`, `build_authenticator`, `build_record_keys`).
 
-Nothing is built at import: a warm container builds its runtime on the first request.
+Nothing is built at import of this module; in Lambda, gateway.handler builds the runtime
+while the function initialises (the init phase), SageMaker clients included.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from gateway.stores import Stores
 def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
                   authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> GatewayRuntime:
     """The function's services; the stores are the authenticator's when one is given, else the configured ones."""
+    registry = build_registry(settings)
     if backend is None:
         from gateway.backends.sagemaker import SageMakerInvoker
 
         backend = SageMakerInvoker()
+        backend.prepare(registry.endpoints())  # the clients built now (Lambda's init phase), not on their first call
     stores = authenticator.store.stores() if authenticator is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)
@@ -39,7 +42,6 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     records = stores.records if stores is not None else None
     recorder = DecisionRecorder(records, record_keys or build_record_keys(settings.auth),
                                 settings.auth.record_retention_days, on_failure=_count_record_failure)
-    registry = build_registry(settings)
     # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
     tenants = authenticator.tenants if authenticator is not None else None
     throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=settings.routing.deadline_s)

@@ -213,8 +213,9 @@ def render_bench_gateway(report: dict) -> list[str]:
     lines = [f"Handler overhead, in process, the backend an instant in-process fake ({report.get('requests')} requests):", ""]
     lines += table(["route", "handler p50", "p95", "added p50"], rows)
     cold = report["cold_start"]
+    init = f", building the function in the init phase {cold['init_p50_ms']:.0f} ms" if "init_p50_ms" in cold else ""
     lines += [f"Cold start in a fresh process (median of {cold['runs']}): importing the handler"
-              f" {cold['import_p50_ms']:.0f} ms, then the first request {cold['first_request_p50_ms']:.0f} ms"
+              f" {cold['import_p50_ms']:.0f} ms{init}, then the first request {cold['first_request_p50_ms']:.0f} ms"
               f" (total {cold['cold_total_p50_ms']:.0f} ms); RSS {cold['rss_after_first_request_mb']:.0f} MB after it"
               f" and {cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more requests (the function gets"
               " 256 MB).", ""]

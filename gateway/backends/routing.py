@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.backends.base import Endpoint
 from gateway.backends.pools import EndpointPool
 from gateway.errors import NotFound
 
@@ -27,6 +28,10 @@ class ModelRegistry:
         for route in self.routes:
             for name in (route.name, *route.aliases):
                 self._by_name[name] = route
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint some route can call, once each."""
+        return list(dict.fromkeys(member.endpoint for route in self.routes for member in route.pool.members))
 
     def route_for(self, name: str, service: str) -> ModelRoute:
         route = self._by_name.get(name)

@@ -12,6 +12,7 @@ endpoint, or later) and "out of time" (never re-sent).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut, Route
@@ -38,6 +39,11 @@ class SageMakerInvoker:
         self._client_factory = client_factory or _default_client
         self._clients: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+
+    def prepare(self, endpoints: Iterable[Endpoint]) -> None:
+        """Build the clients of these endpoints now (Lambda's init phase), not on their first call."""
+        for endpoint in endpoints:
+            self.client_for(endpoint)
 
     def client_for(self, endpoint: Endpoint) -> Any:
         key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
@@ -115,7 +121,6 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
 
 
 def _default_client(endpoint: Endpoint) -> Any:
-    import boto3
     from botocore.config import Config
 
     config = Config(
@@ -127,6 +132,21 @@ def _default_client(endpoint: Endpoint) -> Any:
         tcp_keepalive=True,
         max_pool_connections=16,
     )
-    return boto3.session.Session().client(
-        "sagemaker-runtime", region_name=endpoint.region, endpoint_url=endpoint.endpoint_url, config=config
-    )
+    return _session().client("sagemaker-runtime", region_name=endpoint.region, endpoint_url=endpoint.endpoint_url,
+                             config=config)
+
+
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
+def _session() -> Any:
+    """One boto3 session for every endpoint's client: its loader reads the service model and
+    the endpoint rules once, not once a client (most of what building a client costs)."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            import boto3
+
+            _SESSION = boto3.session.Session()
+        return _SESSION

@@ -347,3 +347,53 @@ def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
     assert estimated_tokens(asked) - estimated_tokens(plain) == 3 * (estimated_tokens(plain) - 150)
     assert estimated_tokens(plain) == estimated_tokens(
         Decision("m", "state " * 100, (question,), engine_options={"x_order_average": False, "x_prior": False}))
+
+
+_INIT_PHASE = r"""
+import json, sys
+import gateway.handler as handler
+function = handler._function
+clients = len(function.runtime.decide.backend._clients) if function is not None else None
+print(json.dumps({"built": function is not None, "init_s": handler.INIT_SECONDS, "clients": clients}))
+"""
+
+
+def _load_handler(tmp_path, **env):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GATEWAY_"))}
+    result = subprocess.run([sys.executable, "-c", _INIT_PHASE], capture_output=True, text=True, timeout=120,
+                            cwd=root, env={**clean, "PYTHONPATH": str(root), "AWS_DEFAULT_REGION": "us-east-1",
+                                           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", **env})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+MODELS = {"models": [{"name": "decision-default", "serves": ["decisions"],
+                      "endpoints": [{"name": "a", "endpoint_url": "http://127.0.0.1:9"},
+                                    {"name": "b", "endpoint_url": "http://127.0.0.1:10"}]},
+                     {"name": "chat-default", "serves": ["chat"],
+                      "endpoints": [{"name": "a", "endpoint_url": "http://127.0.0.1:9"}]}]}
+
+
+def test_in_lambda_the_function_and_its_sagemaker_clients_are_built_in_the_init_phase(tmp_path):
+    # Given Lambda's environment, loading the handler builds the function and a client for
+    # each endpoint the routes can call (two here: "a" serves both models), before any request.
+    loaded, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS))
+    assert loaded["built"] and loaded["clients"] == 2 and loaded["init_s"] > 0
+
+
+def test_a_function_that_cannot_be_built_in_the_init_phase_still_loads_and_says_why(tmp_path):
+    # Given settings that do not validate, the module still loads (Lambda would otherwise
+    # fail every init); the first request builds it again and answers the error.
+    loaded, log = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS="{not json")
+    assert not loaded["built"] and "could not be built in the init phase" in log
+
+
+def test_outside_lambda_nothing_is_built_at_import(tmp_path):
+    loaded, _ = _load_handler(tmp_path, GATEWAY_MODELS=json.dumps(MODELS))
+    assert not loaded["built"] and loaded["init_s"] == 0
