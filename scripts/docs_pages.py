@@ -256,6 +256,26 @@ def render_bench_load(report: dict) -> list[str]:
     return lines + image("bench-load.png", "bench-load")
 
 
+def render_cost(report: dict) -> list[str]:
+    daily = sum(report["hourly"])
+    lines = [f"{daily:,.0f} decisions a day; autoscaling target {report['utilisation_target']:.0%}, at least"
+             f" {report['min_instances']} instance(s); prices {report['prices']['collected']} (bench/prices.json).", ""]
+    rows = []
+    for pool, month in zip(report["pools"], report["months"], strict=True):
+        served = month.get("served", True)
+        rows.append([pool["name"], f"{pool['seconds']:.3f} s", pool["figure"], f"${pool['busy_per_1000_usd']:.3f}",
+                     f"${month['per_1000_usd']:.3f}" if served else "refused (over 60 s)",
+                     f"${month['usd']:,.2f}" if served else "-", f"{month['utilisation']:.0%}"])
+    lines += table(["pool", "per decision", "which figure", "busy, per 1,000", "per 1,000", "per month",
+                    "busy share"], rows)
+    changes = report["break_even"]
+    lines += ["Cheapest at steady traffic:", ""]
+    for change, following in zip(changes, [*changes[1:], None], strict=True):
+        upto = f"to {following['from_per_hour']:,.0f}" if following else "and above"
+        lines.append(f"- from {change['from_per_hour']:,.0f} decisions an hour {upto}: {change['cheapest']}")
+    return [*lines, "", *image("cost.png", "cost per 1,000 decisions against traffic")]
+
+
 def render_calibration(report: dict) -> list[str]:
     before, after, base = report["before"], report["after"], report["uniform"]
     lines = [f"{report['samples']} labelled decisions from `{Path(report['file']).name}`"
@@ -317,6 +337,7 @@ FRAGMENTS = {f.name: f for f in (
     Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),
+    Fragment("cost", "cost.json", "make cost", render_cost, (("cost.png", "cost.png"),)),
     Fragment("calibration", "calibration/calibration.json",
              "python -m devkit.calibrate (then python scripts/docs_pages.py calibration)", render_calibration,
              (("calibration/reliability.png", "calibration-reliability.png"),)),

@@ -155,3 +155,17 @@ def test_the_committed_fragments_are_the_ones_the_pages_include():
     for path in committed:
         first = (ROOT / "docs" / path).read_text().splitlines()[0]
         assert first.startswith("*") and "docs_pages.py" in first and ("make " in first or "python -m" in first), path
+
+
+def test_the_cost_page_renders_from_the_report_make_cost_writes(pages, tmp_path, monkeypatch):
+    # Given the report bench/cost.py writes (run here into a temporary reports folder),
+    # the fragment has every pool's prices and the break-even traffic.
+    import bench.cost
+
+    monkeypatch.setattr(bench.cost, "REPORTS", pages.REPORTS)
+    monkeypatch.setattr(sys, "argv", ["cost", "--per-hour", "500"])
+    assert bench.cost.main() == 0
+    assert pages.main(["cost"]) == 0
+    cost = (pages.FIGURES / "cost.md").read_text()
+    assert "| CPU ml.c6i.8xlarge | 1.715 s | p50 (seeds; p95 19.3 s) | $0.777 |" in cost
+    assert "- from 1 decisions an hour to " in cost and "![cost" in cost
