@@ -24,6 +24,7 @@ from gateway.services.runtime import GatewayRuntime
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
+from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
 
 
 def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
@@ -61,7 +62,8 @@ def pool_policy(routing: RoutingSettings) -> PoolPolicy:
 
 def endpoint(settings: EndpointSettings, default_region: str | None) -> Endpoint:
     return Endpoint(name=settings.name, region=settings.region or default_region, endpoint_url=settings.endpoint_url,
-                    connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s)
+                    connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s,
+                    max_body_bytes=SERVERLESS_MAX_PAYLOAD_BYTES if settings.serverless else None)
 
 
 def build_registry(settings: GatewaySettings) -> ModelRegistry:

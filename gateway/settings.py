@@ -58,6 +58,10 @@ class EndpointSettings(_Settings):
     read_timeout_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
     tier: int | None = Field(default=None, ge=0)
     weight: float = Field(default=1.0, gt=0, le=1000)
+    # SageMaker Serverless Inference: 4 MB a request, and a cold start no fallback can wait
+    # for, unless it keeps instances warm (`provisioned`: provisioned concurrency).
+    serverless: bool = False
+    provisioned: bool = False
 
 
 class RoutingSettings(_Settings):
@@ -80,6 +84,18 @@ class ModelSettings(_Settings):
     # Estimated tokens one decision may make the model evaluate (decisions/budget.py);
     # set it to the scorer's own budget (its /ping shows max_request_tokens).
     max_request_tokens: int = Field(default=32000, ge=256, le=10_000_000)
+
+    @model_validator(mode="after")
+    def _no_cold_fallback(self) -> ModelSettings:
+        """A Serverless endpoint without provisioned concurrency is a pool to route to, never a
+        fallback: its cold start takes longer than what is left of a request that falls back."""
+        tiers = [i if e.tier is None else e.tier for i, e in enumerate(self.endpoints)]
+        for endpoint, tier in zip(self.endpoints, tiers, strict=True):
+            if endpoint.serverless and not endpoint.provisioned and tier > min(tiers):
+                raise ValueError(f"endpoint {endpoint.name!r} is Serverless without provisioned concurrency: a cold"
+                                 " start cannot answer within a fallback's deadline; give it the first tier, or"
+                                 " provisioned concurrency (\"provisioned\": true)")
+        return self
 
 
 class AuthSettings(_Settings):

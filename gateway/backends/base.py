@@ -26,6 +26,7 @@ class Endpoint:
     endpoint_url: str | None = None  # a local scorer, or a VPC endpoint
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 25.0
+    max_body_bytes: int | None = None  # what it accepts (SageMaker Serverless: 4 MB); None: whatever the gateway does
 
 
 class EndpointError(Exception):

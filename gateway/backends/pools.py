@@ -192,7 +192,7 @@ class EndpointPool:
             request_id: str = "") -> Invocation:
         metrics = metrics or NoMetrics()
         deadline = self.clock() + self.policy.deadline_s
-        first_pass = self.order()
+        first_pass = self._taking(len(body))
         plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
         attempts = 0
         busy: list[EndpointBusy] = []
@@ -240,6 +240,17 @@ class EndpointPool:
                 metrics.count("Fallback")
             return Invocation(answer, endpoint.name, attempts)
         raise self._exhausted(busy, skipped, metrics)
+
+    def _taking(self, size: int) -> list[Endpoint]:
+        """The endpoints in the order to ask them, those that take a body this large; a body none
+        takes is refused at once (413 with the figures), never sent to be refused."""
+        ordered = self.order()
+        taking = [e for e in ordered if e.max_body_bytes is None or size <= e.max_body_bytes]
+        if not taking:
+            largest = max(e.max_body_bytes or 0 for e in ordered)
+            raise PayloadTooLarge(f"this request reaches the model as {size} bytes; this model's endpoints take at most"
+                                  f" {largest} (SageMaker Serverless Inference): shorten the state or split the request")
+        return taking
 
     def _busy(self, endpoint: Endpoint, exc: EndpointBusy, attempt: int, metrics: MetricsSink) -> None:
         metrics.count("AttemptBusy")

@@ -397,7 +397,7 @@ def test_only_the_gateway_function_reads_the_record_hash_secret_and_only_the_ope
 
 
 def test_the_models_are_network_isolated_and_pin_the_model_and_its_manifest(template):
-    for name in ("CpuModel", "GpuModel"):
+    for name in ("CpuModel", "GpuModel", "ServerlessModel"):
         model = template["Resources"][name]["Properties"]
         assert model["EnableNetworkIsolation"] is True
         env = model["PrimaryContainer"]["Environment"]
@@ -410,7 +410,7 @@ def test_the_models_are_network_isolated_and_pin_the_model_and_its_manifest(temp
 def test_every_endpoint_requires_both_pins_together(template):
     # A stack that pins the file but not its manifest would leave the model's defenses
     # (quarantine, framing) to whoever can write the artifact: the rules refuse it.
-    for rule in ("ImagesForEndpoints", "GpuImage"):
+    for rule in ("ImagesForEndpoints", "GpuImage", "ServerlessImage"):
         asserted = [json.dumps(a["Assert"]) for a in template["Rules"][rule]["Assertions"]]
         for parameter in ("ModelSha256", "ModelManifestSha256"):
             assert json.dumps({"Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]}) in asserted, (rule, parameter)
@@ -549,3 +549,40 @@ def test_the_shared_usage_plans_are_coarse_guards_below_the_stage_throttle(templ
         assert parameters[f"{shared}BurstLimit"]["Default"] >= parameters[f"{shared}RateLimit"]["Default"]
     # Two shared plans only: a plan per tenant cannot scale (300 per Region by default)
     assert set(plans) == {"TenantsUsagePlan", "RefusedUsagePlan"}
+
+
+def _resolved(value, conditions: dict[str, bool]):
+    """The models parameter's value under these conditions (Fn::Join, Fn::If and Fn::Sub only)."""
+    import re
+
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_resolved(p, conditions) for p in parts)
+    if isinstance(value, dict) and "Fn::If" in value:
+        condition, then, otherwise = value["Fn::If"]
+        return _resolved(then if conditions[condition] else otherwise, conditions)
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        text, variables = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
+        names = {k: _resolved(v, conditions) for k, v in variables.items()}
+        return re.sub(r"\$\{([A-Za-z]+)(?:\.EndpointName)?\}", lambda m: names.get(m[1], m[1].lower()), text)
+    return value
+
+
+@pytest.mark.parametrize(("cpu", "gpu"), [(True, False), (False, True), (True, True)])  # a rule requires one
+@pytest.mark.parametrize("serverless", [True, False])
+@pytest.mark.parametrize("provisioned", [True, False])
+def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployment(template, cpu, gpu, serverless,
+                                                                                  provisioned):
+    # Whatever pools a stack deploys (one instance pool at least: a rule says so), the models
+    # parameter is valid gateway settings; the Serverless pool is a model of its own.
+    from gateway.settings import GatewaySettings
+
+    conditions = {"HasCpu": cpu, "HasGpu": gpu, "HasBoth": cpu and gpu, "HasServerless": serverless,
+                  "HasProvisioned": provisioned}
+    value = _resolved(template["Resources"]["ModelsParameter"]["Properties"]["Value"], conditions)
+    settings = GatewaySettings.from_env({"GATEWAY_MODELS": value})
+    names = [m.name for m in settings.models]
+    assert names == ["decision-default", "chat-default", *(["decision-quiet"] if serverless else [])]
+    if serverless:
+        (quiet,) = settings.models[2].endpoints
+        assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned

@@ -281,3 +281,28 @@ def test_a_scorer_that_cut_a_job_itself_is_healthy_and_keeps_its_circuit_closed(
             with pytest.raises((WorkTimedOut, NoAnswerInTime)):
                 p.ask(Scripted(clock, {"gpu": [EndpointTimedOut("gpu", reason, answered)]}), b"{}", "systemone")
         assert circuits.allow("gpu") is not open_after
+
+
+def serverless_pool(clock, *others):
+    members = (PoolEndpoint(Endpoint("quiet", read_timeout_s=20.0, max_body_bytes=100), tier=0),
+               *(PoolEndpoint(Endpoint(n, read_timeout_s=20.0), tier=1) for n in others))
+    return EndpointPool(members, PoolPolicy(), Circuits(PoolPolicy(), clock), clock=clock, sleep=clock.sleep,
+                        rng=random.Random(7))
+
+
+def test_a_body_an_endpoint_cannot_take_goes_to_one_that_can():
+    # Given a Serverless endpoint (100 bytes here, 4 MB in AWS) first and an instance next, a
+    # larger body is never sent to the first: the second answers it, and a small one goes first.
+    clock = Clock()
+    backend = Scripted(clock, {"quiet": [OK], "cpu": [OK]})
+    assert serverless_pool(clock, "cpu").ask(backend, b"x" * 101, "systemone").endpoint == "cpu"
+    assert serverless_pool(clock, "cpu").ask(backend, b"x" * 100, "systemone").endpoint == "quiet"
+    assert [name for name, _ in backend.calls] == ["cpu", "quiet"]
+
+
+def test_a_body_no_endpoint_takes_is_413_with_the_figures_and_sent_nowhere():
+    clock = Clock()
+    backend = Scripted(clock, {"quiet": [OK]})
+    with pytest.raises(PayloadTooLarge, match="as 101 bytes; this model's endpoints take at most 100"):
+        serverless_pool(clock).ask(backend, b"x" * 101, "systemone")
+    assert backend.calls == []

@@ -76,3 +76,20 @@ def test_routing_policy_defaults_overrides_and_limits():
     assert pool_policy(settings.routing).deadline_s == 12 and pool_policy(settings.models[0].routing).extra_attempts == 0
     with pytest.raises(SettingsError, match="deadline_s"):
         GatewaySettings.from_env({"GATEWAY_MODELS": json.dumps({**MODELS, "routing": {"deadline_s": 29}})})
+
+
+def serverless_model(*endpoints: dict) -> dict:
+    return {"GATEWAY_MODELS": json.dumps({"models": [{"name": "decision-quiet", "endpoints": list(endpoints)}]})}
+
+
+def test_a_cold_serverless_endpoint_is_a_pool_to_route_to_never_a_fallback():
+    # Serverless first (a quiet tenant's pool, an instance behind it): accepted, 4 MB a body.
+    from gateway.composition import build_registry
+
+    first = GatewaySettings.from_env(serverless_model({"name": "quiet", "serverless": True}, {"name": "cpu"}))
+    (quiet, cpu) = build_registry(first).endpoints()
+    assert (quiet.max_body_bytes, cpu.max_body_bytes) == (4_000_000, None)
+    # Behind an instance it would be waited on cold: refused, unless provisioned.
+    with pytest.raises(SettingsError, match="'quiet' is Serverless without provisioned concurrency"):
+        GatewaySettings.from_env(serverless_model({"name": "cpu"}, {"name": "quiet", "serverless": True}))
+    GatewaySettings.from_env(serverless_model({"name": "cpu"}, {"name": "quiet", "serverless": True, "provisioned": True}))
