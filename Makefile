@@ -99,6 +99,7 @@ BENCH_ARGS ?=
 bench-compare: setup  ## BENCH (scorer or gateway) at BASE and at this checkout, alternately, in one run: after/before of every figure
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<revision> [BENCH=scorer|gateway] [BENCH_ARGS='...']"; exit 2; }
 	@$(PY) -m bench.revisions --base $(BASE) --bench $(BENCH) -- $(BENCH_ARGS)
+	@$(PY) scripts/docs_pages.py bench-compare
 
 LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.

@@ -276,6 +276,19 @@ def render_cost(report: dict) -> list[str]:
     return [*lines, "", *image("cost.png", "cost per 1,000 decisions against traffic")]
 
 
+def render_bench_compare(reports: dict[str, dict]) -> list[str]:
+    lines: list[str] = []
+    for report in reports.values():
+        arguments = " ".join(report.get("arguments", [])) or "its defaults"
+        lines += [f"`bench.{report['bench']}` ({arguments}) at `{report['base']}` and at {report['against']},"
+                  f" alternately, {report['rounds']} rounds each (medians): after / before"
+                  f" {report['geometric_mean_ratio']:.3f}x in geometric mean.", ""]
+        lines += table(["figure", "before", "after", "after / before"],
+                       [[name, f"{row['before']:.4g}", f"{row['after']:.4g}", f"{row['ratio']:.3f}x"]
+                        for name, row in report["figures"].items()])
+    return lines
+
+
 def render_calibration(report: dict) -> list[str]:
     before, after, base = report["before"], report["after"], report["uniform"]
     lines = [f"{report['samples']} labelled decisions from `{Path(report['file']).name}`"
@@ -338,6 +351,7 @@ FRAGMENTS = {f.name: f for f in (
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),
     Fragment("cost", "cost.json", "make cost", render_cost, (("cost.png", "cost.png"),)),
+    Fragment("bench-compare", "bench_revisions_*.json", "make bench-compare", render_bench_compare),
     Fragment("calibration", "calibration/calibration.json",
              "python -m devkit.calibrate (then python scripts/docs_pages.py calibration)", render_calibration,
              (("calibration/reliability.png", "calibration-reliability.png"),)),
@@ -359,6 +373,8 @@ def write(fragment: Fragment) -> Path | None:
         loaded = {p.stem.removeprefix("bench_options_"): json.loads(p.read_text()) for p in sources}
         reports = dict(sorted(loaded.items(), key=lambda kv: str(kv[1].get("scorer", {}).get("model", kv[0]))))
         body = fragment.render(reports)
+    elif "*" in fragment.report:  # one report per bench or model: all of them, by name
+        body = fragment.render({p.stem: json.loads(p.read_text()) for p in sources})
     else:
         body = fragment.render(json.loads(sources[0].read_text()))
     day = max(datetime.datetime.fromtimestamp(p.stat().st_mtime, tz=datetime.UTC).date() for p in sources)

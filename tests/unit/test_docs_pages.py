@@ -169,3 +169,17 @@ def test_the_cost_page_renders_from_the_report_make_cost_writes(pages, tmp_path,
     cost = (pages.FIGURES / "cost.md").read_text()
     assert "| CPU ml.c6i.8xlarge | 1.715 s | p50 (seeds; p95 19.3 s) | $0.777 |" in cost
     assert "- from 1 decisions an hour to " in cost and "![cost" in cost
+
+
+def test_a_comparison_of_two_revisions_renders_every_figure_and_the_mean(pages):
+    # The report bench/revisions.py writes, from its own comparison of two rounds.
+    from bench.revisions import compare
+
+    result = compare([{"letters 1q x 4: engine s": 2.0}, {"letters 1q x 4: engine s": 2.2}],
+                     [{"letters 1q x 4: engine s": 1.9}, {"letters 1q x 4: engine s": 2.0}])
+    report(pages, "bench_revisions_scorer.json", {"bench": "scorer", "base": "abc1234", "against": "this checkout",
+                                                  "arguments": ["--options", "64"], "rounds": 2, **result})
+    assert pages.main(["bench-compare"]) == 0
+    text = (pages.FIGURES / "bench-compare.md").read_text()
+    assert "`bench.scorer` (--options 64) at `abc1234` and at this checkout" in text
+    assert "| letters 1q x 4: engine s | 2.1 | 1.95 | 0.929x |" in text and "0.929x in geometric mean" in text
