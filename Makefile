@@ -45,6 +45,7 @@ container-test: setup containers  ## the scorer image run as SageMaker runs it (
 	@rm -f reports/container.json
 	@$(PY) -m pytest -m container tests/container
 	@cat reports/container.json 2>/dev/null || true
+	@$(PY) scripts/docs_pages.py container
 
 sam-local: setup base-images  ## the functions under `sam local start-api`, AWS stood in for locally (Ctrl-C stops it)
 	@$(PY) scripts/sam_local.py --model $(MODEL)

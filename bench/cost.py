@@ -24,7 +24,8 @@ and refuses a call over 60 s; it runs on CPU with fewer cores than a large insta
 (`--serverless-vcpus`, an assumption: AWS does not publish them); its cold starts are unbilled but slow (a pool to route a
 quiet tenant to, not a fallback). The gateway's own share (API Gateway requests, the
 Lambda's requests and GB-seconds while it waits on the endpoint) is added to every pool.
-Prices: bench/prices.json (one file, with its source and date). Writes reports/cost.json
+Prices: gateway/decisions/prices.json (one file, with its source and date, which
+the gateway prices each decision with too). Writes reports/cost.json
 and reports/cost.png (price per 1,000 decisions against steady traffic).
 """
 
@@ -37,13 +38,12 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.decisions.cost import PRICES, gateway_usd
+
 ROOT = Path(__file__).resolve().parents[1]
-PRICES = json.loads((Path(__file__).with_name("prices.json")).read_text())
 REPORTS = ROOT / "reports"
 DAYS_PER_MONTH = 30
 SERVERLESS_MAX_S = 60.0
-LAMBDA_GB = 0.25  # template.yaml's GatewayFunction MemorySize
-GATEWAY_OVERHEAD_S = 0.01  # the handler's own time, beside the wait (make bench-gateway: ~1 ms; rounded up)
 
 
 @dataclass(frozen=True)
@@ -83,16 +83,10 @@ def busy_per_1000(pool: Pool) -> float:
     return 1000 * pool.seconds / pool.concurrency * PRICES["sagemaker_realtime_usd_per_hour"][pool.instance] / 3600
 
 
-def gateway_per_decision(seconds: float) -> float:
-    """API Gateway's request, the Lambda's request and its GB-seconds while it waits on the endpoint."""
-    return (PRICES["api_gateway_rest_usd_per_million_requests"] / 1e6 + PRICES["lambda_usd_per_million_requests"] / 1e6
-            + LAMBDA_GB * (seconds + GATEWAY_OVERHEAD_S) * PRICES["lambda_usd_per_gb_second"])
-
-
 def month(pool: Pool, hourly: list[float], utilisation: float, min_instances: int) -> Month:
     """A month of `hourly` traffic (decisions in each hour of the day) on `pool`."""
     daily = sum(hourly)
-    gateway = DAYS_PER_MONTH * daily * gateway_per_decision(pool.seconds)
+    gateway = DAYS_PER_MONTH * daily * gateway_usd(pool.seconds)
     if pool.kind == "serverless":
         endpoint = DAYS_PER_MONTH * daily * busy_per_1000(pool) / 1000
         return Month(pool.name, DAYS_PER_MONTH * daily, endpoint, gateway, 0.0, 1.0, pool.seconds <= SERVERLESS_MAX_S)
@@ -197,7 +191,7 @@ def parse_args() -> argparse.Namespace:
 
 def print_report(pools: list[Pool], months: list[Month], changes: list[tuple[float, str]], hourly: list[float],
                  args: argparse.Namespace) -> None:
-    print(f"prices: {PRICES['region']}, {PRICES['collected']} (bench/prices.json); traffic {sum(hourly):,.0f}"
+    print(f"prices: {PRICES['region']}, {PRICES['collected']} (gateway/decisions/prices.json); traffic {sum(hourly):,.0f}"
           f" decisions a day; autoscaling target {args.utilisation:.0%}, at least {args.min_instances} instance(s)")
     print(f"\n{'pool':<22} {'s/decision':>10}  {'figure':<34} {'busy $/1k':>9} {'$/1k':>8} {'$/month':>10}"
           f" {'inst-h':>7} {'util':>5}")

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gateway.backends.base import Endpoint
+from systemone import answers as formulas
 from systemone.models import ChoiceAnswer, DecisionRequest, DecisionResponse, NoulAnswer, Question, ScoreAnswer, Usage
 
 MODEL = "instant-fake"
@@ -35,12 +36,14 @@ def answer_with(model: str, request: dict[str, Any],
             answers[qid] = NoulAnswer(type="noul", noul=p[0])
         elif question.type == "choice":
             names = list(question.criteria)
-            answers[qid] = ChoiceAnswer(type="choice", choice=names[p.index(max(p))],
-                                        probabilities=dict(zip(names, p, strict=True)), confidence=0.0)
+            answers[qid] = ChoiceAnswer(type="choice", choice=names[formulas.argmax(p)],
+                                        probabilities=dict(zip(names, p, strict=True)),
+                                        confidence=formulas.choice_confidence(p))
         else:
-            answers[qid] = ScoreAnswer(type="score", score=sum(i * v for i, v in enumerate(p)),
+            answers[qid] = ScoreAnswer(type="score", score=formulas.expected_score(p),
                                        legend={str(i): c for i, c in enumerate(question.criteria)},
-                                       probabilities={str(i): v for i, v in enumerate(p)}, confidence=0.0)
+                                       probabilities={str(i): v for i, v in enumerate(p)},
+                                       confidence=formulas.score_confidence(p))
     reply = DecisionResponse(model=model, answers={k: v.model_dump(exclude_none=True) for k, v in answers.items()},
                              usage=Usage(input_tokens=10, output_tokens=0))
     return reply.model_dump(exclude_none=True)

@@ -57,7 +57,7 @@ def register_error_handlers(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(GatewayError)
     def gateway_error(exc: GatewayError) -> Response:
         if exc.status >= 500:
-            log.warning("request failed", extra={"status": exc.status, "error": exc.error_type})
+            log.warning("request failed", extra={"status": exc.status, "error_type": exc.error_type})
         return error_response(exc, app.current_event.path)
 
     @app.not_found

@@ -15,6 +15,7 @@ from gateway.backends.base import Endpoint, InferenceBackend
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.routing import ModelRegistry, ModelRoute
 from gateway.catalogs.service import CatalogService
+from gateway.decisions.cost import endpoint_usd_per_second
 from gateway.decisions.records import DecisionRecorder
 from gateway.observability import counters
 from gateway.services.decide import DecideService
@@ -63,7 +64,8 @@ def pool_policy(routing: RoutingSettings) -> PoolPolicy:
 def endpoint(settings: EndpointSettings, default_region: str | None) -> Endpoint:
     return Endpoint(name=settings.name, region=settings.region or default_region, endpoint_url=settings.endpoint_url,
                     connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s,
-                    max_body_bytes=SERVERLESS_MAX_PAYLOAD_BYTES if settings.serverless else None)
+                    max_body_bytes=SERVERLESS_MAX_PAYLOAD_BYTES if settings.serverless else None,
+                    usd_per_second=endpoint_usd_per_second(settings.usd_per_hour, settings.memory_gb))
 
 
 def build_registry(settings: GatewaySettings) -> ModelRegistry:
@@ -71,8 +73,8 @@ def build_registry(settings: GatewaySettings) -> ModelRegistry:
     circuits = Circuits(pool_policy(settings.routing))
     routes = []
     for m in settings.models:
-        members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=i if e.tier is None else e.tier, weight=e.weight)
-                        for i, e in enumerate(m.endpoints))
+        members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=tier, weight=e.weight)
+                        for e, tier in zip(m.endpoints, m.tiers(), strict=True))
         pool = EndpointPool(members, pool_policy(m.routing or settings.routing), circuits)
         routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date, pool,
                                  m.max_request_tokens))

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -100,6 +101,20 @@ class _MetricCounters:
         """A measured value, of which CloudWatch keeps the distribution (a count of 0 or 1 gives a rate)."""
         if metrics_enabled():
             metrics().add_metric(name=name, unit=unit, value=value)
+
+    def values_by(self, dimensions: Mapping[str, str], values: Mapping[str, tuple[float, str]]) -> None:
+        """Measured values (name -> (value, unit)) under dimensions of their own (a tenant, an
+        endpoint), in one EMF line written at once, apart from the request's other metrics."""
+        if not metrics_enabled():
+            return
+        from aws_lambda_powertools.metrics import EphemeralMetrics
+
+        line = EphemeralMetrics(namespace=NAMESPACE, service="decision-gateway")
+        for key, dimension in dimensions.items():
+            line.add_dimension(name=key, value=dimension)
+        for name, (value, unit) in values.items():
+            line.add_metric(name=name, unit=unit, value=value)
+        line.flush_metrics()
 
 
 def counters() -> _MetricCounters:

@@ -62,6 +62,10 @@ class EndpointSettings(_Settings):
     # for, unless it keeps instances warm (`provisioned`: provisioned concurrency).
     serverless: bool = False
     provisioned: bool = False
+    # What a decision's time on it costs (gateway/decisions/cost.py): an instance's price by
+    # the hour, or a Serverless endpoint's memory, priced per GB-second. Neither: unpriced.
+    usd_per_hour: float | None = Field(default=None, ge=0, le=1000)
+    memory_gb: float | None = Field(default=None, gt=0, le=6)
 
 
 class RoutingSettings(_Settings):
@@ -89,13 +93,18 @@ class ModelSettings(_Settings):
     def _no_cold_fallback(self) -> ModelSettings:
         """A Serverless endpoint without provisioned concurrency is a pool to route to, never a
         fallback: its cold start takes longer than what is left of a request that falls back."""
-        tiers = [i if e.tier is None else e.tier for i, e in enumerate(self.endpoints)]
-        for endpoint, tier in zip(self.endpoints, tiers, strict=True):
-            if endpoint.serverless and not endpoint.provisioned and tier > min(tiers):
+        tiers = self.tiers()
+        first = [e for e, tier in zip(self.endpoints, tiers, strict=True) if tier == min(tiers)]
+        for endpoint in self.endpoints:
+            if endpoint.serverless and not endpoint.provisioned and first != [endpoint]:
                 raise ValueError(f"endpoint {endpoint.name!r} is Serverless without provisioned concurrency: a cold"
-                                 " start cannot answer within a fallback's deadline; give it the first tier, or"
-                                 " provisioned concurrency (\"provisioned\": true)")
+                                 " start cannot answer within a fallback's deadline; give it the first tier alone,"
+                                 " or provisioned concurrency (\"provisioned\": true)")
         return self
+
+    def tiers(self) -> list[int]:
+        """Each endpoint's tier: as set, else its place in the list."""
+        return [i if e.tier is None else e.tier for i, e in enumerate(self.endpoints)]
 
 
 class AuthSettings(_Settings):

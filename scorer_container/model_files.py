@@ -47,7 +47,7 @@ class ModelManifest:
     # The debiasing this model answers best with (also measured by `make eval`).
     order_average: bool = True
     prior: bool = True
-    # How a choice question's options are listed and averaged (engine.ORDERINGS, AVERAGINGS).
+    # How a choice question's options are listed and averaged (decision_settings.ORDERINGS, AVERAGINGS).
     ordering: str = "canonical"
     averaging: str = "reversal"
     # Per readout, the temperature `make eval` fitted on its dev split (1.0: none fitted).

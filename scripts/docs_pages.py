@@ -259,7 +259,8 @@ def render_bench_load(report: dict) -> list[str]:
 def render_cost(report: dict) -> list[str]:
     daily = sum(report["hourly"])
     lines = [f"{daily:,.0f} decisions a day; autoscaling target {report['utilisation_target']:.0%}, at least"
-             f" {report['min_instances']} instance(s); prices {report['prices']['collected']} (bench/prices.json).", ""]
+             f" {report['min_instances']} instance(s); prices {report['prices']['collected']}"
+             " (gateway/decisions/prices.json).", ""]
     rows = []
     for pool, month in zip(report["pools"], report["months"], strict=True):
         served = month.get("served", True)

@@ -6,7 +6,10 @@ callers and to the scorer), the scorer (which answers it) and the test fakes.
   nesting and integers) and the canonical rendering of a JSON value;
 - `body`: the bounded body reader (Content-Encoding gzip or zstd, inflated with a limit);
 - `models`: the request (questions and their options) and the typed answers;
-- `errors`: validation problems as 422 items, and the two error-body shapes.
+- `errors`: validation problems as 422 items, and the two error-body shapes, written and read;
+- `answers`: the answer formulas (confidence, expected score);
+- `sidechannel`: what travels beside the body (custom attributes, request ids, error hints);
+- `chat`: the chat request as both sides validate it.
 
 It depends on pydantic and the standard library only (zstandard when a body is zstd),
 so both deployables carry it unchanged.

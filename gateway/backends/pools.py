@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gateway.backends.base import (
@@ -38,6 +38,7 @@ from gateway.backends.base import (
     InferenceBackend,
     Route,
 )
+from gateway.decisions.cost import Cost, of_attempts
 from gateway.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -96,6 +97,7 @@ class Invocation:
     body: bytes
     endpoint: str
     attempts: int
+    cost: Cost = field(default_factory=Cost)  # every attempt's time on an endpoint, at each one's price
 
 
 class Circuits:
@@ -194,7 +196,7 @@ class EndpointPool:
         deadline = self.clock() + self.policy.deadline_s
         first_pass = self._taking(len(body))
         plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
-        attempts = 0
+        attempts, spent_s, spent_usd = 0, 0.0, 0.0
         busy: list[EndpointBusy] = []
         skipped: list[str] = []
         saturated: set[str] = set()
@@ -216,6 +218,7 @@ class EndpointPool:
                 self.circuits.release(endpoint.name)
                 break
             attempts += 1
+            started = self.clock()
             try:
                 answer = backend.invoke(_within(endpoint, remaining), body, route, request_id)
             except EndpointBusy as exc:
@@ -234,11 +237,14 @@ class EndpointPool:
                 metrics.count("AttemptFailed")
                 log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
                 raise BackendFailed("the model endpoint failed on this request") from None
+            finally:  # an attempt that failed held the endpoint too
+                took = self.clock() - started
+                spent_s, spent_usd = spent_s + took, spent_usd + took * endpoint.usd_per_second
             self.circuits.succeeded(endpoint.name)
             metrics.count("AttemptOk")
             if attempts > 1 or skipped:
                 metrics.count("Fallback")
-            return Invocation(answer, endpoint.name, attempts)
+            return Invocation(answer, endpoint.name, attempts, of_attempts(spent_s, spent_usd))
         raise self._exhausted(busy, skipped, metrics)
 
     def _taking(self, size: int) -> list[Endpoint]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
-from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage
+from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage, confidence_of, score_of
 from gateway.errors import BackendFailed
 from systemone.answers import normalise
 from systemone.models import Answer as ScorerAnswer
@@ -74,6 +75,7 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         ),
         endpoint=endpoint,
         attempts=invocation.attempts,
+        cost=invocation.cost,
         extensions=extensions,
         injection=typed.x_injection,
     )
@@ -91,6 +93,7 @@ def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
 
 
 _ANSWER = TypeAdapter(ScorerAnswer)
+_AGREEMENT = 1e-6  # rounding between the scorer's floats and these (it normalises before it computes)
 
 
 def _answer(question: Question, raw: Any) -> Answer:
@@ -109,7 +112,24 @@ def _answer(question: Question, raw: Any) -> Answer:
     values = [answer.probabilities.get(key) for key in keys]
     if any(v is None for v in values) or sum(values) <= 0:
         return Answer(question, refused=True)
-    return Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None))
+    read = Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None))
+    return read if _figures_agree(read, set(answer.probabilities) == set(keys)) else replace(read, confidence=None,
+                                                                                              score=None)
+
+
+def _figures_agree(read: Answer, same_options: bool) -> bool:
+    """Whether the scorer's confidence and score describe the distribution the caller gets: the
+    question's options and no other, and the contract's formulas on them (else they are computed
+    here, and the log says the endpoint disagreed with itself)."""
+    if read.confidence is None and read.score is None:
+        return True
+    expected = Answer(read.question, read.probabilities)
+    agree = same_options and all(
+        mine is None or abs(mine - theirs) <= _AGREEMENT for mine, theirs in
+        ((read.confidence, confidence_of(expected)), (read.score, score_of(expected) if read.score is not None else 0)))
+    if not agree:
+        log.warning("the endpoint's confidence or score does not match its probabilities; computed here instead")
+    return agree
 
 
 def _count(value: Any) -> int:

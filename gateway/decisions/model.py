@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from gateway.decisions.cost import Cost
 from systemone import answers as formulas
 
 # The contract's, re-exported for the decision model's users.
@@ -133,6 +134,11 @@ class Answer:
         return replace(self, probabilities=probabilities, confidence=None, score=None)
 
 
+def cost_fields(cost: Cost) -> dict[str, float]:
+    """A usage object's cost: seconds on the endpoints, and USD (0 where the pool has no price)."""
+    return {"x_endpoint_s": round(cost.endpoint_seconds, 4), "x_cost_usd": cost.usd}
+
+
 def confidence_of(answer: Answer) -> float:
     """The answer's confidence (systemone.answers): the scorer's, or computed from recalibrated probabilities."""
     if answer.confidence is not None:
@@ -166,6 +172,7 @@ class DecisionResult:
     extensions: dict[str, Any] = field(default_factory=dict)  # x_ fields the backend returned (x_readout...)
     # The backend's x_injection, typed: policies judge by it. None from a scorer without the check.
     injection: InjectionSignal | None = None
+    cost: Cost = field(default_factory=Cost)  # the endpoints' time at their price, and the gateway's share
 
 
 def shown_choice(answer: Answer) -> Option:

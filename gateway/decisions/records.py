@@ -175,6 +175,8 @@ class RecordUsage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input_tokens: int
     output_tokens: int
+    endpoint_s: float = 0.0  # the model endpoints' time, every attempt included (0 in records made before)
+    cost_usd: float = 0.0  # that time at the pools' prices, and the gateway's share
 
 
 class DecisionRecord(BaseModel):
@@ -281,7 +283,8 @@ class DecisionRecorder:
             injection=None if result.injection is None else RecordInjection(**result.injection.model_dump()),
             calibrated=decision.calibrate, state_hash=digest,
             state_hash_key=key_id, latency_ms=round(latency_ms, 2),
-            usage=RecordUsage(input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens),
+            usage=RecordUsage(input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens,
+                              endpoint_s=round(result.cost.endpoint_seconds, 4), cost_usd=result.cost.usd),
             questions=[_question_record(answer) for answer in result.answers])
         body = record.stored()
         catalogs = sorted({a.question.binding.name for a in result.answers if a.question.binding is not None})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
@@ -35,6 +35,18 @@ from gateway.services.throttle import TenantThrottle
 
 class DecisionMetrics(MetricsSink, Protocol):
     def value(self, name: str, value: float, unit: str = "None") -> None: ...
+
+    def values_by(self, dimensions: Mapping[str, str], values: Mapping[str, tuple[float, str]]) -> None: ...
+
+
+def measure_cost(result: DecisionResult, tenant_id: str, metrics: DecisionMetrics | None) -> None:
+    """What the decision cost and the endpoint time it used, by tenant and by the endpoint that
+    answered (so a tenant's spend and a pool's load are each one CloudWatch query)."""
+    if metrics is None:
+        return
+    metrics.values_by({"tenant": tenant_id, "endpoint": result.endpoint},
+                      {"DecisionCostUSD": (result.cost.usd, "None"),
+                       "EndpointSeconds": (result.cost.endpoint_seconds, "Seconds")})
 
 
 def measure_injection(result: DecisionResult, metrics: DecisionMetrics | None) -> None:
@@ -86,6 +98,7 @@ class DecideService:
         with self.in_flight(principal.tenant_id):
             asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
         measure_injection(result, metrics)
+        measure_cost(result, principal.tenant_id, metrics)
         decision_id = self.recorder.new_id()
         self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
                              result=result, latency_ms=(self.clock() - started) * 1000)

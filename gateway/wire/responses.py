@@ -53,7 +53,16 @@ class ScoreAnswer(contract.ScoreAnswer, CatalogFields):
     model_config = ConfigDict(extra="forbid")
 
 
-class Usage(Strict):
+class CostFields(BaseModel):
+    x_endpoint_s: float | None = Field(default=None, description="Seconds the model endpoints spent on this request,"
+                                                                  " every attempt included.")
+    x_cost_usd: float | None = Field(default=None, description="What it cost: the endpoints' time at their pool's"
+                                                               " configured price (0 where none is) and the gateway's"
+                                                               " own share.")
+
+
+class Usage(CostFields):
+    model_config = ConfigDict(extra="forbid")
     input_tokens: int
     output_tokens: int
 
@@ -113,7 +122,8 @@ class Refusal(Strict):
     name: str | None
 
 
-class OpenAIUsage(Strict):
+class OpenAIUsage(CostFields):
+    model_config = ConfigDict(extra="forbid")
     input_tokens: int
     input_tokens_details: dict[str, int]
     output_tokens: int

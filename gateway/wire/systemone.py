@@ -19,6 +19,7 @@ from gateway.decisions.model import (
     Option,
     Question,
     confidence_of,
+    cost_fields,
     score_of,
     shown_choice,
 )
@@ -99,7 +100,8 @@ def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, 
     document = {
         "model": result.model,
         "answers": answers,
-        "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+        "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens,
+                  **cost_fields(result.cost)},
         **result.extensions,
     }
     if decision_id:

@@ -236,8 +236,19 @@ def test_a_scorer_answer_keeps_its_own_confidence_and_score_in_the_gateway():
     decision = SystemOneRequest.model_validate({"model": "m", "state": "s", "questions": {
         "a": {"type": "score", "criteria": ["low", "mid", "high"]}}}).to_decision()
     sent = answer(prepare_question("a", body.questions["a"]), np.array([0.2, 0.3, 0.5]))
-    sent = {**sent, "confidence": 0.125, "score": 1.5}  # what this scorer says, whatever it is
-    (read,) = read_result(decision, Invocation(json_bytes({"model": "m", "answers": {decision.questions[0].id: sent}}), "ep", 1)).answers
-    assert (confidence_of(read), score_of(read)) == (0.125, 1.5)
-    changed = read.recalibrated((0.1, 0.2, 0.7))
-    assert confidence_of(changed) != 0.125 and score_of(changed) == pytest.approx(1.6)
+    qid = decision.questions[0].id
+
+    def read(answer: dict):
+        (got,) = read_result(decision, Invocation(json_bytes({"model": "m", "answers": {qid: answer}}), "ep", 1)).answers
+        return got
+
+    kept = read(sent)
+    assert (kept.confidence, kept.score) == (sent["confidence"], sent["score"])  # the scorer's own floats
+    changed = kept.recalibrated((0.1, 0.2, 0.7))
+    assert changed.confidence is None and score_of(changed) == pytest.approx(1.6)
+    # Figures that contradict the probabilities, or options the question lacks, are not passed on.
+    for lying in ({**sent, "confidence": 0.9}, {**sent, "score": 0.2},
+                  {**sent, "probabilities": {**sent["probabilities"], "3": 0.0}, "score": 1.3}):
+        got = read(lying)
+        assert (got.confidence, got.score) == (None, None) and score_of(got) == pytest.approx(1.3)
+        assert confidence_of(got) == pytest.approx(sent["confidence"])

@@ -50,7 +50,9 @@ def test_system_one_answers_every_question_by_its_own_id(backend):
     assert list(queue["probabilities"]) == ["billing", "delivery", "account"] and queue["confidence"] == 0.0
     anger = body["answers"]["anger"]
     assert anger["legend"] == {"0": "calm", "1": {"level": "annoyed"}, "2": "angry"} and anger["score"] == pytest.approx(1.0)
-    assert body["usage"] == {"input_tokens": 10, "output_tokens": 0}
+    usage = body["usage"]
+    assert {k: usage[k] for k in ("input_tokens", "output_tokens")} == {"input_tokens": 10, "output_tokens": 0}
+    assert usage["x_endpoint_s"] >= 0 and usage["x_cost_usd"] > 0  # an unpriced pool: the gateway's share alone
     assert headers["x-request-id"] == headers["x-typesafe-request-id"]
     # The backend never sees the caller's ids, and the alias became the model's real name.
     _, sent, route = backend.calls[0]

@@ -150,3 +150,20 @@ def test_a_malformed_signal_is_a_502_and_no_decision(store, injection):
     assert status == 502 and "x_ fields" in body["detail"]["message"], body
     assert "x-decision-id" not in headers and backend.calls  # the scorer was asked; nothing was recorded
     assert call(event("GET", "/v1/records", principal=ACME))[2]["records"] == []
+
+
+def test_each_decision_writes_its_cost_by_tenant_and_endpoint_and_its_record_keeps_it(store, capsys):
+    # The spend of a tenant and the load of a pool are each one CloudWatch query: every
+    # decision writes its cost and endpoint time with the tenant and the endpoint as dimensions.
+    stack(store, choice=CONFIDENT, injection={"suspicion": 0.1})
+    put(ROUTING)
+    capsys.readouterr()
+    status, _, body = decide({"catalog": "support-routing"})
+    assert status == 200
+    [cost] = [m for m in emf_lines(capsys.readouterr().out) if "DecisionCostUSD" in m]
+    record = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]
+    assert record["usage"]["cost_usd"] == body["usage"]["x_cost_usd"] > 0  # the record keeps what the answer said
+    assert cost["DecisionCostUSD"] == [pytest.approx(body["usage"]["x_cost_usd"])]
+    assert cost["EndpointSeconds"][0] >= 0 and cost["tenant"] == "acme" and cost["endpoint"]
+    [directive] = cost["_aws"]["CloudWatchMetrics"]
+    assert set(directive["Dimensions"][0]) == {"service", "tenant", "endpoint"}

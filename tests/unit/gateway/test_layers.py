@@ -10,7 +10,7 @@ import pytest
 
 GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 # Bottom to top; a unit may import units of its own layer or below, never above. The
-# README's layout section shows the same order.
+# architecture page (docs/architecture.md) shows the same order.
 LAYERS = (
     ("errors", "aws", "observability", "settings"),  # no domain types
     ("auth",),  # principals, credentials, tenants

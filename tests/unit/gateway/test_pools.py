@@ -306,3 +306,19 @@ def test_a_body_no_endpoint_takes_is_413_with_the_figures_and_sent_nowhere():
     with pytest.raises(PayloadTooLarge, match="as 101 bytes; this model's endpoints take at most 100"):
         serverless_pool(clock).ask(backend, b"x" * 101, "systemone")
     assert backend.calls == []
+
+
+def test_every_attempt_is_paid_at_its_endpoints_price():
+    # Given a priced GPU (busy, 0.1 s) and a priced CPU that answers (0.1 s), the request
+    # used 0.2 s of endpoints and costs each one's time at its own price, the gateway's share beside.
+    from gateway.decisions.cost import gateway_usd
+
+    clock = Clock()
+    members = (PoolEndpoint(Endpoint("gpu", read_timeout_s=20.0, usd_per_second=0.01), tier=0),
+               PoolEndpoint(Endpoint("cpu", read_timeout_s=20.0, usd_per_second=0.001), tier=1))
+    priced = EndpointPool(members, PoolPolicy(), Circuits(PoolPolicy(), clock), clock=clock, sleep=clock.sleep,
+                          rng=random.Random(7))
+    invocation = priced.ask(Scripted(clock, {"gpu": [busy()], "cpu": [OK]}), b"{}", "systemone")
+    assert invocation.cost.endpoint_seconds == pytest.approx(0.2)
+    assert invocation.cost.endpoint_usd == pytest.approx(0.1 * 0.01 + 0.1 * 0.001)
+    assert invocation.cost.usd == pytest.approx(invocation.cost.endpoint_usd + gateway_usd(0.2))

@@ -93,3 +93,17 @@ def test_a_cold_serverless_endpoint_is_a_pool_to_route_to_never_a_fallback():
     with pytest.raises(SettingsError, match="'quiet' is Serverless without provisioned concurrency"):
         GatewaySettings.from_env(serverless_model({"name": "cpu"}, {"name": "quiet", "serverless": True}))
     GatewaySettings.from_env(serverless_model({"name": "cpu"}, {"name": "quiet", "serverless": True, "provisioned": True}))
+    # Beside an instance in the first tier, the pool's weighted order would make it second half the time.
+    with pytest.raises(SettingsError, match="first tier alone"):
+        GatewaySettings.from_env(serverless_model({"name": "cpu", "tier": 0}, {"name": "quiet", "serverless": True,
+                                                                               "tier": 0}))
+
+
+def test_an_endpoint_is_priced_by_its_instance_hour_or_its_serverless_memory():
+    from gateway.composition import build_registry
+
+    settings = GatewaySettings.from_env(serverless_model(
+        {"name": "quiet", "serverless": True, "memory_gb": 6}, {"name": "cpu", "usd_per_hour": 3.6}, {"name": "free"}))
+    quiet, cpu, free = build_registry(settings).endpoints()
+    assert quiet.usd_per_second == pytest.approx(6 * 0.00002)
+    assert (cpu.usd_per_second, free.usd_per_second) == (pytest.approx(0.001), 0.0)

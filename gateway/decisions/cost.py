@@ -1,0 +1,52 @@
+"""What a decision costs: the endpoint's time at its pool's price, and the gateway's own share.
+
+An instance pool is priced by the hour (`usd_per_hour`), so a decision costs the seconds
+it held the endpoint at that rate: what it adds to a busy pool (the hours an idle pool
+is paid for are the deployment's, not a decision's: `make cost` counts those). A
+Serverless pool is priced per GB-second it serves. The gateway's share is API Gateway's
+request, the Lambda's request, and the Lambda's GB-seconds while it waited. Prices:
+prices.json beside this module, one file with its source and date (`make cost` reads
+the same file).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+PRICES = json.loads(Path(__file__).with_name("prices.json").read_text())
+LAMBDA_GB = 0.25  # template.yaml's GatewayFunction MemorySize
+GATEWAY_OVERHEAD_S = 0.01  # the handler's own time beside the wait (make bench-gateway: about 1 ms; rounded up)
+
+
+@dataclass(frozen=True)
+class Cost:
+    endpoint_seconds: float = 0.0  # every attempt's time on an endpoint, fallbacks included
+    endpoint_usd: float = 0.0  # that time at each endpoint's price (0: the pool has none configured)
+    gateway_usd: float = 0.0
+
+    @property
+    def usd(self) -> float:
+        return self.endpoint_usd + self.gateway_usd
+
+
+def endpoint_usd_per_second(usd_per_hour: float | None, memory_gb: float | None,
+                            usd_per_gb_second: float = PRICES["sagemaker_serverless_usd_per_gb_second"]) -> float:
+    """An endpoint's price per second it serves a decision: its instance's hourly price, or
+    its Serverless memory's GB-seconds; 0 when neither is configured."""
+    if usd_per_hour is not None:
+        return usd_per_hour / 3600
+    if memory_gb is not None:
+        return memory_gb * usd_per_gb_second
+    return 0.0
+
+
+def gateway_usd(seconds: float) -> float:
+    """The gateway's share of one request that waited `seconds` on the endpoint."""
+    return (PRICES["api_gateway_rest_usd_per_million_requests"] / 1e6 + PRICES["lambda_usd_per_million_requests"] / 1e6
+            + LAMBDA_GB * (seconds + GATEWAY_OVERHEAD_S) * PRICES["lambda_usd_per_gb_second"])
+
+
+def of_attempts(seconds: float, endpoint_usd: float) -> Cost:
+    return Cost(seconds, endpoint_usd, gateway_usd(seconds))
