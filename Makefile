@@ -97,8 +97,8 @@ cost: setup  ## price per 1,000 decisions and per month of a CPU, GPU and Server
 
 BENCH ?= scorer
 BENCH_ARGS ?=
-bench-compare: setup  ## BENCH (scorer or gateway) at BASE and at this checkout, alternately, in one run: after/before of every figure
-	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<revision> [BENCH=scorer|gateway] [BENCH_ARGS='...']"; exit 2; }
+bench-compare: setup  ## BENCH (scorer, gateway or engine) at BASE and at this checkout, alternately, in one run: after/before of every figure
+	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=<revision> [BENCH=scorer|gateway|engine] [BENCH_ARGS='...']"; exit 2; }
 	@$(PY) -m bench.revisions --base $(BASE) --bench $(BENCH) -- $(BENCH_ARGS)
 	@$(PY) scripts/docs_pages.py bench-compare
 

@@ -1,11 +1,13 @@
 """One benchmark at two revisions of this repository, in one run: is a change as fast as before?
 
-    python -m bench.revisions --base <rev> [--against <rev>] --bench scorer [-- bench arguments]
+    python -m bench.revisions --base <rev> [--against <rev>] --bench scorer|gateway|engine [-- arguments]
 
 The base revision is exported (`git archive`) into build/revisions/<sha>, beside the
 models this checkout fetched; then the benchmark runs there and here in turn, `--rounds`
 times, alternating which goes first, so that a machine that slows down over the run
-slows both alike. Each figure is the median of its rounds; the report gives the ratio
+slows both alike. `--bench engine` times the scorer's engine alone as the server drives
+it (fit, then decide) on bench.scorer's shapes, priors warm: the figure an engine change
+can move, in minutes rather than the hour bench.scorer's floors and baselines take here. Each figure is the median of its rounds; the report gives the ratio
 after / before of each (below 1: faster now) and their geometric mean, and is written
 to reports/bench_revisions_<bench>.json. Timings taken on a shared machine drift by
 several percent between runs: read the ratios, not the absolute times.
@@ -51,9 +53,48 @@ def gateway_figures(report: dict) -> dict[str, float]:
     return figures
 
 
+# The engine as the server drives it (plan, then run), timed in each revision by that
+# revision's own code: the figure `make bench-scorer` reports as "engine s", without its
+# floors and naive baselines (which take most of its time and do not change with the engine).
+ENGINE_CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from bench.scorer import STATE, questions
+from scorer_container.engine import DecisionEngine
+from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.prompts import PromptFormat
+from scorer_container.schema import DecisionRequest, parse
+
+model, repeat = sys.argv[1], int(sys.argv[2])
+runtime = Runtime(sorted(Path("models", model).glob("*.gguf"))[0], RuntimeSettings(n_ctx=8192))
+prompts = PromptFormat.for_runtime(runtime)
+figures = {}
+for readout in ("letters", "likelihood"):
+    engine = DecisionEngine(runtime, prompts, model_name=model, default_readout=readout, defenses_overridable=True)
+    for n_questions, n_options in ((1, 4), (4, 4), (1, 16), (4, 16), (1, 64)):
+        for debias in (False, True):
+            body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options),
+                    "x_readout": readout, "x_order_average": debias, "x_prior": debias}
+            request = parse(DecisionRequest, body)
+            if hasattr(engine, "planner"):  # a plan, then its run
+                run = lambda: engine.decide(engine.fit(request, float("inf")))
+            else:  # the settings fitted, then decide (which rebuilt what fit had counted)
+                run = lambda: engine.decide(request, settings=engine.fit(request, float("inf")).settings)
+            run()  # priors warm, as in steady traffic
+            times = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - started)
+            shape = "debiased" if debias else "plain"
+            figures[readout + " " + str(n_questions) + "q x " + str(n_options) + " " + shape + ": s"] = min(times)
+print(json.dumps(figures))
+"""
+
 BENCHES: dict[str, tuple[str, Callable[[dict], dict[str, float]]]] = {
     "scorer": ("bench_scorer.json", scorer_figures),
     "gateway": ("bench_gateway.json", gateway_figures),
+    "engine": ("", dict),  # ENGINE_CHILD's figures as they are; arguments: --model (gemma), --repeat (3)
 }
 
 
@@ -79,10 +120,18 @@ def run_once(tree: Path, bench: str, arguments: list[str]) -> dict:
     """The benchmark's report from one run in `tree`, its own code first on the path."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", f"bench.{bench}", *arguments], cwd=tree, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    if bench == "engine":
+        options = dict(zip(arguments[::2], arguments[1::2], strict=False))
+        out = subprocess.run([sys.executable, "-c", ENGINE_CHILD, options.get("--model", "gemma-3-270m-q4_k_m"),
+                              options.get("--repeat", "3")], cwd=tree, env=env, check=True, capture_output=True,
+                             text=True).stdout
+        report = json.loads(out.strip().splitlines()[-1])
+    else:
+        subprocess.run([sys.executable, "-m", f"bench.{bench}", *arguments], cwd=tree, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        report = json.loads((tree / "reports" / BENCHES[bench][0]).read_text())
     print(f"[bench] {tree.name if tree != ROOT else 'this checkout'}: {time.monotonic() - started:.0f} s", flush=True)
-    return json.loads((tree / "reports" / BENCHES[bench][0]).read_text())
+    return report
 
 
 def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> dict:
