@@ -5,10 +5,11 @@ OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from systemone.json_text import object_or_none
 
 # JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
 _UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
@@ -82,11 +83,8 @@ class ErrorBody:
 def read_error_body(raw: str | bytes | None) -> ErrorBody:
     """The message (System One `detail.message` or OpenAI `error.message`) and a 422's problem
     list of an error body another side wrote; anything malformed says nothing."""
-    try:
-        body = json.loads(raw or b"null")
-    except (TypeError, ValueError):
-        return ErrorBody()
-    if not isinstance(body, dict):
+    body = object_or_none(raw)
+    if body is None:
         return ErrorBody()
     detail = body.get("detail")
     if isinstance(detail, list) and detail and all(isinstance(d, dict) and "loc" in d for d in detail):

@@ -55,6 +55,16 @@ def loads(text: str) -> Any:
     return value
 
 
+def object_or_none(raw: str | bytes | None) -> dict[str, Any] | None:
+    """The JSON object another side wrote (an error body, a container's message), or None when
+    it is not one: what it says is read defensively, never trusted to parse."""
+    try:
+        body = json.loads(raw or b"null")
+    except (TypeError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
 def depth(value: Any) -> int:
     """How many arrays and objects deep `value` nests (a scalar is 0), without recursion."""
     deepest, stack = 0, [(value, 1)]

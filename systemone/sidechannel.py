@@ -21,9 +21,10 @@ only (`OriginalMessage` of a ModelError: the container's headers are lost). So:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from systemone.json_text import object_or_none
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 # SageMaker's limit on the header's value (InvokeEndpoint's CustomAttributes).
@@ -107,11 +108,8 @@ def error_hints(body: dict[str, Any], hints: ErrorHints) -> dict[str, Any]:
 def hints_of(original_message: str | bytes | None) -> ErrorHints:
     """The hints in a container's error body as SageMaker passed it on (the gateway's side);
     anything malformed is no hint at all."""
-    try:
-        body = json.loads(original_message or b"null")
-    except (TypeError, ValueError):
-        return ErrorHints()
-    if not isinstance(body, dict):
+    body = object_or_none(original_message)
+    if body is None:
         return ErrorHints()
     retry_after = body.get("x_retry_after")
     if not (isinstance(retry_after, int) and not isinstance(retry_after, bool) and 0 < retry_after <= _MAX_RETRY_AFTER_S):
