@@ -65,13 +65,13 @@ from scorer_container.llama_runtime import Runtime, RuntimeSettings
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import DecisionRequest, parse
 
-model, repeat = sys.argv[1], int(sys.argv[2])
+model, repeat, largest = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 runtime = Runtime(sorted(Path("models", model).glob("*.gguf"))[0], RuntimeSettings(n_ctx=8192))
 prompts = PromptFormat.for_runtime(runtime)
 figures = {}
 for readout in ("letters", "likelihood"):
     engine = DecisionEngine(runtime, prompts, model_name=model, default_readout=readout, defenses_overridable=True)
-    for n_questions, n_options in ((1, 4), (4, 4), (1, 16), (4, 16), (1, 64)):
+    for n_questions, n_options in [s for s in ((1, 4), (4, 4), (1, 16), (4, 16), (1, 64)) if s[1] <= largest]:
         for debias in (False, True):
             body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options),
                     "x_readout": readout, "x_order_average": debias, "x_prior": debias}
@@ -94,7 +94,8 @@ print(json.dumps(figures))
 BENCHES: dict[str, tuple[str, Callable[[dict], dict[str, float]]]] = {
     "scorer": ("bench_scorer.json", scorer_figures),
     "gateway": ("bench_gateway.json", gateway_figures),
-    "engine": ("", dict),  # ENGINE_CHILD's figures as they are; arguments: --model (gemma), --repeat (3)
+    # ENGINE_CHILD's figures as they are; arguments: --model (gemma), --repeat (3), --options (64: the largest shape)
+    "engine": ("", dict),
 }
 
 
@@ -123,7 +124,7 @@ def run_once(tree: Path, bench: str, arguments: list[str]) -> dict:
     if bench == "engine":
         options = dict(zip(arguments[::2], arguments[1::2], strict=False))
         out = subprocess.run([sys.executable, "-c", ENGINE_CHILD, options.get("--model", "gemma-3-270m-q4_k_m"),
-                              options.get("--repeat", "3")], cwd=tree, env=env, check=True, capture_output=True,
+                              options.get("--repeat", "3"), options.get("--options", "64")], cwd=tree, env=env, check=True, capture_output=True,
                              text=True).stdout
         report = json.loads(out.strip().splitlines()[-1])
     else:
