@@ -123,9 +123,9 @@ def run_once(tree: Path, bench: str, arguments: list[str]) -> dict:
     started = time.monotonic()
     if bench == "engine":
         options = dict(zip(arguments[::2], arguments[1::2], strict=False))
-        out = subprocess.run([sys.executable, "-c", ENGINE_CHILD, options.get("--model", "gemma-3-270m-q4_k_m"),
-                              options.get("--repeat", "3"), options.get("--options", "64")], cwd=tree, env=env, check=True, capture_output=True,
-                             text=True).stdout
+        child = [sys.executable, "-c", ENGINE_CHILD, options.get("--model", "gemma-3-270m-q4_k_m"),
+                 options.get("--repeat", "3"), options.get("--options", "64")]
+        out = subprocess.run(child, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
         report = json.loads(out.strip().splitlines()[-1])
     else:
         subprocess.run([sys.executable, "-m", f"bench.{bench}", *arguments], cwd=tree, env=env, check=True,
