@@ -13,7 +13,7 @@ import logging
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from gateway.api import catalogs, chat, decisions, operations, records, tokens
+from gateway.api import catalogs, chat, decisions, operations, records, tokens, usage
 from gateway.api.docs import Documentation
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
@@ -38,6 +38,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app.include_router(catalogs.router(runtime.catalogs, doc))
     app.include_router(chat.router(runtime.decide))
     app.include_router(tokens.router(runtime.authenticator, doc))
+    if runtime.spending is not None:
+        app.include_router(usage.router(runtime.spending, runtime.decide.limits, doc))
     if runtime.settings.openapi:
         from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer  # 0.1 s of imports: only when served
 

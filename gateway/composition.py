@@ -22,6 +22,7 @@ from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
 from gateway.services.records import RecordsService
 from gateway.services.runtime import GatewayRuntime
+from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
@@ -48,13 +49,15 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     tenants = authenticator.tenants if authenticator is not None else None
     throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=settings.routing.deadline_s)
                 if stores is not None and tenants is not None else None)
+    spending = Spending(stores.tenants, tenants.limits) if stores is not None and tenants is not None else None
     idempotency = (Idempotency(stores.idempotency, hold_s=settings.routing.deadline_s)
                    if stores is not None and stores.idempotency is not None else None)
     return GatewayRuntime(
         settings=settings, registry=registry,
-        decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle),
+        decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
+                             spending=spending),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
-        catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency)
+        catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending)
 
 
 def pool_policy(routing: RoutingSettings) -> PoolPolicy:

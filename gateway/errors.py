@@ -13,6 +13,7 @@ turns them into System One or OpenAI bodies in one place.
      │    └── Conflict                 409, concurrent writers: re-read and retry
      │         └── NotReplayable       409, an idempotent request's first reply cannot be given again
      ├── RateLimited                   429 + Retry-After, the pool saturated, or a tenant's cap reached
+     │    └── BudgetExhausted          429 insufficient_quota, the tenant's monthly spend used up
      ├── BackendUnavailable            503 + Retry-After, no endpoint could answer
      │    ├── NoAnswerInTime           503 + Retry-After, an endpoint said nothing before the deadline
      │    └── RecordNotStored          503, the decision's audit record could not be written
@@ -120,6 +121,16 @@ class RateLimited(GatewayError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class BudgetExhausted(RateLimited):
+    """The tenant's monthly spend is used up: 429, as OpenAI answers a spent quota. Retry-After
+    says when the next month starts; no client should retry by itself before."""
+
+    retryable = False
+    error_type = "budget_exhausted"
+    openai_type = "insufficient_quota"
+    openai_code = "insufficient_quota"
 
 
 class BackendUnavailable(GatewayError):

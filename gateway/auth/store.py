@@ -27,6 +27,8 @@ class TenantLimits:
     max_request_tokens: int | None = None  # estimated evaluation tokens per decision; None: the model's own limit
     max_chat_tokens: int = 1024  # the most a chat completion may generate
     max_in_flight: int = 8  # decisions and chats of this tenant running at once (gateway.services.throttle)
+    monthly_budget_usd: float | None = None  # spend per calendar month (UTC), reserved before work (gateway.services.spending)
+    endpoint_seconds_per_minute: float | None = None  # endpoint time per clock minute, reserved the same way
     usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
 
     def as_json(self) -> dict[str, Any]:
@@ -39,6 +41,18 @@ class TenantLimits:
 
 
 DEFAULT_LIMITS = TenantLimits()
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """What one tenant spent on one day (UTC, YYYY-MM-DD) under one entry: a catalog entry's
+    name, `(inline)` for questions that named none, `(chat)` for chat completions."""
+
+    day: str
+    entry: str
+    requests: int
+    cost_nano_usd: int  # billionths of a dollar: integers, so concurrent additions never round
+    endpoint_ms: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,23 @@ class TenantStore(Protocol):
     def count_within(self, name: str, limit: int, expires_at: float) -> bool:
         """Atomically count one more against `name` unless it reached `limit` (True: counted);
         the counter is dropped after `expires_at`."""
+        ...
+
+    def add_within(self, name: str, amount: int, limit: int | None, expires_at: float) -> bool:
+        """Atomically add `amount` (negative to give some back) to the tally `name` while it is
+        under `limit` (None: always); True when added. Expired after `expires_at`."""
+        ...
+
+    def tally(self, name: str) -> int:
+        """The tally's current amount (0 when it has none or it expired)."""
+        ...
+
+    def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
+        """Add the row's figures to the tenant's day and entry (created at zero when new)."""
+        ...
+
+    def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
+        """The tenant's rows from `first_day` to `last_day` (inclusive), by day then entry."""
         ...
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:

@@ -35,7 +35,10 @@ def create_tenant(store: TenantStore, tenant_id: str, name: str = "", *, catalog
 
 _LIMIT_BOUNDS = {"rate_per_s": (0.01, 10_000), "burst": (1, 100_000), "max_options": (2, 102_000),
                  "max_text_bytes": (1024, 6 * 1024 * 1024), "max_request_tokens": (256, 10_000_000),
-                 "max_chat_tokens": (1, 32_768), "max_in_flight": (1, 10_000)}
+                 "max_chat_tokens": (1, 32_768), "max_in_flight": (1, 10_000),
+                 "monthly_budget_usd": (0.0, 10_000_000.0), "endpoint_seconds_per_minute": (0.1, 1_000_000.0)}
+# Limits that may be None: no limit of that kind.
+_OPTIONAL_LIMITS = {"max_request_tokens", "monthly_budget_usd", "endpoint_seconds_per_minute"}
 
 
 def set_limits(store: TenantStore, tenant_id: str, **changes: Any) -> Tenant:
@@ -44,7 +47,7 @@ def set_limits(store: TenantStore, tenant_id: str, **changes: Any) -> Tenant:
     if tenant is None:
         raise ProvisioningError(f"no tenant {tenant_id!r}")
     for name, value in changes.items():
-        if name == "usage_key" or (name == "max_request_tokens" and value is None):
+        if name == "usage_key" or (name in _OPTIONAL_LIMITS and value is None):
             continue
         if name not in _LIMIT_BOUNDS:
             raise ProvisioningError(f"unknown limit {name!r} (known: {', '.join(_LIMIT_BOUNDS)})")

@@ -38,7 +38,7 @@ from gateway.backends.base import (
     InferenceBackend,
     Route,
 )
-from gateway.decisions.cost import Cost, of_attempts
+from gateway.decisions.cost import Cost, Meter, worst_case
 from gateway.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -190,13 +190,20 @@ class EndpointPool:
             ordered.extend(m.endpoint for m in keyed)
         return ordered
 
+    def worst_case(self, size: int) -> Cost:
+        """The most a request of `size` bytes can cost here (a budget reserves it before the call)."""
+        return worst_case(self.policy.deadline_s, max(e.usd_per_second for e in self._taking(size)))
+
     def ask(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
-            request_id: str = "") -> Invocation:
+            request_id: str = "", meter: Meter | None = None) -> Invocation:
+        """The first answer of the pool's endpoints, in their order, within the deadline; each
+        attempt's endpoint time is added to `meter` (a new one when None) as it ends."""
         metrics = metrics or NoMetrics()
+        meter = meter if meter is not None else Meter()
         deadline = self.clock() + self.policy.deadline_s
         first_pass = self._taking(len(body))
         plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
-        attempts, spent_s, spent_usd = 0, 0.0, 0.0
+        attempts = 0
         busy: list[EndpointBusy] = []
         skipped: list[str] = []
         saturated: set[str] = set()
@@ -238,13 +245,12 @@ class EndpointPool:
                 log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
                 raise BackendFailed("the model endpoint failed on this request") from None
             finally:  # an attempt that failed held the endpoint too
-                took = self.clock() - started
-                spent_s, spent_usd = spent_s + took, spent_usd + took * endpoint.usd_per_second
+                meter.add(endpoint.name, self.clock() - started, endpoint.usd_per_second)
             self.circuits.succeeded(endpoint.name)
             metrics.count("AttemptOk")
             if attempts > 1 or skipped:
                 metrics.count("Fallback")
-            return Invocation(answer, endpoint.name, attempts, of_attempts(spent_s, spent_usd))
+            return Invocation(answer, endpoint.name, attempts, meter.cost())
         raise self._exhausted(busy, skipped, metrics)
 
     def _taking(self, size: int) -> list[Endpoint]:

@@ -12,7 +12,7 @@ the same file).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PRICES = json.loads(Path(__file__).with_name("prices.json").read_text())
@@ -50,3 +50,28 @@ def gateway_usd(seconds: float) -> float:
 
 def of_attempts(seconds: float, endpoint_usd: float) -> Cost:
     return Cost(seconds, endpoint_usd, gateway_usd(seconds))
+
+
+@dataclass
+class Meter:
+    """The endpoint time a request has used so far, kept by the pool as each attempt ends (a
+    failed attempt held the endpoint too), so a request that fails still settles what it spent."""
+
+    seconds: float = 0.0
+    endpoint_usd: float = 0.0
+    attempts: list[str] = field(default_factory=list)  # the endpoints asked, in order
+
+    def add(self, endpoint: str, seconds: float, usd_per_second: float) -> None:
+        self.seconds += seconds
+        self.endpoint_usd += seconds * usd_per_second
+        self.attempts.append(endpoint)
+
+    def cost(self) -> Cost:
+        return of_attempts(self.seconds, self.endpoint_usd)
+
+
+def worst_case(deadline_s: float, usd_per_second: float) -> Cost:
+    """The most one request can cost: every second until its deadline on the dearest endpoint
+    it may be sent to (attempts run one after another, so their times add up to at most the
+    deadline)."""
+    return of_attempts(deadline_s, deadline_s * usd_per_second)

@@ -2,7 +2,8 @@
 
 In order: the model must be one the credential may use; the tenant's policy
 (catalog-only, limits) is read; catalog references are resolved into questions; the
-request must fit the model's budget; the model's endpoint pool is asked, in System One
+request must fit the model's budget; its worst case is reserved within the tenant's spend
+budgets (`gateway.services.spending`); the model's endpoint pool is asked, in System One
 (`gateway.backends.scorer`); catalog questions are calibrated and judged by their
 policy; the record is written, and the decision is answered only once it is stored.
 Chat completions take the same first steps, without catalogs or a record.
@@ -19,7 +20,7 @@ from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
 from gateway.auth.tenant_cache import TenantCache
 from gateway.backends.base import InferenceBackend
-from gateway.backends.pools import Invocation, MetricsSink
+from gateway.backends.pools import EndpointPool, Invocation, MetricsSink
 from gateway.backends.routing import ModelRegistry
 from gateway.backends.scorer import backend_request, json_bytes, json_object, read_result
 from gateway.catalogs.model import INJECTION_THRESHOLD
@@ -27,9 +28,11 @@ from gateway.catalogs.policy import apply_catalogs
 from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.budget import check_budget, check_chat_budget
-from gateway.decisions.model import Decision, DecisionResult
+from gateway.decisions.cost import Meter
+from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound
+from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.throttle import TenantThrottle
 
 
@@ -62,6 +65,13 @@ def measure_injection(result: DecisionResult, metrics: DecisionMetrics | None) -
     metrics.value("InjectionSuspected", 1 if suspicion >= INJECTION_THRESHOLD else 0, unit="Count")
 
 
+def usage_entries(decision: Decision) -> list[str]:
+    """The entries a decision's spend is counted under: each catalog entry it names, and
+    `(inline)` when a question named none."""
+    return sorted({q.binding.name if isinstance(q, Question) and q.binding is not None else INLINE_ENTRY
+                   for q in decision.questions})
+
+
 def require_model(principal: Principal, model: str) -> None:
     """A model outside the credential's list does not exist for it (404, never 403: no oracle)."""
     if not principal.may_use(model):
@@ -71,18 +81,28 @@ def require_model(principal: Principal, model: str) -> None:
 class DecideService:
     def __init__(self, registry: ModelRegistry, backend: InferenceBackend, recorder: DecisionRecorder, *,
                  catalogs: CatalogService | None = None, tenants: TenantCache | None = None,
-                 throttle: TenantThrottle | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 throttle: TenantThrottle | None = None, spending: Spending | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.registry = registry
         self.backend = backend
         self.recorder = recorder
         self.catalogs = catalogs
         self.tenants = tenants
         self.throttle = throttle
+        self.spending = spending
         self.clock = clock
 
     def in_flight(self, tenant_id: str) -> contextlib.AbstractContextManager[None]:
         """One of the tenant's places in flight for the backend call (429 when all are held)."""
         return self.throttle.in_flight(tenant_id) if self.throttle is not None else contextlib.nullcontext()
+
+    def spend(self, tenant_id: str, pool: EndpointPool, body: bytes,
+              entries: list[str]) -> contextlib.AbstractContextManager[Meter]:
+        """The request's worst case reserved within the tenant's budgets (429 when over one),
+        settled with the meter's figures once the work inside ends."""
+        if self.spending is None:
+            return contextlib.nullcontext(Meter())
+        return self.spending.spend(tenant_id, pool.worst_case(len(body)), entries)
 
     def tenant(self, tenant_id: str) -> Tenant | None:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
@@ -113,7 +133,8 @@ class DecideService:
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
-        invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id)
+        with self.spend(principal.tenant_id, model.pool, body, usage_entries(asked)) as meter:
+            invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, meter)
         result = read_result(asked, invocation)
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 
@@ -124,8 +145,9 @@ class DecideService:
         model = self.registry.route_for(request["model"], "chat")
         payload = {**request, "stream": False, **check_chat_budget(request, self.limits(principal.tenant_id))}
         payload.pop("stream_options", None)
-        with self.in_flight(principal.tenant_id):
-            invocation = model.pool.ask(self.backend, json_bytes(payload), "chat", metrics, request_id)
+        body = json_bytes(payload)
+        with self.in_flight(principal.tenant_id), self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY]) as meter:
+            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, meter)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")

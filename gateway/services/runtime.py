@@ -11,6 +11,7 @@ from gateway.catalogs.service import CatalogService
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
 from gateway.services.records import RecordsService
+from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
 
@@ -25,3 +26,4 @@ class GatewayRuntime:
     authenticator: Authenticator | None = None  # IAM callers and tokens
     throttle: TenantThrottle | None = None  # per-tenant rate and work in flight (where tenants are stored)
     idempotency: Idempotency | None = None  # Idempotency-Key on decisions (where a store keeps them)
+    spending: Spending | None = None  # per-tenant spend: budgets and usage (where tenants are stored)

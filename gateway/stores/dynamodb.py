@@ -7,7 +7,9 @@ Tenants and keys: two tables, each with a string partition key `pk` and sort key
   `by_tenant` index on `tenant_id` + `created_at`) and token revocations
   (`REVOKED` / `<tenant>#<token id>`, removed by DynamoDB's TTL on `ttl` once the token
   expired), "not before" times (`NOTBEFORE` / `<subject>`) and counters
-  (`COUNTER` / `<name>`, expired by TTL). Every read of the hot path is a GetItem by key.
+  (`COUNTER` / `<name>`, expired by TTL), tallies of spend (`COUNTER` / `tally:<name>`)
+  and each tenant's usage by day and entry (`USAGE#<tenant>` / `<day>#<entry>`, read by
+  a Query on one tenant's partition). Every read of the hot path is a GetItem by key.
 Catalogs: partition `pk` = `<tenant>#<name>`, numeric sort key `version`; the
 `by_tenant` index (`tenant_id`, `name_version`) lists a tenant's entries.
 Records: partition `tenant_id`, sort key `record_id` (time-ordered ids), expired by TTL;
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits, UsageRow
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 from gateway.decisions.idempotency import Entry
@@ -228,6 +230,47 @@ class DynamoDBStore:
         except self.client.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def add_within(self, name: str, amount: int, limit: int | None, expires_at: float) -> bool:
+        condition = {} if limit is None else {"ConditionExpression": "attribute_not_exists(#amount) OR #amount < :limit"}
+        try:
+            self.client.update_item(
+                TableName=self.keys_table, Key=_item({"pk": "COUNTER", "sk": f"tally:{name}"}),
+                UpdateExpression="ADD #amount :amount SET #ttl = if_not_exists(#ttl, :ttl)", **condition,
+                ExpressionAttributeNames={"#amount": "amount", "#ttl": "ttl"},
+                ExpressionAttributeValues={":amount": _value(amount), ":ttl": _value(int(expires_at)),
+                                           **({} if limit is None else {":limit": _value(limit)})})
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def tally(self, name: str) -> int:
+        item = self._get(self.keys_table, "COUNTER", f"tally:{name}")
+        return 0 if item is None or item["ttl"] < time.time() else int(item["amount"])
+
+    def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
+        self.client.update_item(
+            TableName=self.keys_table, Key=_item({"pk": f"USAGE#{tenant_id}", "sk": f"{row.day}#{row.entry}"}),
+            UpdateExpression="ADD requests :requests, cost_nano_usd :cost, endpoint_ms :ms SET #ttl = :ttl",
+            ExpressionAttributeNames={"#ttl": "ttl"},
+            ExpressionAttributeValues={":requests": _value(row.requests), ":cost": _value(row.cost_nano_usd),
+                                       ":ms": _value(row.endpoint_ms), ":ttl": _value(int(expires_at))})
+
+    def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
+        rows: list[UsageRow] = []
+        start: dict[str, Any] = {}
+        while True:  # "<day>#<entry>": from the first day's first entry to past the last day's last ("$" > "#")
+            reply = self.client.query(
+                TableName=self.keys_table, KeyConditionExpression="pk = :pk AND sk BETWEEN :first AND :last",
+                ExpressionAttributeValues=_item({":pk": f"USAGE#{tenant_id}", ":first": f"{first_day}#",
+                                                 ":last": f"{last_day}$"}), ConsistentRead=True,
+                Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="pk, sk, requests, cost_nano_usd, endpoint_ms", **start)
+            for item in map(_plain, reply.get("Items", [])):
+                day, _, entry = item["sk"].partition("#")
+                rows.append(UsageRow(day, entry, int(item["requests"]), int(item["cost_nano_usd"]), int(item["endpoint_ms"])))
+            if "LastEvaluatedKey" not in reply:
+                return rows
+            start = {"ExclusiveStartKey": reply["LastEvaluatedKey"]}
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
         """One conditional write: the place joins the string set `held` ("<expiry>|<holder>")

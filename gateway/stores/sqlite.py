@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
+from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits, UsageRow
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 from gateway.decisions.idempotency import Entry
@@ -91,6 +91,21 @@ CREATE TABLE IF NOT EXISTS idempotency (
     reply       BLOB,
     expires_at  REAL NOT NULL,
     PRIMARY KEY (tenant_id, key)
+);
+CREATE TABLE IF NOT EXISTS tallies (
+    name       TEXT PRIMARY KEY,
+    amount     INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    tenant_id     TEXT NOT NULL,
+    day           TEXT NOT NULL,
+    entry         TEXT NOT NULL,
+    requests      INTEGER NOT NULL,
+    cost_nano_usd INTEGER NOT NULL,
+    endpoint_ms   INTEGER NOT NULL,
+    expires_at    REAL NOT NULL,
+    PRIMARY KEY (tenant_id, day, entry)
 );
 CREATE TABLE IF NOT EXISTS places (
     name       TEXT NOT NULL,
@@ -233,6 +248,34 @@ class SQLiteStore:
             cursor = db.execute("INSERT INTO counters (name, count, expires_at) VALUES (?, 1, ?)"
                                 " ON CONFLICT(name) DO UPDATE SET count = count + 1 WHERE count < ?", (name, expires_at, limit))
         return cursor.rowcount == 1
+
+    def add_within(self, name: str, amount: int, limit: int | None, expires_at: float) -> bool:
+        """Add `amount` to the tally unless it reached `limit`: one statement, so atomic."""
+        with self._connect() as db:
+            db.execute("DELETE FROM tallies WHERE expires_at < ?", (time.time(),))
+            cursor = db.execute("INSERT INTO tallies (name, amount, expires_at) VALUES (?, ?, ?)"
+                                " ON CONFLICT(name) DO UPDATE SET amount = amount + excluded.amount"
+                                " WHERE ? IS NULL OR amount < ?", (name, amount, expires_at, limit, limit))
+        return cursor.rowcount == 1
+
+    def tally(self, name: str) -> int:
+        with self._connect() as db:
+            row = db.execute("SELECT amount FROM tallies WHERE name = ? AND expires_at >= ?", (name, time.time())).fetchone()
+        return int(row["amount"]) if row is not None else 0
+
+    def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO usage (tenant_id, day, entry, requests, cost_nano_usd, endpoint_ms, expires_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant_id, day, entry) DO UPDATE SET"
+                       " requests = requests + excluded.requests, cost_nano_usd = cost_nano_usd + excluded.cost_nano_usd,"
+                       " endpoint_ms = endpoint_ms + excluded.endpoint_ms, expires_at = excluded.expires_at",
+                       (tenant_id, row.day, row.entry, row.requests, row.cost_nano_usd, row.endpoint_ms, expires_at))
+
+    def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
+        with self._connect() as db:
+            rows = db.execute("SELECT day, entry, requests, cost_nano_usd, endpoint_ms FROM usage WHERE tenant_id = ?"
+                              " AND day BETWEEN ? AND ? ORDER BY day, entry", (tenant_id, first_day, last_day)).fetchall()
+        return [UsageRow(r["day"], r["entry"], r["requests"], r["cost_nano_usd"], r["endpoint_ms"]) for r in rows]
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
         """Take a place of `name` unless `limit` unexpired ones are held: one write transaction."""

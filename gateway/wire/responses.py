@@ -192,6 +192,40 @@ class OutcomeReply(Strict):
     outcome: dict[str, Any]
 
 
+class UsageFigures(Strict):
+    requests: int
+    cost_usd: float
+    endpoint_seconds: float
+
+
+class UsageByDay(UsageFigures):
+    day: str  # YYYY-MM-DD, UTC
+
+
+class UsageByEntry(UsageFigures):
+    entry: str  # a catalog entry's name, "(inline)" or "(chat)"
+
+
+class UsageBudget(Strict):
+    monthly_usd: float | None  # None: no monthly budget
+    month: str  # YYYY-MM, UTC
+    month_spent_usd: float  # spent this month, and reserved by work in flight
+    endpoint_seconds_per_minute: float | None  # None: no rate of work
+
+
+class UsageReport(Strict):
+    """`GET /v1/usage`: what the tenant spent, by day and by entry, and its budgets."""
+
+    object: Literal["usage"]
+    from_: str = Field(alias="from")
+    to: str
+    currency: Literal["USD"]
+    total: UsageFigures
+    by_day: list[UsageByDay]
+    by_entry: list[UsageByEntry]
+    budget: UsageBudget
+
+
 class MintedToken(Strict):
     token: str
     token_id: str

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.auth.store import UsageRow
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".cache" / "tools" / "bin"
 TEMPLATE = ROOT / "template.yaml"
@@ -99,7 +101,9 @@ def test_every_role_is_least_privilege(template):
             if "dynamodb" in json.dumps(statement["Action"]) and re.search(r"KeysTable|TenantsTable", json.dumps(statement["Resource"])):
                 leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
                 assert leading and "*" not in leading, (role, statement)
-                assert "dynamodb:Query" not in as_list(statement["Action"]) or "Keys" not in json.dumps(statement["Resource"])
+                # A Query on the keys table reads one tenant's usage partition, never key items.
+                assert ("dynamodb:Query" not in as_list(statement["Action"]) or "Keys" not in json.dumps(statement["Resource"])
+                        or leading == ["USAGE#*"]), (role, statement)
     assert not any("by_tenant" in json.dumps(s["Resource"]) and "KeysTable" in json.dumps(s["Resource"])
                    for r in ("GatewayFunction", "AuthorizerFunction") for s in roles[r])
     # ECR pull rights name the scorer's repositories, never repository/*.
@@ -212,8 +216,11 @@ def dynamodb_request(operation: str, kwargs: dict) -> dict:
             if token not in _KEYWORDS:
                 attributes.add(names.get(token, token))
     key = kwargs.get("Key") or kwargs.get("Item")
+    leading = key["pk"]["S"] if key else kwargs["ExpressionAttributeValues"][":pk"]["S"]  # a Query names its partition
+    if not key:
+        attributes |= {"pk", "sk"}
     action = "dynamodb:" + "".join(part.capitalize() for part in operation.split("_"))
-    request = {"action": action, "dynamodb:LeadingKeys": [key["pk"]["S"]], "dynamodb:Attributes": sorted(attributes)}
+    request = {"action": action, "dynamodb:LeadingKeys": [leading], "dynamodb:Attributes": sorted(attributes)}
     if action in ("dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem"):
         request["dynamodb:ReturnValues"] = kwargs.get("ReturnValues", "NONE")
     return request
@@ -244,9 +251,14 @@ GATEWAY_WRITES = [
     lambda store: store.claim_request("acme", "0f" * 32, "fp", 1.7e9, 1.6e9),
     lambda store: store.finish_request("acme", "0f" * 32, "fp", b"reply", 1.7e9),
     lambda store: store.drop_request("acme", "0f" * 32, "fp"),
+    lambda store: store.add_within("spend:acme:2026-12", 2_000, 10_000, 1.7e9),
+    lambda store: store.add_within("spend:acme:2026-12", -1_000, None, 1.7e9),
+    lambda store: store.add_usage("acme", UsageRow("2026-12-03", "routing", 1, 1_000, 20), 1.7e9),
 ]
 READS = [lambda store: store.get_api_key("0123456789abcdef"), lambda store: store.token_revoked("acme", "t0k3n", 1.7e9),
          lambda store: store.not_before("tenant:acme")]
+GATEWAY_READS = [*READS, lambda store: store.tally("spend:acme:2026-12"),
+                 lambda store: store.usage("acme", "2026-12-01", "2026-12-31")]
 
 
 def forged(action: str, pk: str, *attributes: str, returns: str = "NONE") -> dict:
@@ -274,6 +286,8 @@ ATTACKS = {
     "edit a not-before": forged("UpdateItem", "NOTBEFORE", "at"),
     "write another item kind": forged("PutItem", "TENANT#acme", "limits"),
     "a key through an idempotency entry": forged("PutItem", "IDEMPOTENCY#acme", "key_hash", "scopes"),
+    "read a key by query": forged("Query", "KEY#0123456789abcdef", "key_hash"),
+    "a key through a usage row": forged("UpdateItem", "USAGE#acme", "key_hash", "scopes"),
     "batch write": {**forged("BatchWriteItem", "KEY#0123456789abcdef", "key_hash"), "action": "dynamodb:BatchWriteItem"},
 }
 
@@ -283,7 +297,7 @@ def test_every_keys_table_write_the_gateway_function_makes_is_allowed_and_no_att
     granted = keys_table_grants(template, "GatewayFunction")
     # When its code writes (a key's last use, a revocation, a "not before", a counter) and reads
     # Then each request is allowed
-    for call in GATEWAY_WRITES + READS:
+    for call in GATEWAY_WRITES + GATEWAY_READS:
         for request in store_writes(call):
             assert allowed_by(granted, request), request
     # And none of what a compromised function would try is

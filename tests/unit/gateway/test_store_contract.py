@@ -270,3 +270,28 @@ def test_a_record_too_large_for_one_item_is_refused_and_not_written(store):
         store.put_record("acme", "huge", 1.0, [], body, clock.time() + 3600)
     assert refused.value.status == 413 and refused.value.size > 400 * 1024
     assert store.get_record("acme", "huge") is None and listed(store, "acme") == []
+
+
+def test_a_tally_adds_while_under_its_limit_and_settles_either_way(tenants):
+    # Given a limit of 100, additions are admitted while the tally is under it (so the last
+    # one admitted may pass it), then refused; a settlement (no limit) always applies.
+    assert [tenants.add_within("spend:acme:2026-12", 40, 100, 4e9) for _ in range(4)] == [True, True, True, False]
+    assert tenants.tally("spend:acme:2026-12") == 120
+    assert tenants.add_within("spend:acme:2026-12", -70, None, 4e9)
+    assert tenants.tally("spend:acme:2026-12") == 50
+    assert tenants.add_within("spend:acme:2026-12", 40, 100, 4e9)
+    assert tenants.tally("spend:globex:2026-12") == 0  # its own tally
+
+
+def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(tenants):
+    from gateway.auth.store import UsageRow
+
+    tenants.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200), 4e9)
+    tenants.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800), 4e9)
+    tenants.add_usage("acme", UsageRow("2026-12-01", "(inline)", 1, 7, 9), 4e9)
+    tenants.add_usage("acme", UsageRow("2026-12-03", "routing", 2, 1, 2), 4e9)
+    tenants.add_usage("globex", UsageRow("2026-12-01", "routing", 1, 99, 99), 4e9)
+    assert tenants.usage("acme", "2026-12-01", "2026-12-02") == [
+        UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000)]
+    assert [r.day for r in tenants.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
+    assert tenants.usage("acme", "2026-12-02", "2026-12-02") == []

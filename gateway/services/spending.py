@@ -1,0 +1,184 @@
+"""Each tenant's spend: reserved before the work, settled after it, summed by day and entry.
+
+A tenant may have a monthly budget (`TenantLimits.monthly_budget_usd`) and a rate of work
+(`endpoint_seconds_per_minute`). Many function instances spend at once, so both live on
+the store's shared tallies (DynamoDB in AWS, the SQLite file locally):
+
+- before any backend call, a request reserves its worst case (every second until its
+  deadline, on the dearest endpoint it may be sent to: `EndpointPool.worst_case`) on
+  the month's tally and on the minute's, each admitted only while its tally is under
+  the limit (one conditional write each);
+- when the work ends, however it ends, the reservation is replaced by what it spent
+  (the pool's meter: every attempt's endpoint time, failed ones included).
+
+Each admission sees every write before it, so a tally passes its limit by at most the
+last admitted request's worst case, however many instances spend at once. A request
+over a limit is refused with 429 naming it before the backend is asked: the month's
+with `insufficient_quota` and Retry-After at the month's end (UTC), the minute's with
+Retry-After at the next minute.
+
+The settled figures are also added to the tenant's usage by day (UTC) and entry, which
+`GET /v1/usage` reads: a request's cost is split evenly among the entries it names (each
+catalog entry, `(inline)` for questions that named none, `(chat)` for a chat).
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.auth.store import TenantLimits, TenantStore, UsageRow
+from gateway.decisions.cost import Cost, Meter
+from gateway.errors import BackendUnavailable, BudgetExhausted, InvalidRequest, RateLimited
+
+log = logging.getLogger("gateway.spending")
+
+NANO_PER_USD = 1_000_000_000  # tallies hold integers, so concurrent additions never round
+USAGE_RETENTION_DAYS = 400  # a year of usage by day, and the month before it
+MAX_USAGE_DAYS = 92  # one GET /v1/usage reads at most this many days
+INLINE_ENTRY, CHAT_ENTRY = "(inline)", "(chat)"
+
+
+def nano_usd(usd: float) -> int:
+    return math.ceil(usd * NANO_PER_USD)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    amount: int
+
+
+class Spending:
+    def __init__(self, store: TenantStore, limits: Callable[[str], TenantLimits], *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.limits = limits
+        self.clock = clock
+
+    @contextmanager
+    def spend(self, tenant_id: str, worst: Cost, entries: Sequence[str]) -> Iterator[Meter]:
+        """Reserve `worst` within the tenant's budgets (or 429), and yield the meter the work
+        adds its endpoint time to; when the work ends, settle what the meter holds."""
+        now = self.clock()
+        limits = _checked(lambda: self.limits(tenant_id))
+        reserved = self._reserve(tenant_id, limits, worst, now)
+        meter = Meter()
+        try:
+            yield meter
+        finally:
+            self._settle(tenant_id, reserved, meter, entries, now)
+
+    def _reserve(self, tenant_id: str, limits: TenantLimits, worst: Cost, now: float) -> list[Reservation]:
+        reserved: list[Reservation] = []
+        if limits.monthly_budget_usd is not None:
+            month = Reservation(f"spend:{tenant_id}:{_month(now)}", nano_usd(worst.usd))
+            if not _checked(lambda: self.store.add_within(month.name, month.amount, nano_usd(limits.monthly_budget_usd),
+                                                          _next_month(now) + 35 * 86400)):
+                raise self._over_budget(tenant_id, limits.monthly_budget_usd, now)
+            reserved.append(month)
+        if limits.endpoint_seconds_per_minute is not None:
+            start = math.floor(now / 60) * 60
+            minute = Reservation(f"work:{tenant_id}:{start:.0f}", math.ceil(worst.endpoint_seconds * 1000))
+            if not _checked(lambda: self.store.add_within(minute.name, minute.amount,
+                                                          round(limits.endpoint_seconds_per_minute * 1000), start + 3600)):
+                self._give_back(reserved)
+                raise RateLimited(
+                    f"this tenant may use {limits.endpoint_seconds_per_minute:g} s of model endpoint time a minute, and"
+                    f" this minute's is used or reserved (each request reserves up to {worst.endpoint_seconds:g} s, its"
+                    " deadline, until it ends); retry in the next minute", max(1, math.ceil(start + 60 - now)))
+            reserved.append(minute)
+        return reserved
+
+    def _over_budget(self, tenant_id: str, budget: float, now: float) -> BudgetExhausted:
+        spent = self.month_spent_usd(tenant_id, now)
+        ends = _next_month(now)
+        return BudgetExhausted(
+            f"this tenant's budget is {budget:.2f} USD a month and {spent:.4f} USD of {_month(now)}'s is spent or"
+            f" reserved by work in flight; it renews on {time.strftime('%Y-%m-%d', time.gmtime(ends))} (UTC),"
+            " or an operator can raise it", max(1, math.ceil(ends - now)))
+
+    def month_spent_usd(self, tenant_id: str, now: float | None = None) -> float:
+        """This month's tally: spent, and reserved by work in flight."""
+        when = self.clock() if now is None else now
+        return _checked(lambda: self.store.tally(f"spend:{tenant_id}:{_month(when)}")) / NANO_PER_USD
+
+    def _settle(self, tenant_id: str, reserved: list[Reservation], meter: Meter, entries: Sequence[str],
+                started: float) -> None:
+        cost = meter.cost()
+        actual = {"spend": nano_usd(cost.usd), "work": math.ceil(cost.endpoint_seconds * 1000)}
+        try:
+            for reservation in reserved:
+                change = actual[reservation.name.partition(":")[0]] - reservation.amount
+                self.store.add_within(reservation.name, change, None, started + 86400)
+            self._add_usage(tenant_id, entries or (INLINE_ENTRY,), actual["spend"], actual["work"], started)
+        except Exception:  # the answer is not lost for it; a reservation left over over-counts, never under
+            log.exception("spend could not be settled", extra={"tenant_id": tenant_id})
+
+    def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float) -> None:
+        day = time.strftime("%Y-%m-%d", time.gmtime(started))
+        names = sorted(set(entries))
+        for position, entry in enumerate(names):
+            first = position == 0  # the remainder of an even split goes to the first entry
+            share = UsageRow(day, entry, 1, cost // len(names) + (cost % len(names) if first else 0),
+                             endpoint_ms // len(names) + (endpoint_ms % len(names) if first else 0))
+            self.store.add_usage(tenant_id, share, started + USAGE_RETENTION_DAYS * 86400)
+
+    def _give_back(self, reserved: list[Reservation]) -> None:
+        for reservation in reserved:
+            _checked(lambda r=reservation: self.store.add_within(r.name, -r.amount, None, self.clock() + 86400))
+
+    def usage(self, tenant_id: str, first_day: str, last_day: str, limits: TenantLimits) -> dict[str, Any]:
+        """The tenant's usage between two days (inclusive): totals, by day, by entry, and its budgets."""
+        first, last = _day(first_day, "from"), _day(last_day, "to")
+        if last < first or (last - first) / 86400 >= MAX_USAGE_DAYS:
+            raise InvalidRequest.at(["query", "from"], f"'from' must not be after 'to', and one request reads at most"
+                                    f" {MAX_USAGE_DAYS} days")
+        rows = _checked(lambda: self.store.usage(tenant_id, first_day, last_day))
+        return {"object": "usage", "from": first_day, "to": last_day, "currency": "USD",
+                "total": _figures(rows), "by_day": _grouped(rows, "day"), "by_entry": _grouped(rows, "entry"),
+                "budget": {"monthly_usd": limits.monthly_budget_usd, "month": _month(self.clock()),
+                           "month_spent_usd": round(self.month_spent_usd(tenant_id), 9),
+                           "endpoint_seconds_per_minute": limits.endpoint_seconds_per_minute}}
+
+
+def _figures(rows: Sequence[UsageRow]) -> dict[str, Any]:
+    return {"requests": sum(r.requests for r in rows),
+            "cost_usd": round(sum(r.cost_nano_usd for r in rows) / NANO_PER_USD, 9),
+            "endpoint_seconds": round(sum(r.endpoint_ms for r in rows) / 1000, 3)}
+
+
+def _grouped(rows: Sequence[UsageRow], by: str) -> list[dict[str, Any]]:
+    keys = sorted({getattr(r, by) for r in rows})
+    return [{by: key, **_figures([r for r in rows if getattr(r, by) == key])} for key in keys]
+
+
+def _day(text: str, name: str) -> float:
+    try:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        raise InvalidRequest.at(["query", name], f"{name!r} must be a day as YYYY-MM-DD") from None
+
+
+def _month(when: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(when))
+
+
+def _next_month(when: float) -> float:
+    year, month = time.gmtime(when)[:2]
+    return calendar.timegm((year + month // 12, month % 12 + 1, 1, 0, 0, 0))
+
+
+def _checked(call: Callable[[], Any]) -> Any:
+    """A store that cannot be reached: 503 (nothing is admitted unchecked)."""
+    try:
+        return call()
+    except Exception:
+        log.exception("the tenant's budgets could not be checked")
+        raise BackendUnavailable("budgets cannot be checked right now; retry shortly", retry_after=2) from None

@@ -1,0 +1,206 @@
+"""Each tenant's spend budgets and usage, through the handler, on a real SQLite store shared
+by several function instances (as many Lambda instances share DynamoDB)."""
+
+from __future__ import annotations
+
+import calendar
+import threading
+import time
+
+import pytest
+
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, event
+from gateway.auth.authenticate import Authenticator
+from gateway.auth.credentials import Principal
+from gateway.auth.tenants import set_limits
+from gateway.composition import build_runtime
+from gateway.decisions.cost import worst_case
+from gateway.handler import GatewayFunction
+from gateway.settings import GatewaySettings
+from gateway.stores.sqlite import SQLiteStore
+from tests.gateway_helpers import call, register_credentials, tenant_store
+
+ACME = {**PRINCIPAL, "scopes": "decide chat catalogs:read"}
+GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
+DECISION = {"model": "jev-latest", "state": "I was charged twice.",
+            "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}}
+CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+DEADLINE_S = 2.0
+USD_PER_HOUR = 360.0  # ten cents a second: figures easy to read
+WORST = worst_case(DEADLINE_S, USD_PER_HOUR / 3600).usd
+
+
+class SlowBackend(UniformBackend):
+    """Answers after `seconds` (the endpoint time a decision costs), counting its calls."""
+
+    def __init__(self, seconds: float = 0.02) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def invoke(self, endpoint, body, route, request_id=""):
+        time.sleep(self.seconds)
+        return super().invoke(endpoint, body, route, request_id)
+
+
+def priced_settings() -> GatewaySettings:
+    pool = [{"name": "dg-cpu", "usd_per_hour": USD_PER_HOUR}]
+    return GatewaySettings.model_validate({
+        "region": "us-east-1", "routing": {"deadline_s": DEADLINE_S},
+        "models": [{"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"], "endpoints": pool},
+                   {"name": "chat-default", "serves": ["chat"], "endpoints": pool}]})
+
+
+def function(path, backend) -> GatewayFunction:
+    """One function instance over the SQLite file at `path`, with its own connection."""
+    return GatewayFunction(build_runtime(priced_settings(), backend, authenticator=Authenticator(SQLiteStore(path))))
+
+
+@pytest.fixture
+def path(tmp_path):
+    store = tenant_store(tmp_path / "g.db", "acme", "globex")
+    register_credentials(store, ACME, GLOBEX)
+    for tenant in ("acme", "globex"):
+        set_limits(store, tenant, rate_per_s=1000, burst=1000, max_in_flight=100)
+    return tmp_path / "g.db"
+
+
+def month_tally(path, tenant="acme") -> float:
+    return SQLiteStore(path).tally(f"spend:{tenant}:{time.strftime('%Y-%m', time.gmtime())}") / 1e9
+
+
+def test_a_decision_settles_what_it_spent_and_the_usage_report_shows_it(path):
+    # Given a tenant with a budget, when it asks one decision and one chat, then the month's
+    # tally holds what they cost (the reservation replaced), and /v1/usage reports them by
+    # day and by entry with the same total as the answers' usage.
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=10.0)
+    handler = function(path, SlowBackend(0.05))
+    status, _, answer = call(event("POST", "/v1/systemone", DECISION), handler)
+    assert status == 200
+    assert call(event("POST", "/v1/chat/completions", CHAT), handler)[0] == 200
+    spent = month_tally(path)
+    assert 0.005 <= spent < 0.05 and answer["usage"]["x_cost_usd"] <= spent
+    status, _, report = call(event("GET", "/v1/usage", principal=ACME), handler)
+    assert status == 200, report
+    assert report["total"]["requests"] == 2 and report["total"]["cost_usd"] == pytest.approx(spent, abs=1e-8)
+    assert [e["entry"] for e in report["by_entry"]] == ["(chat)", "(inline)"]
+    assert [d["day"] for d in report["by_day"]] == [time.strftime("%Y-%m-%d", time.gmtime())]
+    assert report["by_entry"][1]["cost_usd"] == pytest.approx(answer["usage"]["x_cost_usd"], abs=1e-8)
+    assert report["budget"] == {"monthly_usd": 10.0, "month": time.strftime("%Y-%m", time.gmtime()),
+                                "month_spent_usd": pytest.approx(spent, abs=1e-8), "endpoint_seconds_per_minute": None}
+
+
+def test_a_tenant_over_its_budget_gets_429_naming_it_before_any_backend_call(path):
+    # Given a budget below one request's worst case, the first request is admitted (the
+    # tally was under it) and the next is refused with insufficient_quota, at once.
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.001)
+    backend = SlowBackend()
+    handler = function(path, backend)
+    assert call(event("POST", "/v1/systemone", DECISION), handler)[0] == 200
+    status, headers, body = call(event("POST", "/v1/systemone", DECISION), handler)
+    assert status == 429 and len(backend.calls) == 1
+    assert body["detail"]["error_type"] == "budget_exhausted" and "0.00 USD a month" in body["detail"]["message"]
+    assert headers["x-should-retry"] == "false"
+    now = time.gmtime()
+    month_end = calendar.timegm((now.tm_year + now.tm_mon // 12, now.tm_mon % 12 + 1, 1, 0, 0, 0))
+    assert abs(int(headers["retry-after"]) - (month_end - time.time())) < 60
+    status, _, body = call(event("POST", "/v1/chat/completions", CHAT), handler)
+    assert status == 429 and body["error"]["type"] == "insufficient_quota" and len(backend.calls) == 1
+    assert call(event("POST", "/v1/systemone", DECISION, principal=GLOBEX), handler)[0] == 200  # its own budget
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=None)  # an operator lifts it
+    assert call(event("POST", "/v1/systemone", DECISION), function(path, backend))[0] == 200
+
+
+def test_a_concurrent_burst_from_many_instances_overshoots_by_at_most_one_worst_case(path):
+    # Given four function instances and 24 decisions at once, each reserving its worst case
+    # (2 s at ten cents a second) against a budget of 30 cents, then the tally (spent plus
+    # reserved) never passes the budget by more than one worst case, every refusal came
+    # before a backend call, and what was spent is what the usage report says.
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.3)
+    backend = SlowBackend(0.05)
+    handlers = [function(path, backend) for _ in range(4)]
+    peak, statuses, lock = [0.0], [], threading.Lock()
+    start = threading.Barrier(24)
+
+    def one(handler):
+        start.wait()
+        status = call(event("POST", "/v1/systemone", DECISION), handler)[0]
+        with lock:
+            statuses.append(status)
+            peak[0] = max(peak[0], month_tally(path))
+
+    threads = [threading.Thread(target=one, args=(handlers[i % 4],)) for i in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    admitted = statuses.count(200)
+    assert statuses.count(429) == 24 - admitted and 2 <= admitted and len(backend.calls) == admitted
+    assert peak[0] <= 0.3 + WORST
+    spent = month_tally(path)
+    assert spent <= 0.3 + WORST and spent == pytest.approx(call(event("GET", "/v1/usage", principal=ACME), handlers[0])[2]["total"]["cost_usd"])
+
+
+def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(path):
+    # Given 1 endpoint-second a minute and a worst case of 2 s, while one decision is in
+    # flight (reserving 2 s) a second waits for the next minute: 429 with Retry-After.
+    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=1.0)
+    gate, inside = threading.Event(), threading.Semaphore(0)
+
+    class Held(SlowBackend):
+        def invoke(self, endpoint, body, route, request_id=""):
+            inside.release()
+            assert gate.wait(30)
+            return super().invoke(endpoint, body, route, request_id)
+
+    backend = Held()
+    handler = function(path, backend)
+    worker = threading.Thread(target=lambda: call(event("POST", "/v1/systemone", DECISION), handler))
+    worker.start()
+    assert inside.acquire(timeout=30)
+    status, headers, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend))
+    gate.set()
+    worker.join(30)
+    assert status == 429 and 1 <= int(headers["retry-after"]) <= 60
+    assert "1 s of model endpoint time a minute" in body["detail"]["message"] and len(backend.calls) == 1
+
+
+def test_a_request_that_fails_on_the_endpoint_still_settles_its_time(path):
+    # The endpoint was held until it failed: that time is spent, the reservation is not.
+    from gateway.backends.base import EndpointFailed
+
+    class Failing(SlowBackend):
+        def invoke(self, endpoint, body, route, request_id=""):
+            time.sleep(0.05)
+            raise EndpointFailed(endpoint.name, "broken")
+
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=10.0)
+    assert call(event("POST", "/v1/systemone", DECISION), function(path, Failing()))[0] == 502
+    assert 0.005 <= month_tally(path) < 0.05
+
+
+def test_usage_needs_a_scope_that_may_read_catalog_names_and_checks_its_days(path):
+    handler = function(path, SlowBackend())
+    status, _, body = call(event("GET", "/v1/usage", principal=GLOBEX), handler)  # decide and chat only
+    assert status == 403 and "catalogs:read" in body["detail"]["message"]
+    for query, field in (("from=2026-13-01", "from"), ("from=2026-12-05&to=2026-12-01", None),
+                         ("from=2026-01-01&to=2026-12-31", None), ("to=yesterday", "to")):
+        status, _, body = call(event("GET", f"/v1/usage?{query}", principal=ACME), handler)
+        assert status == 422, (query, body)
+        assert field is None or field in str(body)
+
+
+def test_the_store_unreachable_refuses_with_503_rather_than_admitting_unchecked(path):
+    runtime = build_runtime(priced_settings(), SlowBackend(), authenticator=Authenticator(SQLiteStore(path)))
+    set_limits(runtime.authenticator.store, "acme", monthly_budget_usd=10.0)
+
+    def broken(*args):
+        raise OSError("disk gone")
+
+    runtime.spending.store.add_within = broken
+    assert runtime.spending is not None
+    principal = Principal("acme", frozenset({"decide"}), None, "k", None)
+    with pytest.raises(Exception) as refused:
+        with runtime.spending.spend(principal.tenant_id, worst_case(1.0, 1.0), ["(inline)"]):
+            pass
+    assert getattr(refused.value, "status", None) == 503
