@@ -17,7 +17,9 @@ are printed once, to stdout, and never logged.
     revoke-tokens --tenant ID | --principal ARN   (every token minted until now)
     set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
                [--max-request-tokens N] [--max-chat-tokens N] [--max-in-flight N]
+               [--monthly-budget-usd USD|none] [--endpoint-seconds-per-minute S|none]
                [--usage-plan API_ID:STAGE]
+    usage ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]   (spend by day and entry, and the budgets)
     new-signing-key --file PATH        (creates or rotates a local signing key document)
     new-record-key --file PATH [--retention-days N]   (rotates the records' state-hash keys, keeping
                                        every earlier one for the retention, so old records still verify)
@@ -93,9 +95,15 @@ def _tenant_commands(commands: Any) -> None:
     for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
                        ("max-request-tokens", int), ("max-chat-tokens", int), ("max-in-flight", int)):
         c.add_argument(f"--{name}", type=kind)
+    for name in ("monthly-budget-usd", "endpoint-seconds-per-minute"):  # "none" lifts the limit
+        c.add_argument(f"--{name}", type=_float_or_none, default=_UNCHANGED)
     c.add_argument("--usage-plan", metavar="API_ID:STAGE",
                    help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
                         " 'local' for the local runner); without one a tenant shares the default bucket")
+    c = commands.add_parser("usage")
+    c.add_argument("tenant_id")
+    c.add_argument("--from", dest="first")
+    c.add_argument("--to", dest="last")
 
 
 def _credential_commands(commands: Any) -> None:
@@ -168,7 +176,12 @@ def _new_key(args: argparse.Namespace) -> dict[str, Any]:
     return {"file": str(path), "current": parsed["current"], "keys": sum(1 for k in parsed if k.startswith("key:"))}
 
 
-TENANT_COMMANDS = ("create-tenant", "map-principal", "unmap-principal", "issue-key", "set-limits", "verify-record")
+TENANT_COMMANDS = ("create-tenant", "map-principal", "unmap-principal", "issue-key", "set-limits", "usage", "verify-record")
+_UNCHANGED = object()  # an optional limit not given on the command line
+
+
+def _float_or_none(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
@@ -202,6 +215,8 @@ def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
         _out({"key_id": key.key_id, "api_key": key.secret, "note": "shown once; only its hash is stored"})
     elif args.command == "set-limits":
         _out(_set_limits(args, store))
+    elif args.command == "usage":
+        _out(_usage(args, store))
     elif args.command == "verify-record":
         _out(_verify_record(args, store))
 
@@ -268,6 +283,8 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
                                                       "max_request_tokens", "max_chat_tokens", "max_in_flight")
                if getattr(args, name) is not None}
+    changes.update({name: getattr(args, name) for name in ("monthly_budget_usd", "endpoint_seconds_per_minute")
+                    if getattr(args, name) is not _UNCHANGED})
     tenant = tenants.set_limits(store, args.tenant_id, **changes)
     if args.usage_plan == "local":
         import secrets
@@ -285,6 +302,18 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     limits = tenant.limits.as_json()
     limits.pop("usage_key", None)  # an identifier, not a secret, but it has no business in terminals
     return {"tenant_id": tenant.tenant_id, "limits": limits, "usage_plan": bool(tenant.limits.usage_key)}
+
+
+def _usage(args: argparse.Namespace, store: Any) -> dict[str, Any]:
+    """What the tenant spent, as GET /v1/usage answers it (the operator's view of any tenant)."""
+    from gateway.services.spending import Spending
+
+    tenant = store.get_tenant(args.tenant_id)
+    if tenant is None:
+        raise ValueError(f"no tenant {args.tenant_id!r}")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    return Spending(store, lambda _: tenant.limits).usage(args.tenant_id, args.first or today[:8] + "01",
+                                                          args.last or today, tenant.limits)
 
 
 def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str, Any]:

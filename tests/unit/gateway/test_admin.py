@@ -54,3 +54,17 @@ def test_mistakes_are_refused_with_a_message_and_status_2(where, capsys):
     assert admin.main([*where, "issue-key", "--tenant", "ghost", "--scopes", "decide"]) == 2
     assert admin.main([*where, "map-principal", "not-an-arn", "--tenant", "x", "--scopes", "decide"]) == 2
     assert "admin:" in capsys.readouterr().err
+
+
+def test_an_operator_sets_sees_and_lifts_a_tenants_budgets(where, capsys):
+    run(capsys, *where, "create-tenant", "acme")
+    [limits] = run(capsys, *where, "set-limits", "acme", "--monthly-budget-usd", "25", "--endpoint-seconds-per-minute",
+                   "90")
+    assert limits["limits"] == {"monthly_budget_usd": 25.0, "endpoint_seconds_per_minute": 90.0}
+    [report] = run(capsys, *where, "usage", "acme", "--from", "2026-12-01", "--to", "2026-12-31")
+    assert report["total"] == {"requests": 0, "cost_usd": 0.0, "endpoint_seconds": 0.0}
+    assert report["budget"]["monthly_usd"] == 25.0
+    [limits] = run(capsys, *where, "set-limits", "acme", "--monthly-budget-usd", "none")
+    assert limits["limits"] == {"endpoint_seconds_per_minute": 90.0}
+    assert admin.main([*where, "set-limits", "acme", "--monthly-budget-usd", "-1"]) == 2
+    assert admin.main([*where, "usage", "ghost"]) == 2
