@@ -5,9 +5,13 @@ how much memory it holds, and the same requests through LiteLLM's proxy, in one 
    backend an in-process fake that answers instantly, against calling that fake
    directly. The difference is the gateway's own time (validation, codecs, routing,
    rendering, logging, metrics).
-2. Cold start, in fresh processes: importing `gateway.handler`, then the first request
-   through the real boto3 SageMaker client to an instant HTTP backend; and the RSS after
-   that first request and after a burst (the function runs in a 256 MB Lambda).
+2. Cold start, in fresh processes, of the function's artifact as `sam build` makes it
+   (`make build-GatewayFunction`, for this machine's architecture): importing
+   `gateway.handler` (which builds the function, as in Lambda's init phase), then the
+   first request through the real botocore SageMaker client to an instant HTTP backend;
+   and the RSS after that first request and after a burst (the function runs in a 256 MB
+   Lambda). The same artifact without its bytecode runs beside it, as a read-only code
+   folder without it would compile every module at every cold start.
 3. Over HTTP, against an instant HTTP backend: direct, through the gateway's local
    runner (the stand-in for API Gateway, with the authorizer on every call), and
    through LiteLLM's proxy (OpenAI provider, no auth), for the same chat request.
@@ -20,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,7 +149,21 @@ print(json.dumps({"import_s": imported, "init_s": init, "first_request_s": first
 """
 
 
+def artifacts() -> dict[str, Path]:
+    """The function's artifact as `sam build` makes it, and a copy without its bytecode."""
+    base = ROOT / "build" / "bench-gateway"
+    shipped, bare = base / "artifact", base / "artifact-without-bytecode"
+    shutil.rmtree(base, ignore_errors=True)
+    arch = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
+    progress(f"  building the function's artifact ({arch}) in {shipped.relative_to(ROOT)}")
+    subprocess.run(["make", "-s", "build-GatewayFunction", f"ARTIFACTS_DIR={shipped}", f"LAMBDA_ARCH={arch}",
+                    f"PYTHON={sys.executable}"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    shutil.copytree(shipped, bare, ignore=shutil.ignore_patterns("__pycache__"))
+    return {"shipped": shipped, "without_bytecode": bare}
+
+
 def cold_start(runs: int, burst: int, backend_url: str) -> dict:
+    """Each artifact's cold start, runs interleaved (so a busy moment hurts both alike)."""
     from devkit.gateway_stack import event
 
     models = {"models": [
@@ -151,19 +171,26 @@ def cold_start(runs: int, burst: int, backend_url: str) -> dict:
          "endpoints": [{"name": "bench", "endpoint_url": backend_url}]},
         {"name": "chat-default", "serves": ["chat"], "endpoints": [{"name": "bench", "endpoint_url": backend_url}]},
     ]}
+    # As in Lambda: the function is built in the init phase, and nothing writes bytecode.
     env = {**os.environ, "GATEWAY_MODELS": json.dumps(models), "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-           "AWS_DEFAULT_REGION": "us-east-1", "BURST": str(burst), "PYTHONPATH": str(ROOT),
-           "AWS_LAMBDA_FUNCTION_NAME": "bench-gateway"}  # as in Lambda: the function is built in the init phase
+           "AWS_DEFAULT_REGION": "us-east-1", "BURST": str(burst), "AWS_LAMBDA_FUNCTION_NAME": "bench-gateway",
+           "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("AWS_PROFILE", None)
     events = {"first": event("POST", "/v1/systemone", SYSTEM_ONE),
               "burst": [event("POST", "/v1/systemone", SYSTEM_ONE), event("POST", "/v1/decisions", DECISIONS),
                         event("POST", "/v1/chat/completions", CHAT), event("GET", "/v1/models")]}
-    samples = []
+    built = artifacts()
+    samples: dict[str, list[dict]] = {name: [] for name in built}
     for i in range(runs):
         progress(f"  cold start {i + 1}/{runs}")
-        out = subprocess.run([sys.executable, "-c", _COLD_CHILD], input=json.dumps(events), capture_output=True, text=True,
-                             env=env, cwd=ROOT, timeout=300, check=True)
-        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for name, folder in built.items():  # the artifact is the code folder: its packages shadow the checkout's
+            out = subprocess.run([sys.executable, "-c", _COLD_CHILD], input=json.dumps(events), capture_output=True,
+                                 text=True, env={**env, "PYTHONPATH": str(folder)}, cwd=folder, timeout=300, check=True)
+            samples[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {name: summary(found, burst) for name, found in samples.items()}
+
+
+def summary(samples: list[dict], burst: int) -> dict:
     assert all(s["status"] == 200 for s in samples)
     return {
         "import_p50_ms": statistics.median(s["import_s"] for s in samples) * 1000,
@@ -173,7 +200,7 @@ def cold_start(runs: int, burst: int, backend_url: str) -> dict:
         "rss_after_first_request_mb": max(s["rss_cold_mb"] for s in samples),
         "rss_after_burst_mb": max(s["rss_burst_mb"] for s in samples),
         "burst_requests": burst,
-        "runs": runs,
+        "runs": len(samples),
     }
 
 
@@ -323,7 +350,8 @@ def main() -> int:
     report["handler_overhead"] = handler_overhead(args.requests)
     with FakeBackendServer() as backend:
         progress("2/3 cold start and memory (fresh processes)")
-        report["cold_start"] = cold_start(args.cold_runs, args.burst, backend.url)
+        cold = cold_start(args.cold_runs, args.burst, backend.url)
+        report["cold_start"], report["cold_start_without_bytecode"] = cold["shipped"], cold["without_bytecode"]
         progress("3/3 over HTTP")
         report["over_http"] = over_http(args.requests, backend.url, not args.no_litellm)
     (REPORTS / "bench_gateway.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -337,6 +365,10 @@ def main() -> int:
     print(f"\nCold start (median of {cold['runs']} fresh processes): import {cold['import_p50_ms']:.0f} ms, init"
           f" {cold['init_p50_ms']:.0f} ms, first request {cold['first_request_p50_ms']:.0f} ms, total"
           f" {cold['cold_total_p50_ms']:.0f} ms")
+    bare = report["cold_start_without_bytecode"]
+    print(f"Without its bytecode: import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
+          f" {bare['first_request_p50_ms']:.0f} ms, total {bare['cold_total_p50_ms']:.0f} ms"
+          f" (with / without: {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x)")
     print(f"RSS: {cold['rss_after_first_request_mb']:.0f} MB after the first request, "
           f"{cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more (Lambda: 256 MB)")
     http = report["over_http"]

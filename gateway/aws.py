@@ -1,4 +1,4 @@
-"""The boto3 clients for the AWS services the gateway itself reads and writes (DynamoDB,
+"""The AWS clients for the AWS services the gateway itself reads and writes (DynamoDB,
 Secrets Manager, SSM, API Gateway), made in one place.
 
 `GATEWAY_AWS_ENDPOINT_URL` points all of them at one endpoint instead of AWS's: under
@@ -11,6 +11,7 @@ the model settings.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 ENDPOINT_URL_VARIABLE = "GATEWAY_AWS_ENDPOINT_URL"
@@ -26,12 +27,36 @@ def hot_path_config() -> Any:
     return Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 2, "mode": "standard"})
 
 
-def client(service: str, *, hot_path: bool = False) -> Any:
-    import boto3
-
-    options: dict[str, Any] = {}
+def client(service: str, *, hot_path: bool = False, **options: Any) -> Any:
+    """A botocore client of the shared session (boto3 is never imported: its resources,
+    and the S3 transfer manager it loads, cost every cold start tens of milliseconds)."""
     if endpoint_url := os.environ.get(ENDPOINT_URL_VARIABLE, "").strip():
-        options["endpoint_url"] = endpoint_url
+        options.setdefault("endpoint_url", endpoint_url)
     if hot_path:
         options["config"] = hot_path_config()
-    return boto3.client(service, **options)
+    return session().create_client(service, **options)
+
+
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
+def session() -> Any:
+    """One botocore session for every client: its loader reads each service model, the
+    endpoint rules and the partitions once, not once a client (most of what building a
+    client costs). Credentials are resolved per client, by botocore's provider chain."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            import botocore.session
+
+            _SESSION = botocore.session.get_session()
+        return _SESSION
+
+
+def reset_session() -> None:
+    """Forget the shared session, so the next client reads the environment again (tests that
+    change it, as moto resets boto3's default session; a function's environment never changes)."""
+    global _SESSION
+    with _SESSION_LOCK:
+        _SESSION = None

@@ -90,10 +90,12 @@ def build_stores(settings: AuthSettings) -> Stores | None:
 
         return SQLiteStore(settings.sqlite_path).stores()
     if settings.tenants_table and settings.keys_table:
+        from gateway import aws
         from gateway.stores.dynamodb import DynamoDBStore
 
-        return DynamoDBStore(settings.tenants_table, settings.keys_table, catalogs_table=settings.catalogs_table,
-                             records_table=settings.records_table).stores()
+        # The client is built now (Lambda's init phase): pure set-up, no call is made.
+        return DynamoDBStore(settings.tenants_table, settings.keys_table, aws.client("dynamodb", hot_path=True),
+                             catalogs_table=settings.catalogs_table, records_table=settings.records_table).stores()
     return None
 
 
@@ -103,7 +105,10 @@ def build_authenticator(settings: AuthSettings, stores: Stores | None = None) ->
         return None
     keys = None
     if settings.signing_secret_id:
-        keys = secrets_manager_key_ring(settings.signing_secret_id)
+        from gateway import aws
+
+        # The client now, the secret on first use: a key read in the init phase would outlive rotation in a snapshot.
+        keys = secrets_manager_key_ring(settings.signing_secret_id, aws.client("secretsmanager", hot_path=True))
     elif settings.signing_keys_file:
         keys = file_key_ring(settings.signing_keys_file)
     return Authenticator(stores.tenants, keys, revocations=RevocationCheck(stores.tenants,
@@ -113,7 +118,9 @@ def build_authenticator(settings: AuthSettings, stores: Stores | None = None) ->
 def build_record_keys(settings: AuthSettings) -> KeyRing | None:
     """The records' state-hash keys (never the signing keys: those rotate out in a day)."""
     if settings.record_key_secret_id:
-        return secrets_manager_key_ring(settings.record_key_secret_id)
+        from gateway import aws
+
+        return secrets_manager_key_ring(settings.record_key_secret_id, aws.client("secretsmanager", hot_path=True))
     if settings.record_keys_file:
         return file_key_ring(settings.record_keys_file)
     return None

@@ -34,6 +34,15 @@ def without_the_developers_environment(environ: dict[str, str]) -> None:
 
 
 without_the_developers_environment(os.environ)  # before any test module is imported
+
+
+@pytest.fixture(autouse=True)
+def fresh_aws_session() -> Iterator[None]:
+    """Each test's AWS clients read its own environment (and moto's handlers, when it mocks)."""
+    from gateway import aws
+
+    aws.reset_session()
+    yield
 # A well-formed API key used by tests that exercise credentials: no test output, log line,
 # metric or error body may ever contain it (checked after every test, below).
 CANARY_KEY = "dgk_ca11ab1eca11ab1e_" + ("Canary" * 8)[:43]

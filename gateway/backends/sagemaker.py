@@ -1,4 +1,4 @@
-"""The SageMaker invoker: boto3 `sagemaker-runtime` InvokeEndpoint.
+"""The SageMaker invoker: botocore `sagemaker-runtime` InvokeEndpoint.
 
 botocore's own retries are off (one attempt) and timeouts are explicit, so the gateway
 owns the retry budget. Errors are classified as SageMaker documents them:
@@ -132,21 +132,7 @@ def _default_client(endpoint: Endpoint) -> Any:
         tcp_keepalive=True,
         max_pool_connections=16,
     )
-    return _session().client("sagemaker-runtime", region_name=endpoint.region, endpoint_url=endpoint.endpoint_url,
-                             config=config)
+    from gateway import aws
 
-
-_SESSION: Any = None
-_SESSION_LOCK = threading.Lock()
-
-
-def _session() -> Any:
-    """One boto3 session for every endpoint's client: its loader reads the service model and
-    the endpoint rules once, not once a client (most of what building a client costs)."""
-    global _SESSION
-    with _SESSION_LOCK:
-        if _SESSION is None:
-            import boto3
-
-            _SESSION = boto3.session.Session()
-        return _SESSION
+    return aws.session().create_client("sagemaker-runtime", region_name=endpoint.region,
+                                       endpoint_url=endpoint.endpoint_url, config=config)
