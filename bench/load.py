@@ -15,6 +15,14 @@ of API Gateway's), then while it floods with no per-tenant throttle at all. The 
 clients wait 1 s after a 429, as the SDKs do when told Retry-After. The quiet tenant's p50 in the three runs, as ratios to the
 first, is what per-tenant throttling buys.
 
+Every pool run also reconciles what it cost. Each scorer is priced as one instance of the
+cheapest CPU type in gateway/decisions/prices.json, and each run's tenant has a monthly
+budget, so its spend goes through the shared tally. Three counts of one run are set side
+by side: the endpoint-seconds the pool was up (what an instance pool pays for, idle time
+included), the endpoint-seconds its decision records carry (answered decisions only), and
+the tenant's spend ledger (`GET /v1/usage`: every request that reached an endpoint,
+failed attempts included) with its month's tally.
+
 Writes reports/bench_load.json and reports/bench_load.png.
 """
 
@@ -116,7 +124,7 @@ def main() -> int:
     from devkit.models import SMOLLM2_DIR
     from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
-    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
     from gateway.authorizer import Authorizer
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
@@ -127,31 +135,44 @@ def main() -> int:
     levels = [int(x) for x in args.levels.split(",") if x]
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
     store = SQLiteStore(tmp / "gateway.db")
-    create_tenant(store, "bench")
-    key = issue_api_key(store, "bench", ["decide"]).secret
     authorize = Authorizer(Authenticator(store))
     model = {"SM_LLAMA_CPP_MODEL_DIR": str(SMOLLM2_DIR)}
     rows = []
     for phase in ("steady", "first killed halfway"):
         for level in levels:
             progress(f"{phase}: concurrency {level}, {args.requests} requests")
+            tenant = f"bench-{len(rows)}"  # a tenant per run: its records and ledger are this run's
+            create_tenant(store, tenant)
+            set_limits(store, tenant, rate_per_s=1000, burst=1000, max_in_flight=64, monthly_budget_usd=1000.0)
+            key = issue_api_key(store, tenant, ["decide"]).secret
+            uptime = Uptime()
             with ScorerProcess({**model, "SCORER_MAX_WAITING": "0"}) as first, ScorerProcess(model) as second:
                 first.wait("ready")
                 second.wait("ready")
+                uptime.start("first", "second")
                 # A fresh function per run (its instances are processes, as in Lambda), so
                 # every run starts from the same circuits; instances are warmed first.
-                settings = settings_for(endpoints=("first", "second"), urls={"first": first.url, "second": second.url})
-                functions = ProcessFunctions(max_instances=32, env={"GATEWAY_MODELS": settings.model_dump_json()})
+                settings = settings_for(endpoints=("first", "second"), urls={"first": first.url, "second": second.url},
+                                        usd_per_hour=INSTANCE_USD_PER_HOUR)
+                functions = ProcessFunctions(max_instances=32, env={"GATEWAY_MODELS": settings.model_dump_json(),
+                                                                    "GATEWAY_SQLITE_PATH": str(tmp / "gateway.db")})
                 server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=authorize))
                 threading.Thread(target=server.serve_forever, daemon=True).start()
                 url = f"http://127.0.0.1:{server.server_address[1]}"
                 functions.prewarm(level)
+
+                def kill_first() -> None:
+                    first.kill()
+                    uptime.stop("first")
+
                 try:
-                    row = run(url, key, args.requests, level, on_half=first.kill if phase != "steady" else None)
+                    row = run(url, key, args.requests, level, on_half=kill_first if phase != "steady" else None)
                 finally:
                     server.shutdown()
                     server.server_close()
                     functions.close()
+                    uptime.stop("first", "second")
+            row["cost"] = reconcile(store, tenant, uptime.seconds())
             rows.append({"phase": phase, **row})
             progress(f"  {row['throughput_rps']:.2f} req/s, p50 {row['p50_s']:.2f} s, fallback {row['fallback_share']:.0%}, "
                      f"errors {row['errors'] or 'none'}")
@@ -166,6 +187,7 @@ def main() -> int:
         print(f"{r['phase']:<22}{r['concurrency']:>5}{r['throughput_rps']:>8.2f}{r['p50_s']:>8.2f}{r['p95_s']:>8.2f}"
               f"{r['p99_s']:>8.2f}{r['fallback_share']:>10.0%}  {errors:<20} {r['ok']}/{r['requests']}"
               f"{'' if r['every_ok_answered'] else ' (INCOMPLETE ANSWERS)'}")
+    print_costs(rows)
     five_xx = sum(r["client_5xx"] for r in rows)
     refused = [r for r in rows if r["errors"]]
     for r in refused:
@@ -185,6 +207,64 @@ def main() -> int:
 
 
 FLOOD_RATE_PER_S, FLOOD_BURST, FLOOD_CONCURRENCY = 0.05, 1, 16
+PRICES = json.loads((ROOT / "gateway" / "decisions" / "prices.json").read_text())
+INSTANCE_TYPE, INSTANCE_USD_PER_HOUR = min(
+    ((name, price) for name, price in PRICES["sagemaker_realtime_usd_per_hour"].items() if not name.startswith("ml.g")),
+    key=lambda item: item[1])
+
+
+class Uptime:
+    """When each endpoint of a run was up: from ready until killed or stopped."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.stopped: dict[str, float] = {}
+
+    def start(self, *names: str) -> None:
+        for name in names:
+            self.started[name] = time.monotonic()
+
+    def stop(self, *names: str) -> None:
+        for name in names:
+            self.stopped.setdefault(name, time.monotonic())
+
+    def seconds(self) -> float:
+        return sum(self.stopped[name] - began for name, began in self.started.items())
+
+
+def reconcile(store, tenant: str, up_s: float) -> dict:
+    """One run's cost three ways: the pool's uptime at the instance price, the records', the ledger's."""
+    from gateway.services.spending import Spending
+
+    records = [listed.record for listed in store.scan_records(tenant) if listed.record is not None]
+    usage = Spending(store, lambda _: None).usage(tenant, *[time.strftime("%Y-%m-%d", time.gmtime())] * 2,
+                                                  store.get_tenant(tenant).limits)
+    per_second = INSTANCE_USD_PER_HOUR / 3600
+    records_s = sum(r["usage"]["endpoint_s"] or 0.0 for r in records)
+    ledger_s = usage["total"]["endpoint_seconds"]
+    return {
+        "instance_type": INSTANCE_TYPE, "instance_usd_per_hour": INSTANCE_USD_PER_HOUR,
+        "pool_up_endpoint_s": up_s, "pool_paid_usd": up_s * per_second,
+        "records": len(records), "records_endpoint_s": records_s,
+        "records_cost_usd": sum(r["usage"]["cost_usd"] or 0.0 for r in records),
+        "ledger_requests": usage["total"]["requests"], "ledger_endpoint_s": ledger_s,
+        "ledger_cost_usd": usage["total"]["cost_usd"], "month_tally_usd": usage["budget"]["month_spent_usd"],
+        "busy_share_of_uptime": ledger_s / up_s if up_s else 0.0,
+    }
+
+
+def print_costs(rows: list[dict]) -> None:
+    first = rows[0]["cost"]
+    print(f"\nWhat each run cost, each scorer priced as one {first['instance_type']} (${first['instance_usd_per_hour']}/h)")
+    print(f"{'phase':<22}{'conc':>5}{'up s':>8}{'paid $':>10}{'records s':>10}{'ledger s':>9}{'records $':>11}"
+          f"{'ledger $':>10}{'tally $':>10}{'busy':>7}")
+    for r in rows:
+        c = r["cost"]
+        print(f"{r['phase']:<22}{r['concurrency']:>5}{c['pool_up_endpoint_s']:>8.1f}{c['pool_paid_usd']:>10.5f}"
+              f"{c['records_endpoint_s']:>10.1f}{c['ledger_endpoint_s']:>9.1f}{c['records_cost_usd']:>11.5f}"
+              f"{c['ledger_cost_usd']:>10.5f}{c['month_tally_usd']:>10.5f}{c['busy_share_of_uptime']:>7.0%}")
+    print("up s: both scorers' time up (paid, idle included); records: answered decisions; ledger: every request that"
+          " reached an endpoint (GET /v1/usage), which the month's tally must equal once all have settled")
 
 
 def two_tenants(store, authorize, model: dict, quiet_requests: int) -> list[dict]:

@@ -17,10 +17,12 @@ PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide"
 
 
 def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] = ("dg-cpu",),
-                 urls: dict[str, str] | None = None, **extra: Any) -> GatewaySettings:
-    """Two models over one pool; every endpoint at `endpoint_url`, or each at its own `urls[name]`."""
+                 urls: dict[str, str] | None = None, usd_per_hour: float | None = None, **extra: Any) -> GatewaySettings:
+    """Two models over one pool; every endpoint at `endpoint_url`, or each at its own `urls[name]`,
+    each priced at `usd_per_hour` when given."""
     urls = urls or ({name: endpoint_url for name in endpoints} if endpoint_url else {})
-    pool = [{"name": name, **({"endpoint_url": urls[name]} if name in urls else {})} for name in endpoints]
+    price = {} if usd_per_hour is None else {"usd_per_hour": usd_per_hour}
+    pool = [{"name": name, **({"endpoint_url": urls[name]} if name in urls else {}), **price} for name in endpoints]
     return GatewaySettings.model_validate({
         "region": "us-east-1",
         "models": [

@@ -256,6 +256,19 @@ def render_bench_load(report: dict) -> list[str]:
                          num(quiet["p50_answered_s"]) if answered else "-",
                          num(quiet["p50_answered_s"] / base) if answered else "-", num(quiet["p95_s"]), flood])
         lines += table(["the quiet tenant", "answered", "p50 s", "x alone", "p95 s", "the flood's answers"], rows)
+    costed = [r for r in report["pool"] if "cost" in r]
+    if costed:
+        first = costed[0]["cost"]
+        lines += [f"What each run cost, each scorer priced as one {first['instance_type']}"
+                  f" (${first['instance_usd_per_hour']}/h): the pool's uptime (what an instance pool pays, idle time"
+                  " included), the answered decisions' records, and the tenant's spend ledger (`GET /v1/usage`: every"
+                  " request that reached an endpoint) with its month's tally:", ""]
+        lines += table(["run", "concurrency", "pool up", "paid", "records", "ledger", "records' cost", "ledger's cost",
+                        "tally", "busy share of uptime"],
+                       [[r["phase"], r["concurrency"], f"{c['pool_up_endpoint_s']:.1f} s", f"${c['pool_paid_usd']:.5f}",
+                         f"{c['records_endpoint_s']:.1f} s", f"{c['ledger_endpoint_s']:.1f} s",
+                         f"${c['records_cost_usd']:.5f}", f"${c['ledger_cost_usd']:.5f}", f"${c['month_tally_usd']:.5f}",
+                         f"{c['busy_share_of_uptime']:.0%}"] for r in costed for c in [r["cost"]]])
     five_xx = sum(r["client_5xx"] for r in report["pool"]) + sum(
         t["quiet"]["client_5xx"] + t["flood"].get("client_5xx", 0) for t in tenants)
     lines += [f"Client-visible 5xx in the whole run: {five_xx}.", ""]
