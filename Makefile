@@ -136,11 +136,13 @@ clean:
 # the template's default, or x86_64); boto3 comes with the Lambda runtime. It is built from
 # what the functions need: the tools that run beside them are in devkit/, never copied.
 # The artifact carries its bytecode: Lambda's code folder is read-only, so a package without
-# it is compiled from source at every cold start (make bench-gateway measures both). It is
-# written by the runtime's Python version only (another would write files Lambda ignores),
-# checked by hash, never by timestamp: the zip does not keep the sources' times.
+# it is compiled from source at every cold start (make bench-gateway measures both; with
+# SnapStart, once a published version). It is written by the runtime's Python version only
+# (BYTECODE_PYTHON: another would write files Lambda ignores), checked by hash, never by
+# timestamp: the zip does not keep the sources' times. LAMBDA_PYTHON is template.yaml's Runtime.
 LAMBDA_ARCH ?= arm64
-LAMBDA_PYTHON := 3.11
+LAMBDA_PYTHON ?= 3.13
+BYTECODE_PYTHON ?= python$(LAMBDA_PYTHON)
 LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64
 LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
 
@@ -151,8 +153,9 @@ build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
 		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version $(LAMBDA_PYTHON) \
 		--only-binary=:all: -r requirements/lambda.txt
-	@if $(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(LAMBDA_PYTHON)".split("."))))'; then \
-		$(PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)" >/dev/null; \
+	@if $(BYTECODE_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(LAMBDA_PYTHON)".split("."))))' \
+			2>/dev/null; then \
+		$(BYTECODE_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)" >/dev/null; \
 	else \
-		echo "build: $(PYTHON) is not Python $(LAMBDA_PYTHON): the artifact ships without bytecode (a slower cold start)" >&2; \
+		echo "build: no Python $(LAMBDA_PYTHON) here (BYTECODE_PYTHON): the artifact ships without bytecode" >&2; \
 	fi

@@ -156,8 +156,12 @@ def artifacts() -> dict[str, Path]:
     shutil.rmtree(base, ignore_errors=True)
     arch = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
     progress(f"  building the function's artifact ({arch}) in {shipped.relative_to(ROOT)}")
+    # For the Python that runs this benchmark (the runtime's own may not be on this machine):
+    # its packages and bytecode as `sam build` would make them for that version.
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run(["make", "-s", "build-GatewayFunction", f"ARTIFACTS_DIR={shipped}", f"LAMBDA_ARCH={arch}",
-                    f"PYTHON={sys.executable}"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+                    f"LAMBDA_PYTHON={version}", f"PYTHON={sys.executable}", f"BYTECODE_PYTHON={sys.executable}"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     shutil.copytree(shipped, bare, ignore=shutil.ignore_patterns("__pycache__"))
     return {"shipped": shipped, "without_bytecode": bare}
 

@@ -13,6 +13,7 @@ import base64
 import binascii
 import logging
 import os
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +106,27 @@ def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:
         return None, time.perf_counter() - started
 
 
+def after_restore() -> None:
+    """What a SnapStart snapshot must not share between the instances resumed from it: the
+    random generators (seeded once, in the init phase). Secrets are read on first use, never
+    in the init phase, and botocore refreshes the container's credentials by their expiry."""
+    random.seed()
+    if _function is not None:
+        _function.runtime.registry.reseed()
+
+
+def _register_restore_hook() -> None:
+    """Lambda's managed Python runtime ships `snapshot_restore_py` (the local base image too);
+    elsewhere there is no snapshot to resume from."""
+    try:
+        from snapshot_restore_py import register_after_restore
+    except ImportError:
+        return
+    register_after_restore(after_restore)
+
+
 _function, INIT_SECONDS = _built_in_init_phase()  # kept while the container is warm
+_register_restore_hook()
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

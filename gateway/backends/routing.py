@@ -29,6 +29,13 @@ class ModelRegistry:
             for name in (route.name, *route.aliases):
                 self._by_name[name] = route
 
+    def reseed(self) -> None:
+        """Fresh entropy for every pool's random order and back-off: instances resumed from one
+        SnapStart snapshot would otherwise all draw the same sequence (and pick the same
+        endpoint first)."""
+        for pool in dict.fromkeys(route.pool for route in self.routes):
+            pool.rng.seed()
+
     def endpoints(self) -> list[Endpoint]:
         """Every endpoint some route can call, once each."""
         return list(dict.fromkeys(member.endpoint for route in self.routes for member in route.pool.members))

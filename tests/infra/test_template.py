@@ -601,3 +601,16 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
     if serverless:
         (quiet,) = settings.models[2].endpoints
         assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned
+
+
+def test_the_gateway_resumes_from_a_snapshot_on_the_runtime_every_build_targets(template):
+    # SnapStart needs Python 3.12 or later and a published version; the API invokes the alias
+    # SAM publishes. The artifact (Makefile) and the `sam local` base image are built for the
+    # template's runtime: three statements of one fact, held equal here.
+    function = template["Resources"]["GatewayFunction"]["Properties"]
+    assert function["SnapStart"] == {"ApplyOn": "PublishedVersions"} and function["AutoPublishAlias"]
+    runtime = template["Globals"]["Function"]["Runtime"]
+    version = runtime.removeprefix("python")
+    assert tuple(map(int, version.split("."))) >= (3, 12)
+    assert re.search(rf"^LAMBDA_PYTHON \?= {re.escape(version)}$", (ROOT / "Makefile").read_text(), re.M)
+    assert re.search(rf'^lambda_python="{re.escape(version)}"', (ROOT / "scripts" / "base_images.sh").read_text(), re.M)

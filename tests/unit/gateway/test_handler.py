@@ -399,3 +399,37 @@ def test_a_function_that_cannot_be_built_in_the_init_phase_still_loads_and_says_
 def test_outside_lambda_nothing_is_built_at_import(tmp_path):
     loaded, _ = _load_handler(tmp_path, GATEWAY_MODELS=json.dumps(MODELS))
     assert not loaded["built"] and loaded["init_s"] == 0
+
+
+def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monkeypatch):
+    # Given a pool of four equal endpoints whose random state was captured in a snapshot,
+    # two instances resumed from it would pick the same endpoints in the same order; the
+    # restore hook gives each its own.
+    import sys
+    import types
+
+    from gateway import handler
+
+    from gateway.settings import GatewaySettings
+
+    pool_settings = [{"name": name, "tier": 0} for name in "abcd"]  # one tier: a weighted random order
+    runtime = install(UniformBackend(), settings=GatewaySettings.model_validate({"region": "us-east-1", "models": [
+        {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"], "endpoints": pool_settings}]}))
+    pool = runtime.registry.route_for("jev-latest", "decisions").pool
+    snapshot = pool.rng.getstate()
+
+    def orders() -> list[tuple[str, ...]]:
+        return [tuple(e.name for e in pool.order()) for _ in range(20)]
+
+    first = orders()
+    pool.rng.setstate(snapshot)
+    assert orders() == first  # resumed twice, unchanged: the same sequence
+    registered = []
+    monkeypatch.setitem(sys.modules, "snapshot_restore_py",
+                        types.SimpleNamespace(register_after_restore=registered.append))
+    handler._register_restore_hook()
+    assert registered == [handler.after_restore]
+    monkeypatch.setattr(handler, "_function", handler.GatewayFunction(runtime))
+    pool.rng.setstate(snapshot)
+    registered[0]()
+    assert orders() != first
