@@ -18,8 +18,9 @@ with `insufficient_quota` and Retry-After at the month's end (UTC), the minute's
 Retry-After at the next minute.
 
 The settled figures are also added to the tenant's usage by day (UTC) and entry, which
-`GET /v1/usage` reads: a request's cost is split evenly among the entries it names (each
-catalog entry, `(inline)` for questions that named none, `(chat)` for a chat).
+`GET /v1/usage` reads: the day's total, and a request's cost split evenly among the
+entries it names (each catalog entry, `(inline)` for questions that named none, `(chat)`
+for a chat), where a request naming two entries counts once in each.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ NANO_PER_USD = 1_000_000_000  # tallies hold integers, so concurrent additions n
 USAGE_RETENTION_DAYS = 400  # a year of usage by day, and the month before it
 MAX_USAGE_DAYS = 92  # one GET /v1/usage reads at most this many days
 INLINE_ENTRY, CHAT_ENTRY = "(inline)", "(chat)"
+ALL_ENTRIES = "(all)"  # each day's total: a request naming two entries is one request, not two
 
 
 def nano_usd(usd: float) -> int:
@@ -122,13 +124,14 @@ class Spending:
             log.exception("spend could not be settled", extra={"tenant_id": tenant_id})
 
     def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float) -> None:
-        day = time.strftime("%Y-%m-%d", time.gmtime(started))
+        day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
+        self.store.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
         names = sorted(set(entries))
         for position, entry in enumerate(names):
             first = position == 0  # the remainder of an even split goes to the first entry
             share = UsageRow(day, entry, 1, cost // len(names) + (cost % len(names) if first else 0),
                              endpoint_ms // len(names) + (endpoint_ms % len(names) if first else 0))
-            self.store.add_usage(tenant_id, share, started + USAGE_RETENTION_DAYS * 86400)
+            self.store.add_usage(tenant_id, share, kept_until)
 
     def _give_back(self, reserved: list[Reservation]) -> None:
         for reservation in reserved:
@@ -141,8 +144,10 @@ class Spending:
             raise InvalidRequest.at(["query", "from"], f"'from' must not be after 'to', and one request reads at most"
                                     f" {MAX_USAGE_DAYS} days")
         rows = _checked(lambda: self.store.usage(tenant_id, first_day, last_day))
+        days = [r for r in rows if r.entry == ALL_ENTRIES]
+        entries = [r for r in rows if r.entry != ALL_ENTRIES]
         return {"object": "usage", "from": first_day, "to": last_day, "currency": "USD",
-                "total": _figures(rows), "by_day": _grouped(rows, "day"), "by_entry": _grouped(rows, "entry"),
+                "total": _figures(days), "by_day": _grouped(days, "day"), "by_entry": _grouped(entries, "entry"),
                 "budget": {"monthly_usd": limits.monthly_budget_usd, "month": _month(self.clock()),
                            "month_spent_usd": round(self.month_spent_usd(tenant_id), 9),
                            "endpoint_seconds_per_minute": limits.endpoint_seconds_per_minute}}

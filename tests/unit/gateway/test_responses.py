@@ -55,6 +55,8 @@ def test_decision_answers_are_their_declared_models(gateway):
     record = responses.DecisionRecord.model_validate(ok("GET", f"/v1/records/{openai.id}"))
     assert record.outcome["answers"] == {"refund": True} and len(record.questions) == 4
     responses.RecordList.model_validate(ok("GET", "/v1/records"))
+    usage = responses.UsageReport.model_validate(ok("GET", "/v1/usage"))
+    assert usage.total.requests == 2 and [e.entry for e in usage.by_entry] == ["(inline)", "support-routing"]
 
 
 def test_answers_changed_by_a_suspected_injection_are_their_declared_models(tmp_path):
