@@ -36,7 +36,8 @@ from typing import Any
 
 from gateway.auth.store import TenantLimits, TenantStore, UsageRow
 from gateway.decisions.cost import Cost, Meter
-from gateway.errors import BackendUnavailable, BudgetExhausted, InvalidRequest, RateLimited
+from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
+from gateway.services.throttle import checked
 
 log = logging.getLogger("gateway.spending")
 
@@ -181,9 +182,4 @@ def _next_month(when: float) -> float:
 
 
 def _checked(call: Callable[[], Any]) -> Any:
-    """A store that cannot be reached: 503 (nothing is admitted unchecked)."""
-    try:
-        return call()
-    except Exception:
-        log.exception("the tenant's budgets could not be checked")
-        raise BackendUnavailable("budgets cannot be checked right now; retry shortly", retry_after=2) from None
+    return checked(call, "budgets")

@@ -82,8 +82,14 @@ class TenantThrottle:
 
     @staticmethod
     def _store(call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except Exception:
-            log.exception("the tenant's limits could not be checked")
-            raise BackendUnavailable("limits cannot be checked right now; retry shortly", retry_after=2) from None
+        return checked(call, "limits")
+
+
+def checked(call: Callable[[], T], what: str) -> T:
+    """A shared counter's answer; a store that cannot be reached is a 503 (nothing is
+    admitted unchecked), the cause logged, never sent."""
+    try:
+        return call()
+    except Exception:
+        log.exception("a tenant's shared counters could not be read", extra={"checking": what})
+        raise BackendUnavailable(f"{what} cannot be checked right now; retry shortly", retry_after=2) from None

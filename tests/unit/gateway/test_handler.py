@@ -409,7 +409,6 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
     import types
 
     from gateway import handler
-
     from gateway.settings import GatewaySettings
 
     pool_settings = [{"name": name, "tier": 0} for name in "abcd"]  # one tier: a weighted random order
