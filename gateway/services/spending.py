@@ -46,6 +46,9 @@ USAGE_RETENTION_DAYS = 400  # a year of usage by day, and the month before it
 MAX_USAGE_DAYS = 92  # one GET /v1/usage reads at most this many days
 INLINE_ENTRY, CHAT_ENTRY = "(inline)", "(chat)"
 ALL_ENTRIES = "(all)"  # each day's total: a request naming two entries is one request, not two
+# A decision may name hundreds of catalog entries: each is a write when it settles, so past
+# this many the rest share one row (the writes a request makes stay bounded).
+MAX_USAGE_ENTRIES, MORE_ENTRIES = 8, "(more entries)"
 
 
 def nano_usd(usd: float) -> int:
@@ -128,6 +131,8 @@ class Spending:
         day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
         self.store.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
         names = sorted(set(entries))
+        if len(names) > MAX_USAGE_ENTRIES:
+            names = [*names[:MAX_USAGE_ENTRIES - 1], MORE_ENTRIES]
         for position, entry in enumerate(names):
             first = position == 0  # the remainder of an even split goes to the first entry
             share = UsageRow(day, entry, 1, cost // len(names) + (cost % len(names) if first else 0),

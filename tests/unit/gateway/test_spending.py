@@ -204,3 +204,23 @@ def test_the_store_unreachable_refuses_with_503_rather_than_admitting_unchecked(
         with runtime.spending.spend(principal.tenant_id, worst_case(1.0, 1.0), ["(inline)"]):
             pass
     assert getattr(refused.value, "status", None) == 503
+
+
+def test_a_decision_naming_many_entries_settles_in_a_bounded_number_of_writes(path):
+    # Given a decision naming 20 catalog entries, its usage is one day row and at most eight
+    # entry rows (the first seven by name, the rest as one), and its cost is all there.
+    from gateway.auth.store import TenantLimits
+    from gateway.services.spending import MAX_USAGE_ENTRIES, MORE_ENTRIES, Spending
+
+    store = SQLiteStore(path)
+    writes = []
+    add_usage = store.add_usage
+    store.add_usage = lambda tenant, row, until: (writes.append(row), add_usage(tenant, row, until))
+    spending = Spending(store, lambda _: TenantLimits())
+    entries = [f"entry-{k:02d}" for k in range(20)]
+    with spending.spend("acme", worst_case(1.0, 0.1), entries) as meter:
+        meter.add("dg-cpu", 0.5, 0.1)
+    assert len(writes) == 1 + MAX_USAGE_ENTRIES and writes[-1].entry == MORE_ENTRIES
+    report = spending.usage("acme", writes[0].day, writes[0].day, TenantLimits())
+    assert report["total"]["requests"] == 1
+    assert sum(e["cost_usd"] for e in report["by_entry"]) == pytest.approx(report["total"]["cost_usd"])
