@@ -51,9 +51,13 @@ def priced_settings() -> GatewaySettings:
                    {"name": "chat-default", "serves": ["chat"], "endpoints": pool}]})
 
 
-def function(path, backend) -> GatewayFunction:
-    """One function instance over the SQLite file at `path`, with its own connection."""
-    return GatewayFunction(build_runtime(priced_settings(), backend, authenticator=Authenticator(SQLiteStore(path))))
+def function(path, backend, clock=None) -> GatewayFunction:
+    """One function instance over the SQLite file at `path`, with its own connection (and,
+    given one, a clock for its budgets)."""
+    runtime = build_runtime(priced_settings(), backend, authenticator=Authenticator(SQLiteStore(path)))
+    if clock is not None:
+        runtime.spending.clock = clock
+    return GatewayFunction(runtime)
 
 
 @pytest.fixture
@@ -154,14 +158,15 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
             return super().invoke(endpoint, body, route, request_id)
 
     backend = Held()
-    handler = function(path, backend)
+    minute = (time.time() // 60 + 1) * 60 + 20.5  # both requests in one minute, 20.5 s into it
+    handler = function(path, backend, clock=lambda: minute)
     worker = threading.Thread(target=lambda: call(event("POST", "/v1/systemone", DECISION), handler))
     worker.start()
     assert inside.acquire(timeout=30)
-    status, headers, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend))
+    status, headers, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend, lambda: minute))
     gate.set()
     worker.join(30)
-    assert status == 429 and 1 <= int(headers["retry-after"]) <= 60
+    assert status == 429 and headers["retry-after"] == "40"
     assert "1 s of model endpoint time a minute" in body["detail"]["message"] and len(backend.calls) == 1
 
 
