@@ -251,10 +251,12 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
     # waiting left of it: time lost in line is load (503, retry later).
     with service.planning.admit() as planner:
         async with planner.running(deadline):
+            planning = time.perf_counter()
             try:
                 plan = await asyncio.to_thread(_fit, loaded, request, deadline)
             except DeadlineExceeded as exc:
                 raise exc if deadline.gone else planner.timed_out() from None
+            busy_s = time.perf_counter() - planning
     units = plan.cost.units(budget.row_cost)
     with service.admission.admit() as ticket:
         async with ticket.running(deadline):
@@ -264,6 +266,10 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
             result = await asyncio.to_thread(loaded.engine.decide, plan, deadline)
             # What decisions really cost here keeps the estimate honest (budget.WorkRate).
             budget.rate.observe(units, time.perf_counter() - started)
+            busy_s += time.perf_counter() - started
+    # The time this machine worked on the request, its waits in line excluded: what the
+    # gateway charges a decision on an instance that serves others while it waits.
+    result["usage"]["x_busy_ms"] = round(busy_s * 1000)
     # What produced the answer, for the gateway's decision records.
     result["x_model_sha256"] = loaded.manifest.sha256
     result["x_prompt_version"] = PROMPT_VERSIONS[result["x_framing"]]

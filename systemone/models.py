@@ -130,6 +130,9 @@ class Usage(Wire):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     x_cached_tokens: int | None = Field(default=None, ge=0)
+    # The milliseconds the scorer worked on this request (planning and the forward passes),
+    # time waiting in its line excluded: a decision's share of an instance it shares.
+    x_busy_ms: int | None = Field(default=None, ge=0)
 
 
 class InjectionSignal(Wire):

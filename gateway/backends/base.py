@@ -28,6 +28,7 @@ class Endpoint:
     read_timeout_s: float = 25.0
     max_body_bytes: int | None = None  # what it accepts (SageMaker Serverless: 4 MB); None: whatever the gateway does
     usd_per_second: float = 0.0  # what a second of its time costs (0: unpriced)
+    billed_by_duration: bool = False  # each invocation billed for its duration (Serverless), not instance hours
 
 
 class EndpointError(Exception):

@@ -245,7 +245,7 @@ class EndpointPool:
                 log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
                 raise BackendFailed("the model endpoint failed on this request") from None
             finally:  # an attempt that failed held the endpoint too
-                meter.add(endpoint.name, self.clock() - started, endpoint.usd_per_second)
+                meter.add(endpoint.name, self.clock() - started, endpoint.usd_per_second, endpoint.billed_by_duration)
             self.circuits.succeeded(endpoint.name)
             metrics.count("AttemptOk")
             if attempts > 1 or skipped:

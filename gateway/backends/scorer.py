@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
+from gateway.decisions.cost import Meter
 from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage, confidence_of, score_of
 from gateway.errors import BackendFailed
 from systemone.answers import normalise
@@ -51,7 +52,9 @@ def _backend_question(question: Question) -> dict[str, Any]:
     return body
 
 
-def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
+def read_result(decision: Decision, invocation: Invocation, meter: Meter | None = None) -> DecisionResult:
+    """The decision's result from the endpoint's answer; the scorer's own figure of the time
+    it worked on it (`x_busy_ms`) goes to the request's `meter`, whose cost the result carries."""
     endpoint = invocation.endpoint
     body = json_object(invocation.body)
     answers = body.get("answers")
@@ -64,6 +67,9 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
             log.warning("unusable answer from the endpoint", extra={"endpoint": endpoint, "question_kind": question.kind})
         read.append(answer)
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    busy_ms = usage.get("x_busy_ms")
+    if meter is not None and _count(busy_ms) == busy_ms:  # a count, as the contract says; else not believed
+        meter.busy(busy_ms / 1000)
     extensions, typed = _extensions(body)
     return DecisionResult(
         model=body["model"],
@@ -75,7 +81,7 @@ def read_result(decision: Decision, invocation: Invocation) -> DecisionResult:
         ),
         endpoint=endpoint,
         attempts=invocation.attempts,
-        cost=invocation.cost,
+        cost=meter.cost() if meter is not None else invocation.cost,
         extensions=extensions,
         injection=typed.x_injection,
     )

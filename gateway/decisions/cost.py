@@ -53,21 +53,40 @@ def of_attempts(seconds: float, endpoint_usd: float) -> Cost:
 
 
 @dataclass
+class Attempt:
+    endpoint: str
+    seconds: float
+    usd_per_second: float
+    by_duration: bool  # billed for its whole duration (Serverless), not a share of an instance
+
+
+@dataclass
 class Meter:
     """The endpoint time a request has used so far, kept by the pool as each attempt ends (a
     failed attempt held the endpoint too), so a request that fails still settles what it spent."""
 
-    seconds: float = 0.0
-    endpoint_usd: float = 0.0
-    attempts: list[str] = field(default_factory=list)  # the endpoints asked, in order
+    attempts: list[Attempt] = field(default_factory=list)
 
-    def add(self, endpoint: str, seconds: float, usd_per_second: float) -> None:
-        self.seconds += seconds
-        self.endpoint_usd += seconds * usd_per_second
-        self.attempts.append(endpoint)
+    def add(self, endpoint: str, seconds: float, usd_per_second: float, by_duration: bool = False) -> None:
+        self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration))
+
+    def busy(self, seconds: float) -> None:
+        """The endpoint that answered says it worked `seconds` on the request. On an instance
+        that is the request's share (the rest of the attempt it waited in the endpoint's line
+        while the instance served others, whose own shares count that time): the sum over
+        decisions then matches the instance time they used. A Serverless invocation is
+        billed for its whole duration, so its time stays. A figure longer than the attempt
+        itself is not believed."""
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and not last.by_duration and 0 <= seconds < last.seconds:
+            last.seconds = seconds
+
+    @property
+    def seconds(self) -> float:
+        return sum(a.seconds for a in self.attempts)
 
     def cost(self) -> Cost:
-        return of_attempts(self.seconds, self.endpoint_usd)
+        return of_attempts(self.seconds, sum(a.seconds * a.usd_per_second for a in self.attempts))
 
 
 def worst_case(deadline_s: float, usd_per_second: float) -> Cost:

@@ -135,7 +135,7 @@ class DecideService:
         body = json_bytes(backend_request(asked, model.name))
         with self.spend(principal.tenant_id, model.pool, body, usage_entries(asked)) as meter:
             invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, meter)
-        result = read_result(asked, invocation)
+            result = read_result(asked, invocation, meter)
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",

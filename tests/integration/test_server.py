@@ -34,8 +34,12 @@ def test_ping_is_ready_and_models_answers_both_shapes(scorer_url):
 
 
 def test_invocations_dispatch_on_the_body(scorer_url):
+    started = time.perf_counter()
     decision = httpx.post(f"{scorer_url}/invocations", json=DECISION, timeout=60)
+    took_ms = (time.perf_counter() - started) * 1000
     assert decision.status_code == 200 and "refund" in decision.json()["answers"]
+    # The time the scorer worked on it, which the gateway charges on a shared instance.
+    assert 0 < decision.json()["usage"]["x_busy_ms"] <= took_ms
     assert decision.headers["x-typesafe-request-id"] == decision.headers["x-request-id"]
     chat = httpx.post(f"{scorer_url}/invocations", json=CHAT, timeout=60)
     assert chat.status_code == 200 and chat.json()["object"] == "chat.completion"

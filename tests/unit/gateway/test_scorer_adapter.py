@@ -78,3 +78,24 @@ def test_an_answer_that_does_not_fit_refuses_that_question_only(broken):
 def test_a_body_that_is_no_answer_fails_the_request(body):
     with pytest.raises(BackendFailed):
         read_result(DECISION, Invocation(body, "dg-cpu", 1))
+
+
+@pytest.mark.parametrize(("busy_ms", "by_duration", "charged_s"), [
+    (300, False, 0.3),  # a shared instance: the scorer's own time, its line excluded
+    (300, True, 2.0),  # Serverless: the invocation is billed for its whole duration
+    (2500, False, 2.0),  # longer than the attempt itself: not believed
+    (-5, False, 2.0), ("300", False, 2.0), (True, False, 2.0), (None, False, 2.0),  # not a count: ignored
+])
+def test_a_decision_is_charged_the_time_the_scorer_worked_on_it_where_an_instance_is_shared(busy_ms, by_duration,
+                                                                                             charged_s):
+    from gateway.decisions.cost import Meter
+
+    # Given a failed attempt of 1 s elsewhere and 2 s on the endpoint that answered
+    meter = Meter()
+    meter.add("first", 1.0, 0.5)
+    meter.add("dg-cpu", 2.0, 0.25, by_duration)
+    body = json.dumps({"model": "gemma", "answers": GOOD, "usage": {"input_tokens": 9, "x_busy_ms": busy_ms}}).encode()
+    result = read_result(DECISION, Invocation(body, "dg-cpu", 2), meter)
+    # Then the failed attempt is charged whole, the answering one as the scorer's figure allows
+    assert result.cost.endpoint_seconds == pytest.approx(1.0 + charged_s)
+    assert result.cost.endpoint_usd == pytest.approx(0.5 + charged_s * 0.25)
