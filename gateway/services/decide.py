@@ -43,13 +43,14 @@ class DecisionMetrics(MetricsSink, Protocol):
 
 
 def measure_cost(result: DecisionResult, tenant_id: str, metrics: DecisionMetrics | None) -> None:
-    """What the decision cost and the endpoint time it used, by tenant and by the endpoint that
-    answered (so a tenant's spend and a pool's load are each one CloudWatch query)."""
+    """What the decision cost and the endpoint time it was charged, once by tenant and once by
+    the endpoint that answered: a tenant's spend and a pool's load are each one CloudWatch
+    query, and the series grow with tenants plus endpoints, not with their product."""
     if metrics is None:
         return
-    metrics.values_by({"tenant": tenant_id, "endpoint": result.endpoint},
-                      {"DecisionCostUSD": (result.cost.usd, "None"),
-                       "EndpointSeconds": (result.cost.endpoint_seconds, "Seconds")})
+    figures = {"DecisionCostUSD": (result.cost.usd, "None"), "EndpointSeconds": (result.cost.endpoint_seconds, "Seconds")}
+    metrics.values_by({"tenant": tenant_id}, figures)
+    metrics.values_by({"endpoint": result.endpoint}, figures)
 
 
 def measure_injection(result: DecisionResult, metrics: DecisionMetrics | None) -> None:
