@@ -505,14 +505,21 @@ def test_alarms_cover_5xx_fallbacks_and_p99(template):
 
 
 def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
-    """The artifact is built for this machine's architecture here, so that it can be imported here."""
+    """The artifact is built for this machine's architecture and Python here (the runtime's may
+    not be installed), so that it can be imported here."""
     arch = {"x86_64": "x86_64", "aarch64": "arm64"}[os.uname().machine]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     build = tmp_path / "build"
     run = subprocess.run([str(TOOLS / "sam"), "build", "--build-in-source", "--build-dir", str(build), "-t", str(TEMPLATE)],
-                         capture_output=True, text=True, env={**ENV, "LAMBDA_ARCH": arch}, timeout=600, cwd=ROOT)
+                         capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**ENV, "LAMBDA_ARCH": arch, "LAMBDA_PYTHON": version, "BYTECODE_PYTHON": sys.executable})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     artifact = build / "GatewayFunction"
     assert (artifact / "gateway" / "handler.py").exists() and (artifact / "systemone").is_dir()
+    # With its bytecode, for the Python it was built for: a read-only code folder cannot cache it.
+    tag = sys.implementation.cache_tag
+    assert (artifact / "gateway" / "__pycache__" / f"handler.{tag}.pyc").exists()
+    assert (artifact / "pydantic" / "__pycache__" / f"main.{tag}.pyc").exists()
     # Built from what the function needs: the tools beside it (devkit: the local runner, the admin
     # CLI, the calibration tool), the scorer and the benchmarks are never copied in.
     assert not any((artifact / name).exists() for name in ("devkit", "scorer_container", "bench", "evals", "scripts", "tests"))
