@@ -4,8 +4,8 @@ application before deploying it, with nothing in AWS.
 The SAM CLI runs each function in a Lambda container (built from Debian packages by
 scripts/base_images.sh where public.ecr.aws cannot be reached). What the functions read
 in AWS comes from stand-ins on this machine:
-- DynamoDB, Secrets Manager and SSM: moto's server, at GATEWAY_AWS_ENDPOINT_URL;
-- the SageMaker endpoint: a scorer process, the models parameter's `endpoint_url`.
+- DynamoDB and Secrets Manager: moto's server, at GATEWAY_AWS_ENDPOINT_URL;
+- the SageMaker endpoint: a scorer process, the `endpoint_url` of GATEWAY_MODELS.
 Both listen only on the address at which containers reach this machine (the gateway of
 the engine's bridge network), never on an outside interface. The functions' settings
 come from sam-local/env.json (samconfig.toml's `local` environment names it); the
@@ -68,12 +68,14 @@ def host_address() -> str:
     return config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"])[1])
 
 
-def settings_for(host: str) -> tuple[dict[str, dict[str, str]], Path]:
-    """sam-local/env.json with the stand-ins' host set to `host`, written to the build folder."""
+def settings_for(host: str, models: dict) -> tuple[dict[str, dict[str, str]], Path]:
+    """sam-local/env.json with the stand-ins' host set to `host` and the gateway's models (in
+    AWS, the models parameter's value), written to the build folder."""
     document = json.loads(ENV_FILE.read_text())
     shared = document["Parameters"]
     url = urlsplit(shared["GATEWAY_AWS_ENDPOINT_URL"])
     shared["GATEWAY_AWS_ENDPOINT_URL"] = f"{url.scheme}://{host}:{url.port}"
+    document["GatewayFunction"]["GATEWAY_MODELS"] = json.dumps(models)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     path = BUILD_DIR / "env.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
@@ -81,8 +83,8 @@ def settings_for(host: str) -> tuple[dict[str, dict[str, str]], Path]:
 
 
 class AwsStandIn:
-    """moto's server with what the template would have created: the four tables, the two
-    secrets and the models parameter. In memory: it holds this run's dev data only."""
+    """moto's server with what the template would have created: the four tables and the two
+    secrets. In memory: it holds this run's dev data only."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -115,7 +117,7 @@ class AwsStandIn:
         return boto3.client(service, endpoint_url=self.url, region_name="us-east-1",
                             aws_access_key_id=PLACEHOLDER_AWS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=placeholder)
 
-    def provision(self, settings: dict[str, dict[str, str]], models: dict) -> Any:
+    def provision(self, settings: dict[str, dict[str, str]]) -> Any:
         from gateway.auth.tokens import new_key_document
         from gateway.stores.dynamodb import DynamoDBStore
 
@@ -126,8 +128,6 @@ class AwsStandIn:
         secrets = self.client("secretsmanager")
         for name in (shared["GATEWAY_SIGNING_SECRET_ID"], function["GATEWAY_RECORD_KEY_SECRET_ID"]):
             secrets.create_secret(Name=name, SecretString=new_key_document())
-        self.client("ssm").put_parameter(Name=function["GATEWAY_MODELS_SSM_PARAMETER"], Type="String",
-                                         Value=json.dumps(models))
         return store
 
 
@@ -169,7 +169,7 @@ class SamLocal:
         self.architecture = lambda_architecture()
         self.host = host_address()  # what the containers are told
         self.bind = os.environ.get("DG_SAM_BIND_ADDRESS") or self.host  # what the stand-ins listen on
-        self.settings, self.env_file = settings_for(self.host)
+        self.settings, self.env_file = settings_for(self.host, up.models_document(self.scorer_port, host=self.host))
         port = urlsplit(self.settings["Parameters"]["GATEWAY_AWS_ENDPOINT_URL"]).port
         self.aws = AwsStandIn(self.bind, aws_port or port)
         self.url = f"http://127.0.0.1:{api_port}"
@@ -186,8 +186,7 @@ class SamLocal:
         try:
             self.template = sam_build(self.architecture)
             self.aws.__enter__()
-            models = up.models_document(self.scorer_port, host=self.host)
-            self.store = self.aws.provision(self.settings, models)
+            self.store = self.aws.provision(self.settings)
             provision_event_fixtures(self.store)
             self.api_key = up.dev_key(self.store, issued_by="make sam-local")
             self._start_scorer()

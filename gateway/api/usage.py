@@ -15,6 +15,7 @@ from gateway.api.responses import json_response
 from gateway.auth.store import TenantLimits
 from gateway.errors import Forbidden
 from gateway.services.spending import MAX_USAGE_DAYS, Spending
+from gateway.services.throttle import checked
 
 DAY = r"^\d{4}-\d{2}-\d{2}$"
 # Usage names the tenant's catalog entries: whoever may read the catalogs, or an admin.
@@ -35,8 +36,8 @@ def router(spending: Spending, limits: Callable[[str], TenantLimits], doc: Docum
         if not READERS & principal.scopes:
             raise Forbidden("reading usage needs the 'admin' or 'catalogs:read' scope (it names catalog entries)")
         today = time.strftime("%Y-%m-%d", time.gmtime(clock()))
-        report = spending.usage(principal.tenant_id, first or today[:8] + "01", last or today,
-                                limits(principal.tenant_id))
+        tenant_limits = checked(lambda: limits(principal.tenant_id), "budgets")
+        report = spending.usage(principal.tenant_id, first or today[:8] + "01", last or today, tenant_limits)
         return json_response(200, report)
 
     return routes

@@ -55,9 +55,10 @@ def of_attempts(seconds: float, endpoint_usd: float) -> Cost:
 @dataclass
 class Attempt:
     endpoint: str
-    seconds: float
+    seconds: float  # charged: the attempt's time, or the scorer's own share of it (Meter.busy)
     usd_per_second: float
     by_duration: bool  # billed for its whole duration (Serverless), not a share of an instance
+    waited: float = 0.0  # the whole attempt, as the gateway's Lambda waited for it
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Meter:
     attempts: list[Attempt] = field(default_factory=list)
 
     def add(self, endpoint: str, seconds: float, usd_per_second: float, by_duration: bool = False) -> None:
-        self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration))
+        self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration, seconds))
 
     def busy(self, seconds: float) -> None:
         """The endpoint that answered says it worked `seconds` on the request. On an instance
@@ -86,7 +87,10 @@ class Meter:
         return sum(a.seconds for a in self.attempts)
 
     def cost(self) -> Cost:
-        return of_attempts(self.seconds, sum(a.seconds * a.usd_per_second for a in self.attempts))
+        """The endpoints' charged time at their prices; the gateway's share on the whole wait
+        (its Lambda is billed for every second it waited, the line included)."""
+        return Cost(self.seconds, sum(a.seconds * a.usd_per_second for a in self.attempts),
+                    gateway_usd(sum(a.waited for a in self.attempts)))
 
 
 def worst_case(deadline_s: float, usd_per_second: float) -> Cost:

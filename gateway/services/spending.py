@@ -83,6 +83,8 @@ class Spending:
 
     def _reserve(self, tenant_id: str, limits: TenantLimits, worst: Cost, now: float) -> list[Reservation]:
         reserved: list[Reservation] = []
+        if limits.monthly_budget_usd is not None and limits.monthly_budget_usd <= 0:
+            raise self._over_budget(tenant_id, limits.monthly_budget_usd, now)  # suspended: not even a first request
         if limits.monthly_budget_usd is not None:
             month = Reservation(f"spend:{tenant_id}:{_month(now)}", nano_usd(worst.usd))
             if not _checked(lambda: self.store.add_within(month.name, month.amount, nano_usd(limits.monthly_budget_usd),
@@ -103,10 +105,13 @@ class Spending:
         return reserved
 
     def _over_budget(self, tenant_id: str, budget: float, now: float) -> BudgetExhausted:
-        spent = self.month_spent_usd(tenant_id, now)
+        try:
+            spent = f"{self.store.tally(f'spend:{tenant_id}:{_month(now)}') / NANO_PER_USD:.4f} USD"
+        except Exception:  # the figure is a courtesy; the refusal stands without it
+            spent = "all"
         ends = _next_month(now)
         return BudgetExhausted(
-            f"this tenant's budget is {budget:.2f} USD a month and {spent:.4f} USD of {_month(now)}'s is spent or"
+            f"this tenant's budget is {budget:.2f} USD a month and {spent} of {_month(now)}'s is spent or"
             f" reserved by work in flight; it renews on {time.strftime('%Y-%m-%d', time.gmtime(ends))} (UTC),"
             " or an operator can raise it", max(1, math.ceil(ends - now)))
 
@@ -166,8 +171,10 @@ def _figures(rows: Sequence[UsageRow]) -> dict[str, Any]:
 
 
 def _grouped(rows: Sequence[UsageRow], by: str) -> list[dict[str, Any]]:
-    keys = sorted({getattr(r, by) for r in rows})
-    return [{by: key, **_figures([r for r in rows if getattr(r, by) == key])} for key in keys]
+    groups: dict[str, list[UsageRow]] = {}
+    for row in rows:  # one pass: a tenant with thousands of entries is still one scan
+        groups.setdefault(getattr(row, by), []).append(row)
+    return [{by: key, **_figures(groups[key])} for key in sorted(groups)]
 
 
 def _day(text: str, name: str) -> float:

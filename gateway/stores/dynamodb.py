@@ -490,19 +490,27 @@ def _value(value: Any) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"BOOL": value}
     if isinstance(value, int | float | Decimal):
-        return {"N": str(Decimal(repr(value)) if isinstance(value, float) else value)}
+        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+        if not number.is_finite():
+            raise TypeError("DynamoDB stores no NaN or infinity")
+        return {"N": str(number)}
     if isinstance(value, str):
         return {"S": value}
     if isinstance(value, bytes | bytearray):
         return {"B": bytes(value)}
     if isinstance(value, set | frozenset):
         members = [_value(v) for v in value]
-        kind = next(iter(members[0])) if members else "S"
+        kinds = {next(iter(m)) for m in members}
+        if not members or len(kinds) != 1 or not kinds <= {"S", "N", "B"}:
+            raise TypeError("a DynamoDB set holds strings, numbers or bytes, of one kind, at least one")
+        (kind,) = kinds
         return {kind + "S": [m[kind] for m in members]}
     if isinstance(value, list | tuple):
         return {"L": [_value(v) for v in value]}
     if isinstance(value, dict):
-        return {"M": {str(k): _value(v) for k, v in value.items()}}
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("a DynamoDB map's keys are strings")
+        return {"M": {k: _value(v) for k, v in value.items()}}
     raise TypeError(f"no DynamoDB type for {type(value).__name__}")
 
 

@@ -287,6 +287,8 @@ ATTACKS = {
     "write another item kind": forged("PutItem", "TENANT#acme", "limits"),
     "a key through an idempotency entry": forged("PutItem", "IDEMPOTENCY#acme", "key_hash", "scopes"),
     "read a key by query": forged("Query", "KEY#0123456789abcdef", "key_hash"),
+    # A Scan names no partition: a LeadingKeys condition (ForAllValues over nothing) cannot stop it.
+    "scan every key": {"action": "dynamodb:Scan", "dynamodb:LeadingKeys": [], "dynamodb:Attributes": ["key_hash"]},
     "a key through a usage row": forged("UpdateItem", "USAGE#acme", "key_hash", "scopes"),
     "batch write": {**forged("BatchWriteItem", "KEY#0123456789abcdef", "key_hash"), "action": "dynamodb:BatchWriteItem"},
 }
@@ -573,19 +575,18 @@ def test_the_shared_usage_plans_are_coarse_guards_below_the_stage_throttle(templ
     assert set(plans) == {"TenantsUsagePlan", "RefusedUsagePlan"}
 
 
-def _resolved(value, conditions: dict[str, bool]):
-    """The models parameter's value under these conditions (Fn::Join, Fn::If and Fn::Sub only)."""
-    import re
-
+def _resolved(value, conditions: dict[str, bool], parameters: dict[str, str]):
+    """The models parameter's value under these conditions (Fn::Join, Fn::If and Fn::Sub only),
+    template parameters at their defaults, an endpoint's name its logical id in lower case."""
     if isinstance(value, dict) and "Fn::Join" in value:
         separator, parts = value["Fn::Join"]
-        return separator.join(_resolved(p, conditions) for p in parts)
+        return separator.join(_resolved(p, conditions, parameters) for p in parts)
     if isinstance(value, dict) and "Fn::If" in value:
         condition, then, otherwise = value["Fn::If"]
-        return _resolved(then if conditions[condition] else otherwise, conditions)
+        return _resolved(then if conditions[condition] else otherwise, conditions, parameters)
     if isinstance(value, dict) and "Fn::Sub" in value:
         text, variables = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
-        names = {k: _resolved(v, conditions) for k, v in variables.items()}
+        names = {**parameters, **{k: _resolved(v, conditions, parameters) for k, v in variables.items()}}
         return re.sub(r"\$\{([A-Za-z]+)(?:\.EndpointName)?\}", lambda m: names.get(m[1], m[1].lower()), text)
     return value
 
@@ -601,13 +602,22 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
 
     conditions = {"HasCpu": cpu, "HasGpu": gpu, "HasBoth": cpu and gpu, "HasServerless": serverless,
                   "HasProvisioned": provisioned}
-    value = _resolved(template["Resources"]["ModelsParameter"]["Properties"]["Value"], conditions)
+    parameters = {name: str(p["Default"]) for name, p in template["Parameters"].items() if "Default" in p}
+    value = _resolved(template["Resources"]["ModelsParameter"]["Properties"]["Value"], conditions, parameters)
     settings = GatewaySettings.from_env({"GATEWAY_MODELS": value})
     names = [m.name for m in settings.models]
     assert names == ["decision-default", "chat-default", *(["decision-quiet"] if serverless else [])]
+    # Every pool is priced: each instance at its type's price in the one price file, the
+    # Serverless pool by its memory.
+    from gateway.decisions.cost import PRICES
+
+    for endpoint in settings.models[0].endpoints:
+        kind = "GpuInstanceType" if endpoint.name == "gpuendpoint" else "CpuInstanceType"
+        assert endpoint.usd_per_hour == PRICES["sagemaker_realtime_usd_per_hour"][parameters[kind]]
     if serverless:
         (quiet,) = settings.models[2].endpoints
         assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned
+        assert quiet.memory_gb == int(parameters["ServerlessMemoryMiB"]) / 1024
 
 
 def test_the_gateway_resumes_from_a_snapshot_on_the_runtime_every_build_targets(template):
@@ -616,6 +626,11 @@ def test_the_gateway_resumes_from_a_snapshot_on_the_runtime_every_build_targets(
     # template's runtime: three statements of one fact, held equal here.
     function = template["Resources"]["GatewayFunction"]["Properties"]
     assert function["SnapStart"] == {"ApplyOn": "PublishedVersions"} and function["AutoPublishAlias"]
+    # The routing is part of the function's configuration, and any change to that publishes a
+    # version: a snapshot never outlives the pools it was taken with. Nothing reads SSM at init.
+    assert function["AutoPublishAliasAllProperties"] is True
+    assert function["Environment"]["Variables"]["GATEWAY_MODELS"] == {"Fn::GetAtt": ["ModelsParameter", "Value"]}
+    assert "ssm:" not in json.dumps(function["Policies"])
     runtime = template["Globals"]["Function"]["Runtime"]
     version = runtime.removeprefix("python")
     assert tuple(map(int, version.split("."))) >= (3, 12)

@@ -229,3 +229,10 @@ def test_a_decision_naming_many_entries_settles_in_a_bounded_number_of_writes(pa
     report = spending.usage("acme", writes[0].day, writes[0].day, TenantLimits())
     assert report["total"]["requests"] == 1
     assert sum(e["cost_usd"] for e in report["by_entry"]) == pytest.approx(report["total"]["cost_usd"])
+
+
+def test_a_budget_of_zero_suspends_the_tenant_from_its_first_request(path):
+    backend = SlowBackend()
+    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.0)
+    status, _, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend))
+    assert status == 429 and body["detail"]["error_type"] == "budget_exhausted" and not backend.calls

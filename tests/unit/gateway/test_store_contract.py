@@ -295,3 +295,11 @@ def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(tenants):
         UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000)]
     assert [r.day for r in tenants.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
     assert tenants.usage("acme", "2026-12-02", "2026-12-02") == []
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), {True}, {1, "a"}, set(), {1: "x"}, object()])
+def test_the_dynamodb_codec_refuses_what_dynamodb_cannot_store(value):
+    from gateway.stores.dynamodb import _value
+
+    with pytest.raises(TypeError):
+        _value(value)
