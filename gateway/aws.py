@@ -1,4 +1,4 @@
-"""The AWS clients for the AWS services the gateway itself reads and writes (DynamoDB,
+"""The clients for the AWS services the gateway itself reads and writes (DynamoDB,
 Secrets Manager, SSM, API Gateway), made in one place.
 
 `GATEWAY_AWS_ENDPOINT_URL` points all of them at one endpoint instead of AWS's: under
