@@ -136,12 +136,15 @@ class Spending:
         day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
         self.store.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
         names = sorted(set(entries))
-        if len(names) > MAX_USAGE_ENTRIES:
-            names = [*names[:MAX_USAGE_ENTRIES - 1], MORE_ENTRIES]
-        for position, entry in enumerate(names):
-            first = position == 0  # the remainder of an even split goes to the first entry
-            share = UsageRow(day, entry, 1, cost // len(names) + (cost % len(names) if first else 0),
-                             endpoint_ms // len(names) + (endpoint_ms % len(names) if first else 0))
+        # Each entry its even share; past the eighth, one row holds the rest's shares together.
+        kept = names if len(names) <= MAX_USAGE_ENTRIES else names[:MAX_USAGE_ENTRIES - 1]
+        weights = {name: 1 for name in kept}
+        if len(kept) < len(names):
+            weights[MORE_ENTRIES] = len(names) - len(kept)
+        for position, (entry, weight) in enumerate(weights.items()):
+            first = position == 0  # what an even split leaves over goes to the first entry
+            share = UsageRow(day, entry, 1, cost * weight // len(names) + (cost % len(names) if first else 0),
+                             endpoint_ms * weight // len(names) + (endpoint_ms % len(names) if first else 0))
             self.store.add_usage(tenant_id, share, kept_until)
 
     def _give_back(self, reserved: list[Reservation]) -> None:

@@ -229,6 +229,9 @@ def test_a_decision_naming_many_entries_settles_in_a_bounded_number_of_writes(pa
     report = spending.usage("acme", writes[0].day, writes[0].day, TenantLimits())
     assert report["total"]["requests"] == 1
     assert sum(e["cost_usd"] for e in report["by_entry"]) == pytest.approx(report["total"]["cost_usd"])
+    # Each entry its twentieth: the shared row holds the thirteen entries past the seventh.
+    by_entry = {e["entry"]: e["cost_usd"] for e in report["by_entry"]}
+    assert by_entry[MORE_ENTRIES] == pytest.approx(13 * by_entry["entry-01"], rel=1e-6)
 
 
 def test_a_budget_of_zero_suspends_the_tenant_from_its_first_request(path):
