@@ -68,7 +68,10 @@ def endpoint(settings: EndpointSettings, default_region: str | None) -> Endpoint
     return Endpoint(name=settings.name, region=settings.region or default_region, endpoint_url=settings.endpoint_url,
                     connect_timeout_s=settings.connect_timeout_s, read_timeout_s=settings.read_timeout_s,
                     max_body_bytes=SERVERLESS_MAX_PAYLOAD_BYTES if settings.serverless else None,
-                    usd_per_second=endpoint_usd_per_second(settings.usd_per_hour, settings.memory_gb),
+                    usd_per_second=endpoint_usd_per_second(
+                        settings.usd_per_hour,
+                        settings.memory_gb or (settings.memory_mib / 1024 if settings.memory_mib else None),
+                        instance_type=settings.instance_type),
                     billed_by_duration=settings.serverless)
 
 

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -64,28 +64,12 @@ class EndpointSettings(_Settings):
     provisioned: bool = False
     # What a decision's time on it costs (gateway/decisions/cost.py): an instance's price by
     # the hour, or a Serverless endpoint's memory, priced per GB-second. Neither: unpriced.
-    # Or the instance type, priced from gateway/decisions/prices.json (the one price file).
+    # Or the instance type and a Serverless endpoint's MiB, priced by the composition root from
+    # gateway/decisions/prices.json (the one price file; settings know no domain types).
     usd_per_hour: float | None = Field(default=None, ge=0, le=1000)
     memory_gb: float | None = Field(default=None, gt=0, le=6)
     instance_type: str | None = Field(default=None, pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     memory_mib: int | None = Field(default=None, ge=1024, le=6144)  # a Serverless endpoint's, as SageMaker states it
-
-    @model_validator(mode="before")
-    @classmethod
-    def _priced_by_type(cls, values: Any) -> Any:
-        """An instance type without a price of its own takes the price file's (a type it does
-        not list stays unpriced: its time is counted at 0, never at a guessed price)."""
-        if not isinstance(values, dict):
-            return values
-        if values.get("instance_type") and values.get("usd_per_hour") is None:
-            from gateway.decisions.cost import PRICES
-
-            price = PRICES["sagemaker_realtime_usd_per_hour"].get(values["instance_type"])
-            if price is not None:
-                values = {**values, "usd_per_hour": price}
-        if isinstance(values.get("memory_mib"), int) and values.get("memory_gb") is None:
-            values = {**values, "memory_gb": values["memory_mib"] / 1024}
-        return values
 
 
 class RoutingSettings(_Settings):

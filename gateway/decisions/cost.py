@@ -32,9 +32,13 @@ class Cost:
 
 
 def endpoint_usd_per_second(usd_per_hour: float | None, memory_gb: float | None,
-                            usd_per_gb_second: float = PRICES["sagemaker_serverless_usd_per_gb_second"]) -> float:
-    """An endpoint's price per second it serves a decision: its instance's hourly price, or
-    its Serverless memory's GB-seconds; 0 when neither is configured."""
+                            usd_per_gb_second: float = PRICES["sagemaker_serverless_usd_per_gb_second"],
+                            instance_type: str | None = None) -> float:
+    """An endpoint's price per second it serves a decision: its instance's hourly price (given,
+    or its type's in the price file), or its Serverless memory's GB-seconds; 0 when none is
+    known (a type the file lacks is counted at 0, never at a guessed price)."""
+    if usd_per_hour is None and instance_type is not None:
+        usd_per_hour = PRICES["sagemaker_realtime_usd_per_hour"].get(instance_type)
     if usd_per_hour is not None:
         return usd_per_hour / 3600
     if memory_gb is not None:

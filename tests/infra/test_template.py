@@ -609,15 +609,18 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
     assert names == ["decision-default", "chat-default", *(["decision-quiet"] if serverless else [])]
     # Every pool is priced: each instance at its type's price in the one price file, the
     # Serverless pool by its memory.
+    from gateway.composition import endpoint as built
     from gateway.decisions.cost import PRICES
 
     for endpoint in settings.models[0].endpoints:
         kind = "GpuInstanceType" if endpoint.name == "gpuendpoint" else "CpuInstanceType"
-        assert endpoint.usd_per_hour == PRICES["sagemaker_realtime_usd_per_hour"][parameters[kind]]
+        hourly = PRICES["sagemaker_realtime_usd_per_hour"][parameters[kind]]
+        assert built(endpoint, "us-east-1").usd_per_second == pytest.approx(hourly / 3600)
     if serverless:
         (quiet,) = settings.models[2].endpoints
         assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned
-        assert quiet.memory_gb == int(parameters["ServerlessMemoryMiB"]) / 1024
+        gb = int(parameters["ServerlessMemoryMiB"]) / 1024
+        assert built(quiet, "us-east-1").usd_per_second == pytest.approx(gb * PRICES["sagemaker_serverless_usd_per_gb_second"])
 
 
 def test_the_gateway_resumes_from_a_snapshot_on_the_runtime_every_build_targets(template):
