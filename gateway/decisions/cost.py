@@ -52,10 +52,6 @@ def gateway_usd(seconds: float) -> float:
             + LAMBDA_GB * (seconds + GATEWAY_OVERHEAD_S) * PRICES["lambda_usd_per_gb_second"])
 
 
-def of_attempts(seconds: float, endpoint_usd: float) -> Cost:
-    return Cost(seconds, endpoint_usd, gateway_usd(seconds))
-
-
 @dataclass
 class Attempt:
     endpoint: str
@@ -101,4 +97,4 @@ def worst_case(deadline_s: float, usd_per_second: float) -> Cost:
     """The most one request can cost: every second until its deadline on the dearest endpoint
     it may be sent to (attempts run one after another, so their times add up to at most the
     deadline)."""
-    return of_attempts(deadline_s, deadline_s * usd_per_second)
+    return Cost(deadline_s, deadline_s * usd_per_second, gateway_usd(deadline_s))
