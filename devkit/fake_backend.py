@@ -5,7 +5,8 @@ overhead benchmarks: what is timed or tested is whatever sits in front of them.
 exactly the questions it was asked, in System One, with valid probabilities (the request
 validated as the scorer validates it); nothing here stands in for the model in
 integration or end-to-end tests. `FakeBackendServer` gives the same canned answers over
-HTTP, on SageMaker's runtime path (`/endpoints/{name}/invocations`, what boto3 calls with
+HTTP, on SageMaker's runtime paths (`/endpoints/{name}/invocations`, and
+`.../invocations-response-stream` as AWS event-stream messages: what botocore calls with
 `endpoint_url`) and OpenAI's `/v1/chat/completions` (what LiteLLM calls).
 """
 
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gateway.backends.base import Endpoint
+from gateway.backends.base import Endpoint, StreamedAnswer
+from gateway.wire.openai_chat import as_event_stream
+from scorer_container.sagemaker_runtime import EVENT_STREAM, payload_part
 from systemone import answers as formulas
 from systemone.models import ChoiceAnswer, DecisionRequest, DecisionResponse, NoulAnswer, Question, ScoreAnswer, Usage
 
@@ -84,6 +87,25 @@ class UniformBackend:
             return json.dumps(chat_completion(self.model, "hello")).encode()
         return json.dumps(uniform_answer(self.model, request)).encode()
 
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: str, request_id: str,
+                      deadline_s: float) -> StreamedAnswer:
+        """The answer `invoke` gives, as a streaming endpoint sends it: a chat as its events,
+        anything else whole, in pieces that do not align with lines (as SageMaker's parts)."""
+        data = stream_bytes(self.invoke(endpoint, body, route, request_id), json.loads(body))
+        pieces = [data[i:i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES)]
+        return StreamedAnswer(pieces[0], iter(pieces[1:]), lambda: None)
+
+
+PIECE_BYTES = 7  # fewer than any event: every event arrives in several pieces
+
+
+def stream_bytes(answer: bytes, request: dict[str, Any]) -> bytes:
+    """What a streaming endpoint sends for this answer: a streamed chat's events, else the answer."""
+    if request.get("stream") and "messages" in request:
+        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+        return as_event_stream(json.loads(answer), include_usage).encode()
+    return answer
+
 
 def answer(body: bytes, path: str) -> bytes:
     request = json.loads(body or b"{}")
@@ -99,9 +121,16 @@ class FakeBackendServer:
             disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms delayed-ACK stall
 
             def do_POST(self) -> None:
-                data = answer(self.rfile.read(int(self.headers.get("Content-Length") or 0)), self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                data = answer(body, self.path)
+                if self.path.endswith("/invocations-response-stream"):  # InvokeEndpointWithResponseStream
+                    data = stream_bytes(data, json.loads(body or b"{}"))
+                    data = b"".join(payload_part(data[i:i + PIECE_BYTES]) for i in range(0, len(data), PIECE_BYTES))
+                    content_type = EVENT_STREAM
+                else:
+                    content_type = "application/json"
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -4,6 +4,7 @@ function itself, and the API Gateway events it is called with."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from devkit.local import proxy_event
@@ -64,6 +65,14 @@ def installed() -> GatewayRuntime:
 def call_installed(ev: dict[str, Any], context: Any) -> dict[str, Any]:
     """The function `install` built last, as a Lambda handler (for a local runner)."""
     return _installed_function()(ev, context)
+
+
+def stream_installed(ev: dict[str, Any], context: Any) -> Iterator[bytes]:
+    """The same function's streaming entry point (the local runner's streaming routes)."""
+    return _installed_function().stream(ev, context)
+
+
+call_installed.stream = stream_installed  # type: ignore[attr-defined]  # what InProcessFunction streams with
 
 
 def event(method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,

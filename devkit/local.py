@@ -22,29 +22,33 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
+import contextlib
 import json
 import logging
 import math
 import os
+import select
+import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from gateway import authorizer as authorizers
 from gateway import handler
-from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS
+from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, streams
 from gateway.auth.store import DEFAULT_LIMITS
+from gateway.streaming import BadPrelude, header_list, read_prelude
 from systemone.errors import openai_body, system_one_body
 from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
 
 # A child of the `gateway` logger, so its JSON handler and credential redaction apply here too.
 log = logging.getLogger("gateway.local")
-HttpReply = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
+HttpReply = tuple[int, list[tuple[str, str]], "bytes | Iterator[bytes]"]  # status, headers, body (whole or streamed)
 
 MAX_REQUEST_BYTES = API_GATEWAY_MAX_REQUEST_BYTES
 # API Gateway's answer to a request over its 10 MB, and to one whose event Lambda refuses
@@ -62,6 +66,9 @@ THROTTLED_BODY = {**openai_body("too many requests; retry later", "rate_limit_er
 REFUSED_RATE_PER_S, REFUSED_BURST = 10.0, 20
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 INTEGRATION_TIMEOUT_S = 29.0
+# The streaming routes' integration timeout (template.yaml: StreamingFunction's events), which
+# bounds a streamed response as a whole; the function's own bound comes first.
+STREAM_TIMEOUT_S = 60.0
 STAGE = "local"
 ACCOUNT = "000000000000"
 API_ID = "localapi00"
@@ -83,8 +90,10 @@ class InProcessFunction:
     two requests must never run through one process at once). For tests and tools that
     build their own runtime; without one, the function Lambda would build from the environment."""
 
-    def __init__(self, function: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> None:
+    def __init__(self, function: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+                 streaming_function: Callable[[dict[str, Any], Any], Iterator[bytes]] | None = None) -> None:
         self.function = function or handler.lambda_handler
+        self.streaming_function = streaming_function or getattr(function, "stream", None) or handler.streaming_handler
         self._lock = threading.Lock()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="function")
 
@@ -94,6 +103,17 @@ class InProcessFunction:
                 return self.function(event, _LambdaContext())
 
         return self._threads.submit(run).result(timeout=timeout_s)
+
+    def invoke_stream(self, event: dict[str, Any], timeout_s: float) -> Iterator[bytes]:
+        """The streaming handler's bytes, the instance held until they end (or are closed)."""
+        if not self._lock.acquire(timeout=timeout_s):
+            raise concurrent.futures.TimeoutError
+        try:
+            stream = self.streaming_function(event, _LambdaContext(timeout_s))
+            with contextlib.closing(stream):
+                yield from stream
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -119,7 +139,7 @@ class ProcessFunctions:
         instance = self._acquire(timeout_s)
         connection = instance[1]
         try:
-            connection.send(event)
+            connection.send(("invoke", event))
             if not connection.poll(timeout_s):
                 raise concurrent.futures.TimeoutError
             kind, payload = connection.recv()
@@ -131,13 +151,55 @@ class ProcessFunctions:
             raise RuntimeError(f"the function raised {payload}")
         return payload
 
+    def invoke_stream(self, event: dict[str, Any], timeout_s: float) -> Iterator[bytes]:
+        """The streaming handler's bytes from an instance, as it sends them. Closed early (the
+        caller gone), the instance is told to stop, which closes the handler's generator there."""
+        instance = self._acquire(timeout_s)
+        connection = instance[1]
+        deadline = time.monotonic() + timeout_s
+        ended = False
+        try:
+            connection.send(("stream", event))
+            while True:
+                if not connection.poll(max(0.0, deadline - time.monotonic())):
+                    raise concurrent.futures.TimeoutError
+                kind, payload = connection.recv()
+                if kind == "chunk":
+                    yield payload
+                    continue
+                ended = True
+                if kind == "error":
+                    raise RuntimeError(f"the function raised {payload}")
+                return
+        except GeneratorExit:
+            ended = self._stopped(connection)
+            raise
+        finally:
+            if ended:
+                self._release(instance)
+            else:
+                self._discard(instance)
+
+    @staticmethod
+    def _stopped(connection: Any) -> bool:
+        """Tell an instance whose caller went to stop; True once it has (within a bound)."""
+        try:
+            connection.send(("cancel", None))
+            deadline = time.monotonic() + 5.0
+            while connection.poll(max(0.0, deadline - time.monotonic())):
+                if connection.recv()[0] != "chunk":
+                    return True
+        except (EOFError, OSError):
+            pass
+        return False
+
     def prewarm(self, instances: int) -> None:
         """Start `instances` instances and run one request through each (provisioned
         concurrency, in Lambda's terms), so measurements are not cold starts."""
         held = [self._acquire(INTEGRATION_TIMEOUT_S) for _ in range(min(instances, self._max))]
         health = proxy_event("GET", "/health", [], b"", "127.0.0.1")
         for _, connection in held:
-            connection.send(health)
+            connection.send(("invoke", health))
         for instance in held:
             instance[1].recv()
             self._release(instance)
@@ -184,13 +246,31 @@ def _instance_main(connection: Any, env: dict[str, str]) -> None:
 
     while True:
         try:
-            event = connection.recv()
+            kind, event = connection.recv()
         except (EOFError, KeyboardInterrupt):
             return
+        if kind == "stream":
+            _stream_to(connection, instance_handler.streaming_handler(event, _LambdaContext(STREAM_TIMEOUT_S)))
+            continue
         try:
             connection.send(("ok", instance_handler.lambda_handler(event, _LambdaContext())))
         except Exception as exc:  # the function crashed: API Gateway answers 502
             connection.send(("error", type(exc).__name__))
+
+
+def _stream_to(connection: Any, stream: Iterator[bytes]) -> None:
+    """Send each chunk as it comes; a "cancel" from the parent (its caller went) closes the
+    stream, as a Lambda whose response is cut closes it (`gateway.runtime_loop`)."""
+    with contextlib.closing(stream):
+        try:
+            for chunk in stream:
+                connection.send(("chunk", chunk))
+                if connection.poll() and connection.recv()[0] == "cancel":
+                    break
+        except Exception as exc:
+            connection.send(("error", type(exc).__name__))
+            return
+    connection.send(("end", None))
 
 
 class TokenBucket:
@@ -284,6 +364,8 @@ class LocalApiGateway:
             # answers for it. Measured with json.dumps' spaced separators, a little more than
             # the event's compact JSON: what passes here passes in AWS.
             return _api_gateway_error(*REQUEST_TOO_LONG)
+        if streams(method, event["path"]):
+            return self._streamed(event)
         try:
             result = self.function.invoke(event, INTEGRATION_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
@@ -292,6 +374,54 @@ class LocalApiGateway:
             log.exception("function failed")
             return _api_gateway_error(502, "Internal server error")
         return _http_response(result)
+
+
+    def _streamed(self, event: dict[str, Any]) -> HttpReply:
+        """The streaming integration: the function's byte stream, its prelude read for the
+        status and headers (API Gateway starts the response once it has them), then the body
+        passed on chunk by chunk. Closing the body (the caller gone) closes the function's stream."""
+        stream = self.function.invoke_stream(event, STREAM_TIMEOUT_S)
+        head = b""
+        try:
+            for chunk in stream:
+                head += chunk
+                if (parsed := read_prelude(head)) is not None:
+                    meta, rest = parsed
+                    return meta["statusCode"], header_list(meta), _passed_on(rest, stream)
+        except concurrent.futures.TimeoutError:
+            stream.close()
+            return _api_gateway_error(504, "Endpoint request timed out")
+        except BadPrelude:
+            log.exception("the function's response stream has no valid prelude")
+        except Exception:
+            log.exception("function failed")
+        stream.close()
+        return _api_gateway_error(502, "Internal server error")
+
+
+def read_whole(reply: HttpReply) -> tuple[int, list[tuple[str, str]], bytes]:
+    """A reply with its body read to the end (a streamed one joined), for callers that want it whole."""
+    status, headers, body = reply
+    if isinstance(body, bytes):
+        return status, headers, body
+    with contextlib.closing(body):
+        return status, headers, b"".join(body)
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """The caller closed its end: its socket reads as ended (a client sends nothing while it reads a response)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def _passed_on(first: bytes, stream: Iterator[bytes]) -> Iterator[bytes]:
+    with contextlib.closing(stream):
+        if first:
+            yield first
+        yield from stream
 
 
 def proxy_event(method: str, target: str, headers: list[tuple[str, str]], body: bytes, source_ip: str) -> dict[str, Any]:
@@ -408,9 +538,9 @@ class _LambdaContext:
     log_group_name = "/aws/lambda/decision-gateway-local"
     log_stream_name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float = INTEGRATION_TIMEOUT_S) -> None:
         self.aws_request_id = str(uuid.uuid4())
-        self._deadline = time.monotonic() + INTEGRATION_TIMEOUT_S
+        self._deadline = time.monotonic() + timeout_s
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
@@ -437,12 +567,34 @@ def make_server(host: str, port: int, gateway: LocalApiGateway | None = None) ->
                                                        self.client_address[0])
             self.send_response(status)
             for name, value in headers:
-                if name.lower() not in ("content-length", "connection"):
+                if name.lower() not in ("content-length", "connection", "transfer-encoding"):
                     self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
+            if isinstance(data, bytes):
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            self._write_chunks(data)
+
+        def _write_chunks(self, chunks: Iterator[bytes]) -> None:
+            """A streamed body, each chunk sent as it comes; a caller that hangs up closes the stream."""
+            with contextlib.closing(chunks):
+                try:
+                    for chunk in chunks:
+                        if _hung_up(self.connection):
+                            raise BrokenPipeError  # a write would still succeed once after the caller's FIN
+                        if chunk:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                            self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:  # BrokenPipeError, ConnectionResetError: the caller went
+                    self.close_connection = True
+                except Exception:
+                    log.exception("the response stream failed")
+                    self.close_connection = True  # an unterminated chunked body: the caller sees it cut
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
 

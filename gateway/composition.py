@@ -47,10 +47,10 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
                                 settings.auth.record_retention_days, on_failure=_count_record_failure)
     # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
     tenants = authenticator.tenants if authenticator is not None else None
-    throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=settings.routing.deadline_s)
+    throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=longest_request_s(settings))
                 if stores is not None and tenants is not None else None)
     spending = Spending(stores.tenants, tenants.limits) if stores is not None and tenants is not None else None
-    idempotency = (Idempotency(stores.idempotency, hold_s=settings.routing.deadline_s)
+    idempotency = (Idempotency(stores.idempotency, hold_s=longest_request_s(settings))
                    if stores is not None and stores.idempotency is not None else None)
     return GatewayRuntime(
         settings=settings, registry=registry,
@@ -58,6 +58,13 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
                              spending=spending),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
         catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending)
+
+
+def longest_request_s(settings: GatewaySettings) -> float:
+    """The longest any request may run, on any model and route: a place in flight or an
+    idempotency claim is held that long at most when its function dies mid-request."""
+    policies = [settings.routing] + [m.routing for m in settings.models if m.routing is not None]
+    return max(max(p.deadline_s, p.stream_deadline_s) for p in policies)
 
 
 def pool_policy(routing: RoutingSettings) -> PoolPolicy:

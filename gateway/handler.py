@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import os
 import random
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from gateway.api.context import StreamedBody, StreamSlot
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
 from gateway.caller import principal_of
 from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
+from gateway.streaming import prelude, whole_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
@@ -39,12 +43,31 @@ class GatewayFunction:
         self.app = build_app(runtime)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """A buffered invocation (API Gateway's default integration): the whole response."""
+        result, _ = self.respond(event, context, streaming=False)
+        return result
+
+    def stream(self, event: dict[str, Any], context: Any) -> Iterator[bytes]:
+        """A streaming invocation (the streaming integration, `gateway.streaming`): the
+        response as the HTTP integration's byte stream, its status and headers first, then the
+        body as it is produced. Closing this generator (the caller gone) stops the body's work."""
+        result, body = self.respond(event, context, streaming=True)
+        yield prelude(result)
+        if body is None:
+            yield whole_body(result)
+            return
+        with contextlib.closing(body):
+            yield from body
+
+    def respond(self, event: dict[str, Any], context: Any, *, streaming: bool) -> tuple[dict[str, Any], StreamedBody | None]:
+        """The proxy result, and the body a route left to stream (only when `streaming`)."""
         from gateway.observability import configure_logging
 
         configure_logging()
         started = time.perf_counter()
         request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
         path = event.get("path") or "/"
+        slot = StreamSlot() if streaming else None
         try:
             refuse_credentials_in_query(event)
             # Who calls, first: an anonymous request is refused before its body is even decoded.
@@ -57,15 +80,15 @@ class GatewayFunction:
 
             result = proxy_error(exc, path)
         else:
-            self.app.append_context(request_id=request_id, principal=principal)
+            self.app.append_context(request_id=request_id, principal=principal, stream=slot)
             result = self.app.resolve(prepared, context)
         _stamp_request_id(result, request_id, path)
         status = int(result.get("statusCode", 500))
         log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status,
-                                   "request_id": request_id,
+                                   "request_id": request_id, "streams": slot is not None and slot.body is not None,
                                    "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
         _count_request(status)
-        return result
+        return result, slot.body if slot is not None else None
 
     def is_public(self, path: str) -> bool:
         path = route_path(path)
@@ -130,10 +153,19 @@ _register_restore_hook()
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _built()(event, context)
+
+
+def streaming_handler(event: dict[str, Any], context: Any) -> Iterator[bytes]:
+    """The streaming routes' entry point (`gateway.runtime_loop` in AWS, the local runner here)."""
+    return _built().stream(event, context)
+
+
+def _built() -> GatewayFunction:
     global _function
     if _function is None:
         _function = build_function()
-    return _function(event, context)
+    return _function
 
 
 def _count_request(status: int) -> None:

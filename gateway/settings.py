@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from systemone.limits import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_CARRIED_BODY_BYTES
 
 Service = Literal["decisions", "chat"]
-API_GATEWAY_TIMEOUT_S = 29.0
+API_GATEWAY_TIMEOUT_S = 29.0  # a buffered REST API integration's timeout (the default quota)
+# What bounds work on the streaming routes (template.yaml: StreamingFunction): SageMaker gives
+# a container 60 s to answer an invocation, and documents no longer bound for a streamed one
+# (a stream that overruns ends in ModelStreamError ModelInvocationTimeExceeded), so a
+# streamed request gets at most 58 s, 2 s under it. API Gateway would allow 15 minutes.
+SAGEMAKER_INVOCATION_S = 60.0
+MAX_STREAM_DEADLINE_S = SAGEMAKER_INVOCATION_S - 2.0
 # Lambda refuses a synchronous invocation whose request is larger than 6,291,456 bytes,
 # and API Gateway sends every body base64-encoded (binary media type */*: 4 bytes per
 # 3) inside the proxy event, beside the headers (twice: single and multi-value; API
@@ -74,6 +80,9 @@ class EndpointSettings(_Settings):
 
 class RoutingSettings(_Settings):
     deadline_s: float = Field(default=25.0, gt=0, lt=API_GATEWAY_TIMEOUT_S)
+    # A request on the streaming routes: a chat stream, or a decision that needs more than
+    # `deadline_s` (docs/concepts/bounded-work.md).
+    stream_deadline_s: float = Field(default=MAX_STREAM_DEADLINE_S, gt=0, le=MAX_STREAM_DEADLINE_S)
     extra_attempts: int = Field(default=1, ge=0, le=5)
     backoff_base_s: float = Field(default=0.1, ge=0, le=5)
     backoff_max_s: float = Field(default=2.0, ge=0, le=10)

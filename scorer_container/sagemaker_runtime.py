@@ -1,13 +1,23 @@
-"""A local stand-in for what SageMaker's InvokeEndpoint makes of a container's answer.
+"""A local stand-in for what SageMaker's runtime API makes of a container's answer.
 
-The scorer serves `/endpoints/{name}/invocations` so that boto3's sagemaker-runtime
-client, pointed here with `endpoint_url`, works unchanged in development and tests;
-this module gives its errors the shape they have in AWS.
+The scorer serves `/endpoints/{name}/invocations` (InvokeEndpoint) and
+`/endpoints/{name}/invocations-response-stream` (InvokeEndpointWithResponseStream) so
+that botocore's sagemaker-runtime client, pointed here with `endpoint_url`, works
+unchanged in development and tests; this module gives both their shape in AWS: a
+container's error as `ModelError`, and a stream as AWS event-stream messages, each piece
+the container wrote in a `PayloadPart` event (pieces do not align with lines or events:
+SageMaker forwards what the container flushed), and a failure after the stream began as a
+`ModelStreamError` exception message.
 """
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse, Response
+import json
+import struct
+import zlib
+from collections.abc import AsyncIterator, Iterable
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from systemone.sidechannel import ORIGINAL_MESSAGE, ORIGINAL_STATUS
 
@@ -32,3 +42,59 @@ def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
     return JSONResponse(body, status_code=424, headers=headers)
 
 
+
+
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+_STRING = 7  # the event-stream header value type of a UTF-8 string
+
+
+def event_message(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: a prelude (total length, headers length, their CRC32),
+    the headers (name, type 7, value), the payload, and the CRC32 of all that came before."""
+    encoded = b"".join(
+        struct.pack("!B", len(name.encode())) + name.encode() + struct.pack("!BH", _STRING, len(value.encode()))
+        + value.encode() for name, value in headers.items())
+    prelude = struct.pack("!II", 12 + len(encoded) + len(payload) + 4, len(encoded))
+    message = prelude + struct.pack("!I", zlib.crc32(prelude)) + encoded + payload
+    return message + struct.pack("!I", zlib.crc32(message))
+
+
+def payload_part(data: bytes) -> bytes:
+    return event_message({":event-type": "PayloadPart", ":content-type": "application/octet-stream",
+                          ":message-type": "event"}, data)
+
+
+def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
+    body = json.dumps({"Message": message, "ErrorCode": code}).encode()
+    return event_message({":exception-type": "ModelStreamError", ":content-type": "application/json",
+                          ":message-type": "exception"}, body)
+
+
+def as_response_stream(response: Response) -> Response:
+    """What InvokeEndpointWithResponseStream makes of a container's answer: an error (already
+    shaped by `as_sagemaker_runtime`) as it is, before any event; otherwise every piece of the
+    body in a `PayloadPart`, and the container's content type in a header."""
+    if response.status_code >= 400:
+        return response
+    parts = response.body_iterator if isinstance(response, StreamingResponse) else _whole(bytes(response.body))
+    headers = {k: v for k, v in response.headers.items() if k.lower() in ("x-request-id", "x-typesafe-request-id")}
+    headers["X-Amzn-SageMaker-Content-Type"] = response.headers.get("content-type", "application/json")
+    return StreamingResponse(_events(parts), media_type=EVENT_STREAM, headers=headers, background=response.background)
+
+
+async def _whole(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def _events(parts: AsyncIterator[bytes | str] | Iterable[bytes | str]) -> AsyncIterator[bytes]:
+    try:
+        async for part in parts:  # type: ignore[union-attr]
+            data = part.encode() if isinstance(part, str) else bytes(part)
+            if data:
+                yield payload_part(data)
+    except Exception as exc:  # the container broke off after the stream began
+        yield model_stream_error(f"the model container failed mid-stream ({type(exc).__name__})")
+    finally:
+        close = getattr(parts, "aclose", None)
+        if close is not None:  # a caller gone cancels this generator: the container's stream stops too
+            await close()

@@ -6,6 +6,9 @@ Routes
                                         X-Amzn-SageMaker-Custom-Attributes header
     POST /endpoints/{name}/invocations  the same, so boto3's sagemaker-runtime client
                                         with endpoint_url pointed here works unchanged
+    POST /endpoints/{name}/invocations-response-stream
+                                        the same as InvokeEndpointWithResponseStream
+                                        answers it (AWS event-stream messages)
     POST /v1/systemone                  System One decisions
     POST /v1/chat/completions           OpenAI chat (stream and non-stream)
     GET  /v1/models                     one body in both the OpenAI and System One shape
@@ -49,7 +52,7 @@ from scorer_container.errors import (
 )
 from scorer_container.planning import Plan
 from scorer_container.prompts import PROMPT_VERSIONS
-from scorer_container.sagemaker_runtime import as_sagemaker_runtime
+from scorer_container.sagemaker_runtime import as_response_stream, as_sagemaker_runtime
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
@@ -88,6 +91,7 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
             Route("/health", _ping, methods=["GET"]),
             Route("/invocations", _invocations, methods=["POST"]),
             Route("/endpoints/{endpoint}/invocations", _invocations, methods=["POST"]),
+            Route("/endpoints/{endpoint}/invocations-response-stream", _invocations_stream, methods=["POST"]),
             Route("/v1/systemone", _systemone, methods=["POST"]),
             Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
             Route("/v1/models", _models, methods=["GET"]),
@@ -151,6 +155,12 @@ async def _invocations(request: Request) -> Response:
     if "endpoint" in request.path_params:
         return as_sagemaker_runtime(response, request.path_params["endpoint"])
     return response
+
+
+async def _invocations_stream(request: Request) -> Response:
+    """SageMaker's streaming invocation: the container's `/invocations` answer, as the
+    runtime API streams it (a chat with `stream: true` arrives as it is generated)."""
+    return as_response_stream(await _invocations(request))
 
 
 # -- request handling ----------------------------------------------------------------------

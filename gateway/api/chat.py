@@ -1,4 +1,6 @@
-"""OpenAI Chat Completions: the backend answers whole; a stream is framed here."""
+"""OpenAI Chat Completions. On the streaming integration, `stream: true` is relayed from the
+backend's stream as it is generated; on the buffered one, the completion is asked whole
+and framed as the events a stream would have sent (they arrive together)."""
 
 from __future__ import annotations
 
@@ -8,24 +10,34 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from gateway.api.context import caller, request_id
+from gateway.api.context import caller, request_id, stream_body, streaming
 from gateway.api.responses import json_response, served_by
 from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.wire.openai_chat import ChatRequest, as_event_stream
 
+_EVENT_STREAM = "text/event-stream"
+
 
 def router(service: DecideService) -> Router:
     routes = Router()
 
-    @routes.post("/v1/chat/completions", summary="OpenAI Chat Completions (a stream is buffered)", tags=["OpenAI"])
+    @routes.post("/v1/chat/completions", summary="OpenAI Chat Completions (streams on the streaming integration)",
+                 tags=["OpenAI"])
     def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):
-        completion, invocation = service.chat(caller(routes, "chat"), request.backend_body(),
-                                              request_id=request_id(routes), metrics=counters())
+        principal = caller(routes, "chat")
+        if request.stream and streaming(routes):
+            events, invocation = service.chat_stream(principal, request.backend_body(), request_id=request_id(routes),
+                                                     metrics=counters())
+            stream_body(routes, events)
+            return Response(200, _EVENT_STREAM, "", {"cache-control": "no-cache", **served_by(invocation.endpoint,
+                                                                                                invocation.attempts)})
+        completion, invocation = service.chat(principal, request.backend_body(), request_id=request_id(routes),
+                                              metrics=counters())
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())
-            return Response(200, "text/event-stream", text, {"cache-control": "no-cache", **headers})
+            return Response(200, _EVENT_STREAM, text, {"cache-control": "no-cache", **headers})
         return json_response(200, completion, headers)
 
     return routes

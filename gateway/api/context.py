@@ -1,8 +1,11 @@
-"""The caller of a route: the principal the handler found before the body was read."""
+"""What a route knows of its invocation besides the request: the caller (the principal the
+handler found before the body was read), the request id, and whether the response streams
+(the streaming integration: a body handed over as it is produced, and the longer deadline)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
 from gateway.errors import Forbidden, Unauthenticated
@@ -21,3 +24,29 @@ def caller(router: Any, scope: str | None) -> Principal:
 
 def request_id(router: Any) -> str:
     return str(router.context.get("request_id", ""))
+
+
+class StreamedBody(Protocol):
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def __next__(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class StreamSlot:
+    """Where a route leaves a body that streams, for the handler to send after the status and
+    headers of the route's response (Powertools' responses hold whole bodies only)."""
+
+    def __init__(self) -> None:
+        self.body: StreamedBody | None = None
+
+
+def streaming(router: Any) -> bool:
+    """The response streams to the caller (the streaming integration), so a route may send its
+    body as it is produced and work within the longer deadline."""
+    return router.context.get("stream") is not None
+
+
+def stream_body(router: Any, body: StreamedBody) -> None:
+    router.context["stream"].body = body

@@ -9,8 +9,9 @@ OPENAPI_PATH = "/v1/openapi"  # the OpenAPI document (?format=json) and Swagger 
 IAM_PREFIX = "/iam"  # the same routes for SigV4 callers (API Gateway's AWS_IAM authorization)
 SYSTEM_ONE_PATHS = ("/v1/systemone",)
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
-
-
+# The routes API Gateway streams (template.yaml: StreamingFunction's events, for both prefixes):
+# chat, which streams its completions, and the decisions, which may take the longer deadline.
+STREAMING_ROUTES = (("POST", "/v1/chat/completions"), ("POST", "/v1/systemone"), ("POST", "/v1/decisions"))
 
 def route_path(path: str) -> str:
     return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
@@ -24,3 +25,8 @@ def flavor_of(path: str) -> Flavor | None:
     if path in OPENAI_PATHS:
         return "openai"
     return None
+
+
+def streams(method: str, path: str) -> bool:
+    """Whether API Gateway sends this request to the streaming integration."""
+    return (method.upper(), route_path(path)) in STREAMING_ROUTES

@@ -5,7 +5,8 @@
      ├── EndpointTimedOut    the work ran out of time (cut by the scorer, or no answer in time):
      │                       never re-sent, since the same work would run out of time again
      ├── EndpointRejected    the container refused the request (4xx): the same anywhere, never retried
-     └── EndpointFailed      anything else (a container 5xx, a misconfigured endpoint, a bad reply)
+     ├── EndpointFailed      anything else (a container 5xx, a misconfigured endpoint, a bad reply)
+     └── StreamBroken        a streamed answer that began and then failed: too late for another endpoint
 
 Adapters translate their own exceptions into these once, so the domain never sees
 botocore.
@@ -13,6 +14,7 @@ botocore.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,8 +65,47 @@ class EndpointFailed(EndpointError):
     pass
 
 
+class StreamBroken(EndpointError):
+    pass
+
+
+class StreamedAnswer:
+    """An answer that arrives in pieces: its first piece has arrived, so the endpoint took the
+    work. Iterating gives the pieces as they come (they do not align with lines or events)
+    and raises StreamBroken when the endpoint fails after the first; `close()` hangs up, which
+    stops the endpoint's work (the scorer stops generating when its caller goes)."""
+
+    def __init__(self, first: bytes, rest: Iterator[bytes], hang_up: Callable[[], None]) -> None:
+        self._first: bytes | None = first
+        self._rest = rest
+        self._hang_up = hang_up
+        self.closed = False
+
+    def __iter__(self) -> StreamedAnswer:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        if self.closed:
+            raise StopIteration
+        return next(self._rest)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._hang_up()
+
+
 class InferenceBackend(Protocol):
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
         """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError.
         `request_id` (the gateway's) travels with it, so both deployables log one id."""
+        ...
+
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str, deadline_s: float) -> StreamedAnswer:
+        """Send one JSON body and return its answer as it streams, once its first piece has
+        arrived (a failure before it raises as `invoke` does, so another endpoint may be
+        asked); the endpoint stops the work `deadline_s` from now."""
         ...

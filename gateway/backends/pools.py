@@ -22,12 +22,13 @@ facts from its own traffic within a few requests.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from gateway.backends.base import (
     Endpoint,
@@ -37,6 +38,7 @@ from gateway.backends.base import (
     EndpointTimedOut,
     InferenceBackend,
     Route,
+    StreamedAnswer,
 )
 from gateway.decisions.cost import Cost, Meter, worst_case
 from gateway.errors import (
@@ -63,6 +65,7 @@ SATURATED = {"container_503", "container_429", "container_queue_timeout", "Servi
 # deadline gets 23 s, not 16.
 _TIMEOUT_STEPS = (23.0, 22.0, 20.0, 18.0, 16.0, 12.0, 8.0, 4.0, 2.0, 1.0)
 _MIN_ATTEMPT_S = 0.5
+_Answer = TypeVar("_Answer")
 
 
 class MetricsSink(Protocol):
@@ -77,6 +80,7 @@ class NoMetrics:
 @dataclass(frozen=True)
 class PoolPolicy:
     deadline_s: float = 25.0
+    stream_deadline_s: float = 58.0  # on the streaming routes (gateway.settings.MAX_STREAM_DEADLINE_S)
     extra_attempts: int = 1
     backoff_base_s: float = 0.1
     backoff_max_s: float = 2.0
@@ -190,18 +194,46 @@ class EndpointPool:
             ordered.extend(m.endpoint for m in keyed)
         return ordered
 
-    def worst_case(self, size: int) -> Cost:
+    def deadline(self, streaming: bool) -> float:
+        """A request's time: the buffered routes' deadline, or the streaming routes' longer one."""
+        return self.policy.stream_deadline_s if streaming else self.policy.deadline_s
+
+    def worst_case(self, size: int, streaming: bool = False) -> Cost:
         """The most a request of `size` bytes can cost here (a budget reserves it before the call)."""
-        return worst_case(self.policy.deadline_s, max(e.usd_per_second for e in self._taking(size)))
+        return worst_case(self.deadline(streaming), max(e.usd_per_second for e in self._taking(size)))
 
     def ask(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
-            request_id: str = "", meter: Meter | None = None) -> Invocation:
+            request_id: str = "", meter: Meter | None = None, *, streaming: bool = False) -> Invocation:
         """The first answer of the pool's endpoints, in their order, within the deadline; each
-        attempt's endpoint time is added to `meter` (a new one when None) as it ends."""
-        metrics = metrics or NoMetrics()
+        attempt's endpoint time is added to `meter` (a new one when None) as it ends. On a
+        streaming route (`streaming`) the deadline is the longer one, and an attempt may read
+        for what is left of it, past the endpoint's own read timeout."""
         meter = meter if meter is not None else Meter()
-        deadline = self.clock() + self.policy.deadline_s
-        first_pass = self._taking(len(body))
+        answer, endpoint, attempts = self._first_answer(
+            lambda endpoint, remaining: backend.invoke(_stretched(endpoint, remaining) if streaming else endpoint,
+                                                       body, route, request_id),
+            len(body), route, self.deadline(streaming), metrics, meter)
+        return Invocation(answer, endpoint, attempts, meter.cost())
+
+    def ask_stream(self, backend: InferenceBackend, body: bytes, route: Route, deadline_s: float,
+                   metrics: MetricsSink | None = None, request_id: str = "",
+                   meter: Meter | None = None) -> tuple[StreamedAnswer, Invocation]:
+        """The first endpoint whose answer starts streaming, with the same order, fallback and
+        circuits as `ask`: everything that can refuse the request happens before its first
+        piece arrives. `deadline_s` bounds the whole stream; the attempt's time in `meter`
+        runs to its first piece, and the caller adds the rest (`Meter.extend`) when it ends."""
+        meter = meter if meter is not None else Meter()
+        answer, endpoint, attempts = self._first_answer(
+            lambda endpoint, remaining: backend.invoke_stream(endpoint, body, route, request_id, remaining),
+            len(body), route, deadline_s, metrics, meter)
+        return answer, Invocation(b"", endpoint, attempts, meter.cost())
+
+    def _first_answer(self, call: Callable[[Endpoint, float], _Answer], size: int, route: Route, deadline_s: float,
+                      metrics: MetricsSink | None, meter: Meter) -> tuple[_Answer, str, int]:
+        """(The first answer, the endpoint that gave it, the attempts made.)"""
+        metrics = metrics or NoMetrics()
+        deadline = self.clock() + deadline_s
+        first_pass = self._taking(size)
         plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
         attempts = 0
         busy: list[EndpointBusy] = []
@@ -227,7 +259,7 @@ class EndpointPool:
             attempts += 1
             started = self.clock()
             try:
-                answer = backend.invoke(_within(endpoint, remaining), body, route, request_id)
+                answer = call(_within(endpoint, remaining), remaining)
             except EndpointBusy as exc:
                 busy.append(exc)
                 if exc.reason in SATURATED:
@@ -250,7 +282,7 @@ class EndpointPool:
             metrics.count("AttemptOk")
             if attempts > 1 or skipped:
                 metrics.count("Fallback")
-            return Invocation(answer, endpoint.name, attempts, meter.cost())
+            return answer, endpoint.name, attempts
         raise self._exhausted(busy, skipped, metrics)
 
     def _taking(self, size: int) -> list[Endpoint]:
@@ -315,6 +347,13 @@ def _within(endpoint: Endpoint, remaining: float) -> Endpoint:
         return endpoint
     step = next((s for s in _TIMEOUT_STEPS if s <= budget), _TIMEOUT_STEPS[-1])
     return replace(endpoint, read_timeout_s=step)
+
+
+def _stretched(endpoint: Endpoint, remaining: float) -> Endpoint:
+    """The endpoint with a read timeout up to what is left of a long deadline, in whole seconds
+    (the invoker keeps a client per read timeout: few values)."""
+    budget = math.floor(remaining - endpoint.connect_timeout_s)
+    return replace(endpoint, read_timeout_s=float(budget)) if budget > endpoint.read_timeout_s else endpoint
 
 
 def rejection_error(exc: EndpointRejected) -> RequestError:

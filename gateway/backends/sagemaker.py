@@ -1,4 +1,5 @@
-"""The SageMaker invoker: botocore `sagemaker-runtime` InvokeEndpoint.
+"""The SageMaker invoker: botocore `sagemaker-runtime` InvokeEndpoint, and
+InvokeEndpointWithResponseStream for answers that stream.
 
 botocore's own retries are off (one attempt) and timeouts are explicit, so the gateway
 owns the retry budget. Errors are classified as SageMaker documents them:
@@ -11,11 +12,21 @@ endpoint, or later) and "out of time" (never re-sent).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut, Route
+from gateway.backends.base import (
+    Endpoint,
+    EndpointBusy,
+    EndpointFailed,
+    EndpointRejected,
+    EndpointTimedOut,
+    Route,
+    StreamBroken,
+    StreamedAnswer,
+)
 from systemone.sidechannel import attributes, hints_of, original_error, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
@@ -54,40 +65,87 @@ class SageMakerInvoker:
         return client
 
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
-        from botocore.exceptions import (
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            ReadTimeoutError,
-        )
-
         client = self.client_for(endpoint)
-        # The scorer abandons the job when this attempt's time is up, instead of finishing
-        # work nobody reads while the request moves to another endpoint; and it logs the
-        # gateway's request id, so one id follows a request through both deployables.
-        request_id = safe_request_id(request_id)
-        # SageMaker's own logs and data capture key on the inference id.
-        extra = {"InferenceId": request_id} if request_id else {}
-        try:
-            response = client.invoke_endpoint(
-                EndpointName=endpoint.name,
-                Body=body,
-                ContentType="application/json",
-                Accept="application/json",
-                CustomAttributes=attributes(route, deadline_ms(endpoint), request_id),
-                **extra,
-            )
+        with _translated(endpoint.name):
+            response = client.invoke_endpoint(**_request(endpoint, body, route, request_id, deadline_ms(endpoint)))
             return response["Body"].read()
-        except ClientError as exc:
-            raise _classify(endpoint.name, exc.response) from None
-        except (ConnectTimeoutError, EndpointConnectionError) as exc:
-            raise EndpointBusy(endpoint.name, "connect_failed") from exc
-        except ReadTimeoutError as exc:
-            # The work may still be running there: sending it elsewhere would double it.
-            raise EndpointTimedOut(endpoint.name, "read_timeout", answered=False) from exc
-        except ConnectionClosedError as exc:
-            raise EndpointBusy(endpoint.name, "connection_closed") from exc
+
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str,
+                      deadline_s: float) -> StreamedAnswer:
+        """InvokeEndpointWithResponseStream: each `PayloadPart` is a piece of the container's
+        answer. The read timeout bounds each wait between pieces; the scorer is given the
+        stream's whole deadline. Errors before the first piece are classified as `invoke`'s."""
+        client = self.client_for(endpoint)
+        timeout_ms = max(100, int((deadline_s - _DEADLINE_MARGIN_S) * 1000))
+        with _translated(endpoint.name):
+            response = client.invoke_endpoint_with_response_stream(
+                **_request(endpoint, body, route, request_id, timeout_ms))
+            events = response["Body"]
+            parts = _payload_parts(endpoint.name, iter(events))
+            try:
+                first = next(parts)
+            except StopIteration:
+                events.close()
+                raise EndpointFailed(endpoint.name, "empty_stream") from None
+            except StreamBroken as broken:
+                events.close()
+                raise EndpointFailed(endpoint.name, broken.reason) from None
+        return StreamedAnswer(first, parts, events.close)
+
+
+def _request(endpoint: Endpoint, body: bytes, route: Route, request_id: str, timeout_ms: int) -> dict[str, Any]:
+    # The scorer abandons the job when this attempt's time is up, instead of finishing
+    # work nobody reads while the request moves to another endpoint; and it logs the
+    # gateway's request id, so one id follows a request through both deployables.
+    request_id = safe_request_id(request_id)
+    # SageMaker's own logs and data capture key on the inference id.
+    extra = {"InferenceId": request_id} if request_id else {}
+    return {"EndpointName": endpoint.name, "Body": body, "ContentType": "application/json",
+            "Accept": "application/json", "CustomAttributes": attributes(route, timeout_ms, request_id), **extra}
+
+
+@contextlib.contextmanager
+def _translated(name: str) -> Iterator[None]:
+    """botocore's exceptions as the backend's errors (the domain never sees botocore)."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        ReadTimeoutError,
+    )
+
+    try:
+        yield
+    except ClientError as exc:
+        raise _classify(name, exc.response) from None
+    except (ConnectTimeoutError, EndpointConnectionError) as exc:
+        raise EndpointBusy(name, "connect_failed") from exc
+    except ReadTimeoutError as exc:
+        # The work may still be running there: sending it elsewhere would double it.
+        raise EndpointTimedOut(name, "read_timeout", answered=False) from exc
+    except ConnectionClosedError as exc:
+        raise EndpointBusy(name, "connection_closed") from exc
+
+
+def _payload_parts(name: str, events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+    """The bytes of each `PayloadPart`; anything that ends the stream early is StreamBroken
+    (a `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped connection)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from urllib3.exceptions import HTTPError
+
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            return
+        except ClientError as exc:  # botocore's EventStreamError: an exception event in the stream
+            raise StreamBroken(name, exc.response.get("Error", {}).get("Code") or "stream_error") from None
+        except (BotoCoreError, HTTPError, OSError) as exc:
+            raise StreamBroken(name, type(exc).__name__) from None
+        part = event.get("PayloadPart")
+        if part and part.get("Bytes"):
+            yield part["Bytes"]
 
 
 def deadline_ms(endpoint: Endpoint) -> int:

@@ -82,6 +82,13 @@ class Meter:
         if last is not None and not last.by_duration and 0 <= seconds < last.seconds:
             last.seconds = seconds
 
+    def extend(self, seconds: float) -> None:
+        """The answering attempt went on `seconds` after the pool had its first piece (a
+        stream): the endpoint generated, and the Lambda waited, all that time too."""
+        if self.attempts and seconds > 0:
+            self.attempts[-1].seconds += seconds
+            self.attempts[-1].waited += seconds
+
     @property
     def seconds(self) -> float:
         return sum(a.seconds for a in self.attempts)

@@ -32,6 +32,7 @@ from gateway.decisions.cost import Meter
 from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound
+from gateway.services.relay import ChatRelay
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.throttle import TenantThrottle
 
@@ -97,13 +98,13 @@ class DecideService:
         """One of the tenant's places in flight for the backend call (429 when all are held)."""
         return self.throttle.in_flight(tenant_id) if self.throttle is not None else contextlib.nullcontext()
 
-    def spend(self, tenant_id: str, pool: EndpointPool, body: bytes,
-              entries: list[str]) -> contextlib.AbstractContextManager[Meter]:
+    def spend(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str],
+              streaming: bool = False) -> contextlib.AbstractContextManager[Meter]:
         """The request's worst case reserved within the tenant's budgets (429 when over one),
         settled with the meter's figures once the work inside ends."""
         if self.spending is None:
             return contextlib.nullcontext(Meter())
-        return self.spending.spend(tenant_id, pool.worst_case(len(body)), entries)
+        return self.spending.spend(tenant_id, pool.worst_case(len(body), streaming), entries)
 
     def tenant(self, tenant_id: str) -> Tenant | None:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
@@ -112,12 +113,13 @@ class DecideService:
         return self.tenants.limits(tenant_id) if self.tenants is not None else DEFAULT_LIMITS
 
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
-               metrics: DecisionMetrics | None = None) -> tuple[DecisionResult, str]:
-        """The result and the id of its record (stored before this returns)."""
+               metrics: DecisionMetrics | None = None, streaming: bool = False) -> tuple[DecisionResult, str]:
+        """The result and the id of its record (stored before this returns). `streaming`: the
+        request came by a streaming route, whose longer deadline lets more work fit."""
         require_model(principal, decision.model)
         started = self.clock()
         with self.in_flight(principal.tenant_id):
-            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics)
+            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics, streaming=streaming)
         measure_injection(result, metrics)
         measure_cost(result, principal.tenant_id, metrics)
         decision_id = self.recorder.new_id()
@@ -126,7 +128,7 @@ class DecideService:
         return result, decision_id
 
     def _ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
-            metrics: MetricsSink | None = None) -> tuple[Decision, DecisionResult]:
+             metrics: MetricsSink | None = None, streaming: bool = False) -> tuple[Decision, DecisionResult]:
         """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
         model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
@@ -134,22 +136,43 @@ class DecideService:
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
-        with self.spend(principal.tenant_id, model.pool, body, usage_entries(asked)) as meter:
-            invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, meter)
+        with self.spend(principal.tenant_id, model.pool, body, usage_entries(asked), streaming) as meter:
+            invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, meter, streaming=streaming)
             result = read_result(asked, invocation, meter)
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
              metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
-        """One chat completion (never streamed from the backend: the gateway frames any stream)."""
-        require_model(principal, str(request.get("model")))
-        model = self.registry.route_for(request["model"], "chat")
-        payload = {**request, "stream": False, **check_chat_budget(request, self.limits(principal.tenant_id))}
-        payload.pop("stream_options", None)
-        body = json_bytes(payload)
+        """One chat completion, asked of the backend whole."""
+        model, body = self._chat_request(principal, request, stream=False)
         with self.in_flight(principal.tenant_id), self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY]) as meter:
             invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, meter)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")
         return completion, invocation
+
+    def chat_stream(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
+                    metrics: MetricsSink | None = None) -> tuple[ChatRelay, Invocation]:
+        """A chat completion's server-sent events as the backend generates them. Everything
+        that can refuse the request (model, limits, budget, the tenant's places in flight, the
+        pool's endpoints) refuses it here, before the first event; the tenant's place and its
+        reserved spend are held until the events end (`ChatRelay`), within the pool's stream deadline."""
+        model, body = self._chat_request(principal, request, stream=True)
+        deadline_s = model.pool.deadline(streaming=True)
+        started = self.clock()
+        with contextlib.ExitStack() as held:
+            held.enter_context(self.in_flight(principal.tenant_id))
+            meter = held.enter_context(self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY], streaming=True))
+            answer, invocation = model.pool.ask_stream(self.backend, body, "chat", deadline_s, metrics, request_id, meter)
+            release = held.pop_all()  # from here, the events' end releases them
+        relay = ChatRelay(answer, release, meter, started + deadline_s, self.clock, metrics)
+        return relay, invocation
+
+    def _chat_request(self, principal: Principal, request: dict[str, Any], *, stream: bool) -> tuple[Any, bytes]:
+        require_model(principal, str(request.get("model")))
+        model = self.registry.route_for(request["model"], "chat")
+        payload = {**request, "stream": stream, **check_chat_budget(request, self.limits(principal.tenant_id))}
+        if not stream:
+            payload.pop("stream_options", None)
+        return model, json_bytes(payload)

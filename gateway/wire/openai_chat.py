@@ -1,10 +1,9 @@
-"""OpenAI Chat Completions (`POST /v1/chat/completions`) and the stream framing.
+"""OpenAI Chat Completions (`POST /v1/chat/completions`) and its server-sent events.
 
-The gateway validates the body, asks the backend for one complete (non-streamed)
-completion, and, when the caller asked for `stream: true`, frames that completion as
-server-sent events ending in `data: [DONE]`. A Lambda behind a REST API returns its
-response in one piece, so the stream is buffered: the events arrive together, after
-generation ends. Clients that parse SSE (the OpenAI SDK) work unchanged.
+The gateway validates the body. Without `stream`, it asks the backend for one complete
+completion. With `stream: true` on the streaming integration, the backend's events are
+relayed as they come (`gateway.services.relay`); on the buffered integration,
+`as_event_stream` frames a whole completion as the events a stream would have sent.
 """
 
 from __future__ import annotations
@@ -44,3 +43,4 @@ def as_event_stream(completion: dict[str, Any], include_usage: bool) -> str:
         events.append({**base, "choices": [], "usage": completion["usage"]})
     lines = [f"data: {json.dumps(event, ensure_ascii=False, separators=(',', ':'))}\n\n" for event in events]
     return "".join(lines) + "data: [DONE]\n\n"
+

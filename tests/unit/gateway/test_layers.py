@@ -12,7 +12,7 @@ GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 # Bottom to top; a unit may import units of its own layer or below, never above. The
 # architecture page (docs/architecture.md) shows the same order.
 LAYERS = (
-    ("errors", "aws", "observability", "settings"),  # no domain types
+    ("errors", "aws", "observability", "settings", "streaming"),  # no domain types
     ("auth",),  # principals, credentials, tenants
     ("decisions",),  # the decision model, budgets, records
     ("catalogs",),  # named, versioned questions; policies and calibration
@@ -24,6 +24,7 @@ LAYERS = (
     ("app",),  # assembles the routers
     ("composition",),  # builds stores, services and the authenticator from settings
     ("handler", "authorizer", "rotation"),  # the Lambda entry points
+    ("runtime_loop",),  # the streaming function's Runtime API client, around the handler
 )  # the tools that run beside the functions are in devkit/ (tests/unit/test_repository_layers.py)
 LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
 

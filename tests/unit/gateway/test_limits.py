@@ -10,8 +10,8 @@ import pytest
 
 from devkit import local
 from devkit.fake_backend import UniformBackend
-from devkit.gateway_stack import PRINCIPAL, call_installed, event, install, settings_for
-from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event
+from devkit.gateway_stack import PRINCIPAL, call_installed, event, install, settings_for, stream_installed
+from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event, read_whole
 from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
@@ -61,6 +61,10 @@ class _Invoked:
         self.events += 1
         return call_installed(ev, None)
 
+    def invoke_stream(self, ev, timeout_s):
+        self.events += 1
+        return stream_installed(ev, None)
+
 
 def _runner() -> tuple[LocalApiGateway, _Invoked]:
     install(UniformBackend())
@@ -80,7 +84,7 @@ def test_the_largest_accepted_body_reaches_the_function_through_the_local_runner
     runner, function = _runner()
     body = DECISION + b" " * (MAX_BODY_BYTES - len(DECISION))
     # When it goes through API Gateway's steps with the most headers API Gateway takes
-    status, _, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1")
+    status, _, reply = read_whole(runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1"))
     # Then the function decides it
     assert (status, function.events) == (200, 1), reply
     assert set(json.loads(reply)["answers"]) == {"late"}
@@ -89,7 +93,7 @@ def test_the_largest_accepted_body_reaches_the_function_through_the_local_runner
 def test_one_byte_over_the_gateways_limit_is_the_gateways_own_413_through_the_local_runner():
     runner, function = _runner()
     body = DECISION + b" " * (MAX_BODY_BYTES + 1 - len(DECISION))
-    status, _, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1")
+    status, _, reply = read_whole(runner.handle("POST", "/v1/systemone", FULL_HEADERS, body, "127.0.0.1"))
     assert (status, function.events) == (413, 1)
     assert str(MAX_BODY_BYTES) in json.loads(reply)["detail"]["message"]
 
@@ -99,7 +103,7 @@ def test_a_body_api_gateway_cannot_carry_gets_its_own_refusal_from_the_local_run
     # Given a body whose event Lambda would refuse (over 6 MB once base64-encoded), or one
     # over API Gateway's 10 MB: API Gateway answers itself, with its default (uncustomisable) body
     runner, function = _runner()
-    status, headers, reply = runner.handle("POST", "/v1/systemone", FULL_HEADERS[:2], b" " * size, "127.0.0.1")
+    status, headers, reply = read_whole(runner.handle("POST", "/v1/systemone", FULL_HEADERS[:2], b" " * size, "127.0.0.1"))
     assert status == 413 and function.events == 0
     assert reply == b'{"message": "Request Too Long"}'
     assert dict(headers) == {"Content-Type": "application/json", "x-amzn-ErrorType": "BadRequestException"}
