@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from scorer_container.streaming import ClosingStreamingResponse
 from systemone.sidechannel import ORIGINAL_MESSAGE, ORIGINAL_STATUS
 
 
@@ -79,7 +80,8 @@ def as_response_stream(response: Response) -> Response:
     parts = response.body_iterator if isinstance(response, StreamingResponse) else _whole(bytes(response.body))
     headers = {k: v for k, v in response.headers.items() if k.lower() in ("x-request-id", "x-typesafe-request-id")}
     headers["X-Amzn-SageMaker-Content-Type"] = response.headers.get("content-type", "application/json")
-    return StreamingResponse(_events(parts), media_type=EVENT_STREAM, headers=headers, background=response.background)
+    return ClosingStreamingResponse(_events(parts), media_type=EVENT_STREAM, headers=headers,
+                                    background=response.background)
 
 
 async def _whole(body: bytes) -> AsyncIterator[bytes]:

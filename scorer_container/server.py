@@ -36,7 +36,7 @@ from typing import Any, Literal
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from scorer_container.deadline import Deadline
@@ -56,7 +56,7 @@ from scorer_container.sagemaker_runtime import as_response_stream, as_sagemaker_
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
-from scorer_container.streaming import stream_chat
+from scorer_container.streaming import ClosingStreamingResponse, stream_chat
 from systemone.body import BodyRefused, read_json
 from systemone.errors import openai_body, system_one_body
 from systemone.sidechannel import (
@@ -316,7 +316,7 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Respon
     ticket = service.admission.admit()
     include_usage = request.include_usage()
     events = stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
-    return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
+    return ClosingStreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -4,6 +4,12 @@ Generation runs in a worker thread and hands each piece to the event loop; it st
 when the caller hangs up (the response is closed) or the deadline passes. A failure
 after the 200 has started is said in the stream, as an OpenAI-shaped error event, and
 the stream still ends with `data: [DONE]`.
+
+A caller that hangs up is noticed by Starlette, which cancels the response (under ASGI
+2.3; under 2.4 its next send fails instead), so generation stops within a decode step of
+it. `ClosingStreamingResponse` closes the events' generator however the response ends:
+Starlette leaves a body iterator whose send failed suspended, and its generation running,
+until the garbage collector finds it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import logging
 import threading
 import time
 
+from starlette.responses import StreamingResponse
+
 from scorer_container.admission import Ticket
 from scorer_container.chat import ChatUsage, chunk, new_completion_id
 from scorer_container.deadline import Deadline
@@ -22,6 +30,18 @@ from scorer_container.schema import ChatRequest
 from scorer_container.service import Loaded
 
 log = logging.getLogger("scorer")
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A streaming response that closes its body iterator however the response ends."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 async def stream_chat(
@@ -44,6 +64,11 @@ async def stream_chat(
             loop.call_soon_threadsafe(queue.put_nowait, exc)
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, done)
+            # How far generation got (logged here: the events' generator may be cancelled, and
+            # await nothing more, once its caller has gone); a caller that went stops it within
+            # a decode step.
+            log.info("chat stream %s after %d generated tokens", "stopped, its caller gone" if stop.is_set() else "ended",
+                     usage.completion_tokens)
 
     try:
         async with ticket.running(deadline):
