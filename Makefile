@@ -146,10 +146,11 @@ BYTECODE_PYTHON ?= python$(LAMBDA_PYTHON)
 LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64
 LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
 
-build-GatewayFunction build-AuthorizerFunction build-RotationFunction:
+build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +
+	chmod 755 "$(ARTIFACTS_DIR)/gateway/bin/streaming-runtime"  # the streaming function's exec wrapper
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
 		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version $(LAMBDA_PYTHON) \
 		--only-binary=:all: -r requirements/lambda.txt

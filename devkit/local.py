@@ -68,7 +68,7 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 INTEGRATION_TIMEOUT_S = 29.0
 # The streaming routes' integration timeout (template.yaml: StreamingFunction's events), which
 # bounds a streamed response as a whole; the function's own bound comes first.
-STREAM_TIMEOUT_S = 60.0
+STREAM_TIMEOUT_S = 65.0
 STAGE = "local"
 ACCOUNT = "000000000000"
 API_ID = "localapi00"

@@ -76,6 +76,10 @@ def settings_for(host: str, models: dict) -> tuple[dict[str, dict[str, str]], Pa
     url = urlsplit(shared["GATEWAY_AWS_ENDPOINT_URL"])
     shared["GATEWAY_AWS_ENDPOINT_URL"] = f"{url.scheme}://{host}:{url.port}"
     document["GatewayFunction"]["GATEWAY_MODELS"] = json.dumps(models)
+    # The streaming routes' function runs the same code with the same settings. `sam local` runs
+    # functions buffered (it has no InvokeWithResponseStream), so it runs its handler as
+    # written, without the exec wrapper that starts the streaming runtime loop in AWS.
+    document["StreamingFunction"] = {**document["GatewayFunction"], "AWS_LAMBDA_EXEC_WRAPPER": ""}
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     path = BUILD_DIR / "env.json"
     path.write_text(json.dumps(document, indent=2) + "\n")

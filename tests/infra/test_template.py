@@ -79,7 +79,11 @@ def test_sam_validate_lint_passes():
 
 
 def test_every_role_is_least_privilege(template):
-    roles = {name: statements(r["Properties"]["Policies"]) for name, r in resources(template, "AWS::Serverless::Function").items()}
+    functions = resources(template, "AWS::Serverless::Function")
+    # A function without policies of its own runs with the gateway function's role (checked below).
+    assert {name for name, f in functions.items() if "Policies" not in f["Properties"]} == {"StreamingFunction"}
+    assert functions["StreamingFunction"]["Properties"]["Role"] == {"Fn::GetAtt": ["GatewayFunctionRole", "Arn"]}
+    roles = {name: statements(r["Properties"]["Policies"]) for name, r in functions.items() if "Policies" in r["Properties"]}
     roles.update({name: statements(r["Properties"]["Policies"]) for name, r in resources(template, "AWS::IAM::Role").items()})
     assert set(roles) >= {"GatewayFunction", "AuthorizerFunction", "RotationFunction", "ScorerExecutionRole"}
     for role, granted in roles.items():
@@ -436,7 +440,8 @@ def test_every_endpoint_requires_both_pins_together(template):
 def test_bearer_routes_require_the_usage_key_the_authorizer_names(template):
     api = template["Resources"]["Api"]["Properties"]
     assert api["ApiKeySourceType"] == "AUTHORIZER"
-    events = template["Resources"]["GatewayFunction"]["Properties"]["Events"]
+    events = {**template["Resources"]["GatewayFunction"]["Properties"]["Events"],
+              **template["Resources"]["StreamingFunction"]["Properties"]["Events"]}
     for name, event in events.items():
         auth = event["Properties"]["Auth"]
         # Only where the bearer authorizer runs can a key be named; elsewhere a required key
@@ -639,3 +644,32 @@ def test_the_gateway_resumes_from_a_snapshot_on_the_runtime_every_build_targets(
     assert tuple(map(int, version.split("."))) >= (3, 12)
     assert re.search(rf"^LAMBDA_PYTHON \?= {re.escape(version)}$", (ROOT / "Makefile").read_text(), re.M)
     assert re.search(rf'^lambda_python="{re.escape(version)}"', (ROOT / "scripts" / "base_images.sh").read_text(), re.M)
+
+
+def test_the_streaming_routes_are_the_streaming_functions_and_stream(template):
+    from devkit.local import STREAM_TIMEOUT_S
+    from gateway.api.paths import IAM_PREFIX, STREAMING_ROUTES
+    from gateway.settings import MAX_STREAM_DEADLINE_S
+
+    streaming = template["Resources"]["StreamingFunction"]["Properties"]
+    gateway = template["Resources"]["GatewayFunction"]["Properties"]
+    # Every streaming route, for bearer and SigV4 callers, and nothing else, streams through it
+    routes = {(e["Properties"]["Path"], e["Properties"]["Method"], e["Properties"]["Auth"]["Authorizer"])
+              for e in streaming["Events"].values()}
+    assert routes == ({(path, method, "BearerAuthorizer") for method, path in STREAMING_ROUTES}
+                      | {(IAM_PREFIX + path, method, "AWS_IAM") for method, path in STREAMING_ROUTES})
+    for event in streaming["Events"].values():
+        assert event["Properties"]["ResponseTransferMode"] == "RESPONSE_STREAM"
+        # The integration bounds a stream from outside: longer than the function may run,
+        # and what the local runner applies
+        assert event["Properties"]["TimeoutInMillis"] == STREAM_TIMEOUT_S * 1000 > streaming["Timeout"] * 1000
+    assert streaming["Timeout"] >= MAX_STREAM_DEADLINE_S + 2
+    # The same code and settings as the gateway function, started by the exec wrapper that runs the loop
+    variables = dict(streaming["Environment"]["Variables"])
+    wrapper = variables.pop("AWS_LAMBDA_EXEC_WRAPPER")
+    assert variables == gateway["Environment"]["Variables"]
+    script = ROOT / wrapper.removeprefix("/var/task/")
+    assert wrapper.startswith("/var/task/") and script.is_file() and os.access(script, os.X_OK)
+    assert "gateway.runtime_loop" in script.read_text()
+    assert {k: streaming[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")} == {
+        k: gateway[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")}
