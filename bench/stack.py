@@ -18,7 +18,7 @@ from typing import Any
 class Stack:
     gateway: str  # the gateway's base URL
     scorer: Any  # the scorer process (its .url, .pid)
-    keys: dict[str, str]  # tenant -> API key (decide scope)
+    keys: dict[str, str]  # tenant -> API key (decide and chat scopes)
 
 
 @contextmanager
@@ -39,7 +39,7 @@ def local_stack(model_dir: Path, tenants: tuple[str, ...] = ("bench",)) -> Itera
     keys = {}
     for tenant in tenants:
         create_tenant(store, tenant)
-        keys[tenant] = issue_api_key(store, tenant, ["decide"]).secret
+        keys[tenant] = issue_api_key(store, tenant, ["decide", "chat"]).secret
     with ScorerProcess({"SM_LLAMA_CPP_MODEL_DIR": str(model_dir), "SM_LLAMA_CPP_THREADS": "2"}) as scorer:
         scorer.wait("ready")
         # The authorizer checks the keys; the function itself runs without a store (no records).

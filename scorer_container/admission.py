@@ -77,10 +77,14 @@ class Admission:
     def admitted(self) -> int:
         return self._admitted
 
-    def admit(self) -> Ticket:
-        """A ticket, or Overloaded at once when one job runs and `max_waiting` wait."""
-        if self._admitted >= 1 + self.max_waiting:
-            raise Overloaded("the model is busy; retry later", self.retry_after())
+    def admit(self, *, alone: bool = False) -> Ticket:
+        """A ticket, or Overloaded at once when one job runs and `max_waiting` wait. Long work
+        (`alone`: past the ordinary budget) is admitted only when no job runs or waits: it would
+        hold the model for longer than the others' deadlines, so it never goes ahead of them,
+        and a retry (Retry-After) finds the model idle once the line has gone."""
+        if self._admitted >= 1 + self.max_waiting or (alone and self._admitted):
+            message = "this long request needs the model to itself, and it is busy" if alone else "the model is busy"
+            raise Overloaded(f"{message}; retry later", self.retry_after())
         self._admitted += 1
         return Ticket(self)
 

@@ -18,7 +18,11 @@ estimate errs on the side of refusing (413 at once, with the figures) over cutti
 
 A request may take `SCORER_BUDGET_S` (default 22 s: the gateway's first attempt may
 read for 23 s, of which it gives the scorer 22.75) less a 15% margin, and never more
-than what is left of its own deadline. `SCORER_MAX_REQUEST_TOKENS` instead fixes the
+than what is left of its own deadline. A request whose deadline is longer than any
+buffered API Gateway request can have (29 s: it came by the gateway's streaming routes,
+or straight from SageMaker, which allows 60 s) may take up to `SCORER_LONG_BUDGET_S`
+(default 55 s) less the margin; work estimated past the ordinary budget is long work,
+and admitted only when the model is otherwise idle (`admission.Admission.admit`). `SCORER_MAX_REQUEST_TOKENS` instead fixes the
 budget in units, the operator's word over the measurement: requests up to it are
 admitted whatever time they take, and cut at their deadline (504) when it runs out.
 The figures are logged and shown on /ping.
@@ -55,6 +59,8 @@ _WINDOW = 16  # recent decisions the rate is read from
 MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
+# No buffered request through API Gateway has a longer deadline: one that does may do long work.
+BUFFERED_LIMIT_S = 29.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ class Budget:
     prefill: Prefill
     rate: WorkRate
     fixed_units: int | None = None  # SCORER_MAX_REQUEST_TOKENS: the budget, whatever the time
+    long_seconds: float = 0.0  # what a request with a longer deadline may take (0: as `seconds`)
 
     @property
     def fixed(self) -> bool:
@@ -117,12 +124,17 @@ class Budget:
         budget)."""
         if self.fixed_units is not None:
             return self.fixed_units
-        within = self.seconds if seconds is None else min(self.seconds, seconds * MARGIN)
+        ceiling = max(self.seconds, self.long_seconds) if seconds is not None and seconds > BUFFERED_LIMIT_S else self.seconds
+        within = self.seconds if seconds is None else min(ceiling, seconds * MARGIN)
         rate = self.rate.measured if at_load else self.rate.seconds_per_unit()
         return max(_MIN_UNITS, int(within / rate))
 
     def seconds_for(self, units: float) -> float:
         return units * self.rate.seconds_per_unit()
+
+    def is_long(self, units: float) -> bool:
+        """Work past the ordinary budget (only a request with a longer deadline can have it planned)."""
+        return not self.fixed and self.seconds_for(units) > self.seconds
 
     def describe(self) -> str:
         units_per_s = 1 / self.rate.seconds_per_unit()
@@ -135,6 +147,8 @@ class Budget:
         """What /ping shows."""
         observed = self.rate.observed()
         return {"max_request_tokens": self.max_units(), "budget_s": round(self.seconds, 2),
+                "max_long_request_tokens": self.max_units(math.inf),
+                "long_budget_s": round(max(self.seconds, self.long_seconds), 2),
                 "units_per_s": round(1 / self.rate.seconds_per_unit(), 1),
                 "units_per_s_at_load": round(1 / self.rate.measured, 1),
                 "units_per_s_observed": round(1 / observed, 1) if observed else None,
@@ -196,9 +210,9 @@ def measure_decisions(engine: DecisionEngine, row_cost: float, repeat: int = 2) 
     return slowest
 
 
-def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float) -> Budget:
+def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float, long_seconds: float = 0.0) -> Budget:
     """The budget measured here; a fixed one (`fixed_units`) skips timing a decision at load
     and reads its rate from the prefill alone (it only informs /ping and the log)."""
     prefill = measure_prefill(engine.runtime)
     at_load = 1 / prefill.tokens_per_s if fixed_units is not None else measure_decisions(engine, prefill.row_cost)
-    return Budget(seconds * MARGIN, prefill, WorkRate(at_load), fixed_units)
+    return Budget(seconds * MARGIN, prefill, WorkRate(at_load), fixed_units, long_seconds * MARGIN)

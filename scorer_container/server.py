@@ -268,7 +268,7 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Resp
                 raise exc if deadline.gone else planner.timed_out() from None
             busy_s = time.perf_counter() - planning
     units = plan.cost.units(budget.row_cost)
-    with service.admission.admit() as ticket:
+    with service.admission.admit(alone=budget.is_long(units)) as ticket:
         async with ticket.running(deadline):
             if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
                 raise ticket.timed_out()  # it waited in line too long to finish: busy, not too big

@@ -61,7 +61,7 @@ class ScorerService:
                 readout=self.settings.readout, temperature=self.settings.temperature,
                 prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
             )
-            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s)
+            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s, self.settings.long_budget_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
             self.status, self.reason = "ready", ""
             log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,

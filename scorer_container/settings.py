@@ -48,6 +48,9 @@ class ScorerSettings:
     # prefill rate x budget_s (see budget.py).
     max_request_tokens: int | None = None
     budget_s: float = 22.0
+    # A request with a deadline past any buffered API Gateway request's (the gateway's
+    # streaming routes): up to this much work, admitted when nothing else runs or waits.
+    long_budget_s: float = 55.0
     # The longest any job may run: SageMaker allows 60 s per invocation; a caller's own
     # deadline (custom attribute timeout_ms) can only shorten it.
     deadline_s: float = 58.0
@@ -95,6 +98,7 @@ class ScorerSettings:
             temperature=_temperature(env.get("SCORER_TEMPERATURE")),
             max_request_tokens=_positive("SCORER_MAX_REQUEST_TOKENS", env.get("SCORER_MAX_REQUEST_TOKENS")),
             budget_s=_seconds("SCORER_BUDGET_S", env.get("SCORER_BUDGET_S", "22")),
+            long_budget_s=_seconds("SCORER_LONG_BUDGET_S", env.get("SCORER_LONG_BUDGET_S", "55")),
             deadline_s=_seconds("SCORER_DEADLINE_S", env.get("SCORER_DEADLINE_S", "58")),
             image_digest=env.get("SCORER_IMAGE_DIGEST") or None,
             expected_sha256=_sha256("SCORER_MODEL_SHA256", env.get("SCORER_MODEL_SHA256")),

@@ -339,6 +339,32 @@ def render_container(report: dict) -> list[str]:
     return [f"- {text.format(report[key])}" for key, text in words.items() if key in report] + [""]
 
 
+def render_bench_stream(report: dict) -> list[str]:
+    lines = [f"{report['runs']} streamed chats of {report['tokens']} tokens with `{report['model']}`, through the local"
+             " runner's streaming route with the OpenAI SDK (`stream=True`, usage asked for):", ""]
+    rows = [[i + 1, num(s["first_s"]), num(s["total_s"]), pct(s["first_s"] / s["total_s"]),
+             f"{s['max_gap_s'] * 1000:.0f} ms", pct(s["max_gap_s"] / s["total_s"]), s["chunks"], s["completion_tokens"]]
+            for i, s in enumerate(report["streams"])]
+    lines += table(["run", "first content chunk (s)", "whole stream (s)", "first / whole", "longest gap", "gap / whole",
+                    "content chunks", "usage: completion tokens"], rows)
+    lines += [f"The same completion unstreamed took {num(report['whole_s_median'])} s (median): before the streaming"
+              " routes, a stream's first chunk arrived then, with its last.", ""]
+    return lines + image("bench-stream.png", "chunks received against time, streamed and buffered")
+
+
+def render_bench_long(report: dict) -> list[str]:
+    buffered, busy, streamed = report["buffered"], report["while_busy"], report["streaming_route"]
+    return [
+        f"A decision of {report['questions']} questions x {report['options_per_question']} options with"
+        f" `{report['model']}`, sized to need about 40 s of the scorer's time even without its debiasing:", "",
+        f"- with the buffered route's deadline (the scorer gets 22.75 s): **{buffered['status']}** in"
+        f" {num(buffered['seconds'])} s, with the figures;",
+        f"- through the streaming route while another decision held the model: **{busy['status']}** in"
+        f" {num(busy['seconds'])} s, Retry-After {busy['retry_after']} s;",
+        f"- through the streaming route on an idle model: **{streamed['status']}** in {num(streamed['seconds'])} s,"
+        f" {streamed['answers']} answers.", ""]
+
+
 # -- the fragments ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -367,6 +393,9 @@ FRAGMENTS = {f.name: f for f in (
              (("bench_scorer.png", "bench-scorer.png"),)),
     Fragment("bench-options", "bench_options_*.json", "make bench-options", render_bench_options),
     Fragment("bench-hostile", "bench_hostile.json", "make bench-hostile", render_bench_hostile),
+    Fragment("bench-stream", "bench_stream.json", "make bench-stream", render_bench_stream,
+             (("bench_stream.png", "bench-stream.png"),)),
+    Fragment("bench-long", "bench_long.json", "make bench-long", render_bench_long),
     Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),

@@ -104,3 +104,21 @@ def test_a_job_whose_caller_left_while_it_waited_never_runs():
         assert line.ran == ["first"] and line.admission.admitted == 0
 
     asyncio.run(scenario())
+
+
+def test_long_work_is_admitted_only_when_the_model_is_idle():
+    async def scenario():
+        admission = Admission(max_waiting=4)
+        # While any job holds a ticket, long work is refused at once, with a time to retry
+        with admission.admit():
+            with pytest.raises(Overloaded) as refused:
+                admission.admit(alone=True)
+            assert refused.value.retry_after >= 1 and "long" in refused.value.message
+        # Once the model is idle it is admitted, and ordinary work lines up behind it as usual
+        with admission.admit(alone=True) as long_ticket:
+            async with long_ticket.running():
+                with admission.admit():
+                    assert admission.admitted == 2
+        assert admission.admitted == 0
+
+    asyncio.run(scenario())

@@ -82,3 +82,16 @@ def test_ping_figures_say_where_the_rate_comes_from():
     figures = budget.figures()
     assert figures["units_per_s_at_load"] == 250.0 and figures["units_per_s_observed"] == 200.0
     assert figures["units_per_s"] == 200.0 and figures["max_request_tokens"] == int(18.7 / 0.005)
+
+
+def test_a_request_with_a_deadline_no_buffered_request_has_may_do_long_work():
+    # Given an ordinary budget of 20 s and a long one of 50 s (both less the margin)
+    budget = Budget(seconds=20.0 * MARGIN, prefill=PREFILL, rate=WorkRate(0.01), long_seconds=50.0 * MARGIN)
+    # Then a buffered request (any deadline API Gateway's 29 s allows) keeps the ordinary budget
+    assert budget.max_units(seconds=28.0) == int(20.0 * MARGIN / 0.01)
+    # And one from the streaming routes gets its deadline's worth, up to the long budget
+    assert budget.max_units(seconds=40.0) == int(40.0 * MARGIN / 0.01)
+    assert budget.max_units(seconds=58.0) == int(50.0 * MARGIN / 0.01) == budget.figures()["max_long_request_tokens"]
+    # And only work past the ordinary budget is long
+    assert not budget.is_long(int(20.0 * MARGIN / 0.01)) and budget.is_long(int(20.0 * MARGIN / 0.01) + 10)
+    assert not Budget(seconds=1.0, prefill=PREFILL, rate=WorkRate(1.0), fixed_units=8000).is_long(8000)

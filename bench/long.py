@@ -1,0 +1,131 @@
+"""`make bench-long`: a decision that needs about 40 s of scorer time, as `make up` serves it.
+
+One scorer with `make up`'s default model and settings (its budgets derived from its own
+measured speed) behind the gateway's local runner. A decision is sized to need about
+`--target-s` seconds of the scorer's time even without debiasing (`sized`): copies of one
+64-option choice question over one state. The decision is sent three ways:
+
+1. to the scorer with the deadline the gateway's buffered route gives an attempt (22.75 s):
+   refused at once with 413 and the figures, as every route was before the streaming ones;
+2. through the gateway's streaming route (POST /v1/systemone on the local runner, as API
+   Gateway streams it): answered 200 within SageMaker's 60 s;
+3. the same, while another decision holds the model: refused at once with a Retry-After
+   (long work runs only on an idle model; the scorer's 503 is the gateway's 429, as for
+   any saturated endpoint), then answered once it is.
+
+Prints each status and time; writes reports/bench_long.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+OPTIONS_PER_QUESTION = 64
+BUFFERED_ATTEMPT_MS = 22750  # what the gateway's buffered route gives the scorer (gateway.backends.sagemaker)
+
+
+def decision(questions: int) -> dict[str, Any]:
+    from bench.workloads import STATE, options
+
+    criteria = options(OPTIONS_PER_QUESTION)
+    return {"model": "jev-latest", "state": STATE,
+            "questions": {f"q{i}": {"type": "choice", "instructions": f"Which support queue should handle part {i}?",
+                                    "criteria": criteria} for i in range(questions)}}
+
+
+def busy_seconds(scorer_url: str, body: dict[str, Any], timeout_ms: int = 55750) -> tuple[int, float]:
+    """(The scorer's status, the seconds it worked on the request: its usage's x_busy_ms.)"""
+    import httpx
+
+    reply = httpx.post(f"{scorer_url}/invocations", json=body, timeout=90,
+                       headers={"X-Amzn-SageMaker-Custom-Attributes": f"route=systemone;timeout_ms={timeout_ms}"})
+    busy = reply.json().get("usage", {}).get("x_busy_ms", 0) / 1000 if reply.status_code == 200 else 0.0
+    return reply.status_code, busy
+
+
+def sized(scorer_url: str, target_s: float) -> dict[str, Any]:
+    """A decision that the buffered route must refuse and that needs about `target_s` of scorer
+    time. Scaled from the time a few questions take, measured warm (the first run also computes
+    the options' content-free prior, which the scorer then keeps), at half that time a question:
+    a decision over the budget first sheds its debiasing (order averaging, the prior) to fit.
+    Grown until the buffered attempt refuses it, which costs no model time (413 at once)."""
+    for _ in range(2):
+        status, busy = busy_seconds(scorer_url, decision(4))
+        if status != 200:
+            raise RuntimeError(f"the scorer answered {status} to a small decision")
+    questions = max(1, math.ceil(target_s / (busy / 4 / 2)))
+    while busy_seconds(scorer_url, decision(questions), BUFFERED_ATTEMPT_MS)[0] == 200:
+        questions = math.ceil(questions * 1.5)
+    return decision(questions)
+
+
+def run(stack: Any, target_s: float) -> dict[str, Any]:
+    import httpx
+
+    body = sized(stack.scorer.url, target_s)
+    headers = {"Authorization": f"Bearer {stack.keys['bench']}"}
+    report: dict[str, Any] = {"questions": len(body["questions"]), "options_per_question": OPTIONS_PER_QUESTION}
+    print(f"  a decision of {len(body['questions'])} questions x {OPTIONS_PER_QUESTION} options", flush=True)
+
+    started = time.perf_counter()
+    buffered = httpx.post(f"{stack.scorer.url}/invocations", json=body, timeout=60, headers={
+        "X-Amzn-SageMaker-Custom-Attributes": f"route=systemone;timeout_ms={BUFFERED_ATTEMPT_MS}"})
+    report["buffered"] = {"status": buffered.status_code, "seconds": time.perf_counter() - started}
+
+    # While a short decision holds the model, the long one is refused at once (503, Retry-After)
+    holder = threading.Thread(target=lambda: httpx.post(f"{stack.gateway}/v1/systemone", json=decision(4), timeout=60,
+                                                        headers=headers))
+    holder.start()
+    time.sleep(0.3)
+    started = time.perf_counter()
+    busy = httpx.post(f"{stack.gateway}/v1/systemone", json=body, headers=headers, timeout=90)
+    report["while_busy"] = {"status": busy.status_code, "seconds": time.perf_counter() - started,
+                            "retry_after": busy.headers.get("retry-after")}
+    holder.join()
+
+    started = time.perf_counter()
+    streamed = httpx.post(f"{stack.gateway}/v1/systemone", json=body, headers=headers, timeout=90)
+    answered = streamed.json() if streamed.status_code == 200 else {}
+    report["streaming_route"] = {"status": streamed.status_code, "seconds": time.perf_counter() - started,
+                                 "answers": len(answered.get("answers", {})),
+                                 "scorer_s": answered.get("usage", {}).get("x_endpoint_s")}
+    for name in ("buffered", "while_busy", "streaming_route"):
+        figures = report[name]
+        print(f"  {name}: {figures['status']} in {figures['seconds']:.2f} s", flush=True)
+    if not report["streaming_route"]["status"] == 200:
+        print(f"    {streamed.text[:400]}", flush=True)
+    return report
+
+
+def main() -> int:
+    import argparse
+
+    sys.path.insert(0, str(ROOT))
+    from bench.stack import local_stack
+    from devkit.models import GEMMA_DIR
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=GEMMA_DIR, help="the model folder (default: make up's)")
+    parser.add_argument("--target-s", type=float, default=40.0, help="the scorer time the decision needs")
+    args = parser.parse_args()
+    print(f"bench-long: {args.model.name}, a decision of about {args.target_s:.0f} s", flush=True)
+    with local_stack(args.model) as stack:
+        report = run(stack, args.target_s)
+    REPORTS.mkdir(exist_ok=True)
+    (REPORTS / "bench_long.json").write_text(json.dumps({"model": args.model.name, **report}, indent=2) + "\n")
+    ok = (report["buffered"]["status"] == 413 and report["while_busy"]["status"] == 429
+          and report["streaming_route"]["status"] == 200)
+    print("bench-long: " + ("as expected" if ok else "NOT as expected"), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
