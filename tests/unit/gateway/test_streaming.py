@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from devkit.fake_backend import PIECE_BYTES, FakeBackendServer, UniformBackend
-from devkit.gateway_stack import event, install
+from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
 from gateway.backends.events import DONE, MAX_EVENT_BYTES, BrokenStream, events
 from gateway.backends.sagemaker import SageMakerInvoker
@@ -259,3 +259,40 @@ def test_a_decision_on_the_streaming_route_may_take_the_longer_deadline():
     assert meta["statusCode"] == 200 and json.loads(body)["answers"]["late"]["type"] == "noul"
     buffered, streamed = backend.read_timeouts
     assert buffered < 29 < streamed < 60
+
+
+class _Breaking(UniformBackend):
+    """Streams the first events of a chat, then breaks off as SageMaker's ModelStreamError would."""
+
+    def invoke_stream(self, endpoint, body, route, request_id, deadline_s):
+        whole = super().invoke_stream(endpoint, body, route, request_id, deadline_s)
+        data = b"".join(whole)
+        head = data[: data.index(b"\n\n") + 2]  # the role chunk only
+
+        def rest():
+            yield b""
+            raise StreamBroken(endpoint.name, "ModelStreamError")
+
+        return StreamedAnswer(head, rest(), lambda: None)
+
+
+def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_local_runner():
+    import openai
+
+    from devkit.gateway_stack import call_installed
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+
+    install(_Breaking())
+    accept = lambda ev, context: {"principalId": "acme", "context": {k: v for k, v in PRINCIPAL.items()  # noqa: E731
+                                                                       if k != "principalId"}}
+    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(call_installed), authorizer=accept))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="dgk_x", max_retries=0)
+        stream = client.chat.completions.create(model="chat-default", messages=CHAT["messages"], stream=True)
+        with pytest.raises(openai.APIError) as raised:
+            list(stream)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert raised.value.body["code"] == "stream_broken"
