@@ -45,8 +45,10 @@ def busy_seconds(scorer_url: str, body: dict[str, Any], timeout_ms: int = 55750)
     """(The scorer's status, the seconds it worked on the request: its usage's x_busy_ms.)"""
     import httpx
 
+    from systemone.sidechannel import CUSTOM_ATTRIBUTES, attributes
+
     reply = httpx.post(f"{scorer_url}/invocations", json=body, timeout=90,
-                       headers={"X-Amzn-SageMaker-Custom-Attributes": f"route=systemone;timeout_ms={timeout_ms}"})
+                       headers={CUSTOM_ATTRIBUTES: attributes("systemone", timeout_ms)})
     busy = reply.json().get("usage", {}).get("x_busy_ms", 0) / 1000 if reply.status_code == 200 else 0.0
     return reply.status_code, busy
 
@@ -76,9 +78,8 @@ def run(stack: Any, target_s: float) -> dict[str, Any]:
     print(f"  a decision of {len(body['questions'])} questions x {OPTIONS_PER_QUESTION} options", flush=True)
 
     started = time.perf_counter()
-    buffered = httpx.post(f"{stack.scorer.url}/invocations", json=body, timeout=60, headers={
-        "X-Amzn-SageMaker-Custom-Attributes": f"route=systemone;timeout_ms={BUFFERED_ATTEMPT_MS}"})
-    report["buffered"] = {"status": buffered.status_code, "seconds": time.perf_counter() - started}
+    status, _ = busy_seconds(stack.scorer.url, body, BUFFERED_ATTEMPT_MS)
+    report["buffered"] = {"status": status, "seconds": time.perf_counter() - started}
 
     # While a short decision holds the model, the long one is refused at once (503, Retry-After)
     holder = threading.Thread(target=lambda: httpx.post(f"{stack.gateway}/v1/systemone", json=decision(4), timeout=60,
