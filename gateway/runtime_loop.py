@@ -4,7 +4,7 @@ Lambda's managed Python runtime answers every invocation in one piece (its runti
 has no streaming mode yet: aws/aws-lambda-roadmap#39), so the streaming routes run this
 loop instead, in the same managed runtime: `AWS_LAMBDA_EXEC_WRAPPER` points at
 `gateway/bin/streaming-runtime`, which starts it in place of the runtime's own client.
-It is the documented custom-runtime protocol, nothing more (about 150 lines to delete
+It is the documented custom-runtime protocol, nothing more (about 200 lines to delete
 when the managed runtime streams):
 
     GET  /2018-06-01/runtime/invocation/next            the next event (long poll)

@@ -33,7 +33,7 @@ def router(service: DecideService) -> Router:
             return Response(200, _EVENT_STREAM, "", {"cache-control": "no-cache", **served_by(invocation.endpoint,
                                                                                                 invocation.attempts)})
         completion, invocation = service.chat(principal, request.backend_body(), request_id=request_id(routes),
-                                              metrics=counters())
+                                              metrics=counters(), streaming=streaming(routes))
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())

@@ -142,11 +142,13 @@ class DecideService:
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
-             metrics: MetricsSink | None = None) -> tuple[dict[str, Any], Invocation]:
-        """One chat completion, asked of the backend whole."""
+             metrics: MetricsSink | None = None, streaming: bool = False) -> tuple[dict[str, Any], Invocation]:
+        """One chat completion, asked of the backend whole (within the longer deadline when the
+        request came by a streaming route)."""
         model, body = self._chat_request(principal, request, stream=False)
-        with self.in_flight(principal.tenant_id), self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY]) as meter:
-            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, meter)
+        with self.in_flight(principal.tenant_id), self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
+                                                             streaming) as meter:
+            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, meter, streaming=streaming)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")

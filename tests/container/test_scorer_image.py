@@ -37,6 +37,21 @@ except OSError as exc:
 """
 
 
+# A streamed answer read as it arrives, piece by piece (http.client undoes the chunking).
+STREAM_REQUEST = """
+import http.client, json, sys
+connection = http.client.HTTPConnection("127.0.0.1", 8080, timeout=60)
+connection.request("POST", "/invocations", body=sys.argv[1], headers={"Content-Type": "application/json",
+                   "X-Amzn-SageMaker-Custom-Attributes": "route=chat"})
+reply = connection.getresponse()
+pieces, data = 0, b""
+while piece := reply.read1(65536):
+    pieces, data = pieces + 1, data + piece
+print(json.dumps({"status": reply.status, "transfer_encoding": reply.getheader("transfer-encoding"), "pieces": pieces,
+                  "tail": data[-40:].decode()}))
+"""
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     require_engine()
@@ -141,6 +156,17 @@ def test_invocations_answer_a_decision_and_a_chat(served, report):
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"]
     assert body["usage"]["completion_tokens"] <= 8
     report["rss_after_requests_mib"] = round(int(served.proc_status()["VmRSS"].split()[0]) / 1024, 1)
+
+
+def test_a_chat_stream_is_chunked_as_sagemaker_streams_it(served):
+    # Given a streamed chat, sent inside the container as SageMaker forwards one (POST /invocations)
+    served.wait_for(200)
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 12, "temperature": 0, "stream": True}
+    out = docker("exec", served.id, "python", "-c", STREAM_REQUEST, json.dumps(body), timeout=90).stdout
+    reply = json.loads(out)
+    # Then it comes back chunked, in many pieces, ending the stream properly
+    assert reply["status"] == 200 and reply["transfer_encoding"] == "chunked"
+    assert reply["pieces"] > 3 and reply["tail"].endswith("data: [DONE]\n\n")
 
 
 def test_docker_stop_ends_it_cleanly_within_the_grace_period(image, model_dir, report):

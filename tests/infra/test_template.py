@@ -673,3 +673,38 @@ def test_the_streaming_routes_are_the_streaming_functions_and_stream(template):
     assert "gateway.runtime_loop" in script.read_text()
     assert {k: streaming[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")} == {
         k: gateway[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")}
+
+
+# SAM's own transform of the template (as CloudFormation runs it): the API's OpenAPI body.
+_TRANSFORM = """
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+class NoManagedPolicies:
+    def load(self):
+        return {}
+template = yaml_parse(open(sys.argv[1]).read())
+for resource in template["Resources"].values():
+    if resource["Type"] == "AWS::Serverless::Function":
+        resource["Properties"]["CodeUri"] = "s3://bucket/key"  # what `sam package` puts there
+template["Resources"]["Api"]["Properties"].pop("Domain", None)  # a condition the transform cannot read offline
+body = transform(template, {}, NoManagedPolicies())["Resources"]["Api"]["Properties"]["Body"]
+print(json.dumps(body["paths"]))
+"""
+
+
+def test_sams_transform_makes_the_streaming_routes_stream_integrations_of_the_streaming_alias():
+    from gateway.api.paths import IAM_PREFIX, STREAMING_ROUTES
+
+    run = subprocess.run([str(TOOLS / "python"), "-c", _TRANSFORM, str(TEMPLATE)], capture_output=True, text=True,
+                         env=ENV, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    paths = json.loads(run.stdout)
+    for method, path in STREAMING_ROUTES:
+        for route in (path, IAM_PREFIX + path):
+            integration = paths[route][method.lower()]["x-amazon-apigateway-integration"]
+            assert integration["responseTransferMode"] == "STREAM", route
+            assert integration["uri"] == {"Fn::Sub": "arn:aws:apigateway:${AWS::Region}:lambda:path/2021-11-15/functions/"
+                                                     "${StreamingFunctionAliaslive}/response-streaming-invocations"}
+    buffered = paths["/v1/{proxy+}"]["x-amazon-apigateway-any-method"]["x-amazon-apigateway-integration"]
+    assert "responseTransferMode" not in buffered and buffered["uri"]["Fn::Sub"].endswith("${GatewayFunctionAliaslive}/invocations")

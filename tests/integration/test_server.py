@@ -66,6 +66,35 @@ def test_boto3_sagemaker_runtime_client_works_unchanged(scorer_url):
     assert "refund" in json.loads(reply["Body"].read())["answers"]
 
 
+def test_a_chat_stream_is_chunked_on_invocations_as_sagemaker_streams_it(scorer_url):
+    # Given a streamed chat sent the way SageMaker forwards InvokeEndpointWithResponseStream:
+    # POST /invocations, the route in the custom attributes
+    body = {**CHAT, "max_tokens": 24, "temperature": 0, "stream": True}
+    arrivals = []
+    with httpx.stream("POST", f"{scorer_url}/invocations", json=body, timeout=60,
+                      headers={"X-Amzn-SageMaker-Custom-Attributes": "route=chat;timeout_ms=20000"}) as reply:
+        # Then the answer is chunked server-sent events, each piece flushed as it is generated
+        assert reply.status_code == 200 and reply.headers["transfer-encoding"] == "chunked"
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        for piece in reply.iter_raw():
+            arrivals.append((time.perf_counter(), piece))
+    text = b"".join(piece for _, piece in arrivals)
+    assert text.endswith(b"data: [DONE]\n\n") and len(arrivals) >= 10
+    assert arrivals[-1][0] - arrivals[0][0] > 0.05  # spread over the generation, not sent at its end
+
+
+def test_botocore_streams_the_scorer_through_invoke_endpoint_with_response_stream(scorer_url):
+    client = boto3.client("sagemaker-runtime", endpoint_url=scorer_url, region_name="us-east-1",
+                          aws_access_key_id="local", aws_secret_access_key="local")
+    reply = client.invoke_endpoint_with_response_stream(
+        EndpointName="chat-cpu", ContentType="application/json", CustomAttributes="route=chat",
+        Body=json.dumps({**CHAT, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}}).encode())
+    parts = [event["PayloadPart"]["Bytes"] for event in reply["Body"]]
+    assert reply["ContentType"].startswith("text/event-stream") and len(parts) > 3
+    events = [e for e in b"".join(parts).decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and json.loads(events[-2][6:])["usage"]["completion_tokens"] <= 8
+
+
 def test_boto3_sees_a_container_error_as_sagemaker_reports_it(scorer_url):
     """Given a bad decision sent through InvokeEndpoint, boto3 raises ModelError (HTTP 424)
     with the container's own status and body, as it does against AWS."""

@@ -77,8 +77,19 @@ def _relay(pieces, *, bound: float = 1e9, fail_after: int | None = None):
     meter.add("ep", 0.5, 1.0)
     clock = iter(range(1000)).__next__
     relay = ChatRelay(StreamedAnswer(pieces[0], rest(), lambda: hung_up.append(True)), released.stack, meter, bound,
-                      lambda: float(clock()))
+                      lambda: float(clock()), _Counted())
     return relay, released, meter, hung_up
+
+
+class _Counted:
+    names: list[str]
+
+    def __init__(self) -> None:
+        self.names = []
+        _Counted.last = self
+
+    def count(self, name: str) -> None:
+        self.names.append(name)
 
 
 def test_a_stream_that_breaks_off_ends_with_an_error_event_and_done_and_releases_everything():
@@ -87,13 +98,14 @@ def test_a_stream_that_breaks_off_ends_with_an_error_event_and_done_and_releases
     assert sent[0] == b'data: {"a": 1}\n\n' and sent[-1] == DONE
     assert json.loads(sent[-2][6:])["error"]["code"] == "stream_broken"
     assert released.times == 1 and hung_up and meter.seconds > 0.5  # the stream's time is charged too
+    assert _Counted.last.names == ["StreamBroken"]
 
 
 def test_a_stream_past_its_bound_is_ended_by_the_gateway():
     relay, released, _, hung_up = _relay([_sse({"a": i}) for i in range(50)] + [DONE], bound=3)
     sent = list(relay)
     assert len(sent) < 10 and sent[-1] == DONE and json.loads(sent[-2][6:])["error"]["code"] == "timeout"
-    assert released.times == 1 and hung_up
+    assert released.times == 1 and hung_up and _Counted.last.names == ["StreamTimedOut"]
 
 
 def test_a_relay_closed_before_it_was_read_still_releases_and_hangs_up():
@@ -108,7 +120,7 @@ def test_a_relay_closed_mid_stream_by_its_caller_releases_once():
     relay, released, _, hung_up = _relay([_sse({"a": i}) for i in range(10)] + [DONE])
     next(relay)
     relay.close()
-    assert released.times == 1 and hung_up
+    assert released.times == 1 and hung_up and _Counted.last.names == ["StreamAbandoned"]
 
 
 # -- SageMaker's event stream through botocore ----------------------------------------------
@@ -259,6 +271,9 @@ def test_a_decision_on_the_streaming_route_may_take_the_longer_deadline():
     assert meta["statusCode"] == 200 and json.loads(body)["answers"]["late"]["type"] == "noul"
     buffered, streamed = backend.read_timeouts
     assert buffered < 29 < streamed < 60
+    # And so may an unstreamed chat on the streaming route
+    meta, _, _ = _streamed(event("POST", "/v1/chat/completions", {**CHAT, "stream": False}))
+    assert meta["statusCode"] == 200 and 29 < backend.read_timeouts[-1] < 60
 
 
 class _Breaking(UniformBackend):
