@@ -52,12 +52,12 @@ class GatewayFunction:
         response as the HTTP integration's byte stream, its status and headers first, then the
         body as it is produced. Closing this generator (the caller gone) stops the body's work."""
         result, body = self.respond(event, context, streaming=True)
-        yield prelude(result)
-        if body is None:
-            yield whole_body(result)
-            return
-        with contextlib.closing(body):
-            yield from body
+        with contextlib.closing(body) if body is not None else contextlib.nullcontext():
+            yield prelude(result)  # closed here (the caller gone at once), the body is closed too
+            if body is None:
+                yield whole_body(result)
+            else:
+                yield from body
 
     def respond(self, event: dict[str, Any], context: Any, *, streaming: bool) -> tuple[dict[str, Any], StreamedBody | None]:
         """The proxy result, and the body a route left to stream (only when `streaming`)."""
@@ -81,9 +81,15 @@ class GatewayFunction:
             result = proxy_error(exc, path)
         else:
             self.app.append_context(request_id=request_id, principal=principal, stream=slot)
-            result = self.app.resolve(prepared, context)
+            try:
+                result = self.app.resolve(prepared, context)
+            except BaseException:
+                _drop(slot)  # a body left to stream holds a tenant's place and reservation
+                raise
         _stamp_request_id(result, request_id, path)
         status = int(result.get("statusCode", 500))
+        if status != 200:
+            _drop(slot)  # only a 200 streams a body; anything else was answered whole
         log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status,
                                    "request_id": request_id, "streams": slot is not None and slot.body is not None,
                                    "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
@@ -248,6 +254,12 @@ def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> Non
         result.setdefault("headers", {})
         for name in names:
             result["headers"][name] = request_id
+
+
+def _drop(slot: StreamSlot | None) -> None:
+    if slot is not None and slot.body is not None:
+        slot.body.close()
+        slot.body = None
 
 
 def _new_request_id() -> str:

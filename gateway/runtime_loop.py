@@ -85,14 +85,17 @@ class RuntimeApi:
             raise RuntimeError(f"the Runtime API answered {status} for the next invocation")
         if headers.get("lambda-runtime-trace-id"):
             os.environ["_X_AMZN_TRACE_ID"] = headers["lambda-runtime-trace-id"]
+        else:
+            os.environ.pop("_X_AMZN_TRACE_ID", None)  # never the last invocation's trace
         return Invocation(headers["lambda-runtime-aws-request-id"], json.loads(body),
                           int(headers.get("lambda-runtime-deadline-ms", "0")),
                           headers.get("lambda-runtime-invoked-function-arn", ""), headers.get("lambda-runtime-trace-id"))
 
     def stream_response(self, request_id: str, chunks: Iterator[bytes]) -> bool:
         """Post `chunks` as they come; False when Lambda stopped reading (the stream was cut)."""
-        connection = self._connect()
+        connection = http.client.HTTPConnection(self.host, self.port)
         try:
+            self._connected(connection)
             connection.putrequest("POST", f"{API}/invocation/{request_id}/response", skip_accept_encoding=True)
             for name, value in (("Content-Type", CONTENT_TYPE), ("Lambda-Runtime-Function-Response-Mode", "streaming"),
                                 ("Transfer-Encoding", "chunked"), ("Trailer", f"{ERROR_TYPE_TRAILER}, {ERROR_BODY_TRAILER}")):
@@ -115,7 +118,7 @@ class RuntimeApi:
             response = connection.getresponse()
             response.read()
             return response.status < 300
-        except OSError:
+        except (OSError, http.client.HTTPException):
             log.warning("the Runtime API stopped reading the response stream")
             return False
         finally:
@@ -151,9 +154,13 @@ class RuntimeApi:
 
     def _connect(self) -> http.client.HTTPConnection:
         connection = http.client.HTTPConnection(self.host, self.port)  # no timeout: `next` waits for work
+        self._connected(connection)
+        return connection
+
+    @staticmethod
+    def _connected(connection: http.client.HTTPConnection) -> None:
         connection.connect()
         connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each chunk leaves when written
-        return connection
 
 
 def _error_body(exc: BaseException) -> bytes:

@@ -19,9 +19,11 @@ from scorer_container.errors import CallerGone, DeadlineExceeded
 
 
 class Deadline:
-    def __init__(self, seconds: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, seconds: float | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 given: bool = False) -> None:
         self._clock = clock
         self.seconds = math.inf if seconds is None else seconds  # what the caller gave it, all of it
+        self.given = given  # the caller set it (timeout_ms), rather than the scorer's own ceiling
         self.at = math.inf if seconds is None else clock() + seconds
         self._gone = threading.Event()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -39,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from scorer_container.budget import BUFFERED_LIMIT_S
 from scorer_container.deadline import Deadline
 from scorer_container.errors import (
     DeadlineExceeded,
@@ -169,7 +171,8 @@ async def _invocations_stream(request: Request) -> Response:
 async def _handle(request: Request, flavor: Flavor, handler) -> Response:
     request_id = _request_id(request)
     service: ScorerService = request.app.state.service
-    deadline = Deadline(timeout_of(_attributes(request), service.settings.deadline_s))
+    given = timeout_of(_attributes(request), math.inf)  # inf: the caller set no deadline of its own
+    deadline = Deadline(min(given, service.settings.deadline_s), given=given != math.inf)
     watcher: asyncio.Task | None = None
     started = time.perf_counter()
     try:
@@ -307,13 +310,16 @@ def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Plan:
 async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Response:
     request = parse(ChatRequest, body)
     loaded = service.require()
+    # A chat its caller gave more time than any buffered request has (the gateway's long
+    # work) may hold the model past the others' deadlines: it runs alone, as long decisions do.
+    alone = deadline.given and deadline.seconds > BUFFERED_LIMIT_S
     if not request.stream:
-        with service.admission.admit() as ticket:
+        with service.admission.admit(alone=alone) as ticket:
             async with ticket.running(deadline):
                 result = await asyncio.to_thread(loaded.chat.completion, request, deadline)
         return JSONResponse(result)
     tokens, budget = loaded.chat.prepare(request)
-    ticket = service.admission.admit()
+    ticket = service.admission.admit(alone=alone)
     include_usage = request.include_usage()
     events = stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
     return ClosingStreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))

@@ -353,16 +353,16 @@ def render_bench_stream(report: dict) -> list[str]:
 
 
 def render_bench_long(report: dict) -> list[str]:
-    buffered, busy, streamed = report["buffered"], report["while_busy"], report["streaming_route"]
+    ordinary, busy, asked = report["ordinary"], report["while_busy"], report["asked_for_time"]
     return [
         f"A decision of {report['questions']} questions x {report['options_per_question']} options with"
-        f" `{report['model']}`, sized to need about 40 s of the scorer's time even without its debiasing:", "",
-        f"- with the buffered route's deadline (the scorer gets 22.75 s): **{buffered['status']}** in"
-        f" {num(buffered['seconds'])} s, with the figures;",
-        f"- through the streaming route while another decision held the model: **{busy['status']}** in"
+        f" `{report['model']}`, sized to need about 40 s of the scorer's time even without its debiasing, through"
+        " the local runner's `POST /v1/systemone` (a streaming route):", "",
+        f"- with the ordinary deadline: **{ordinary['status']}** in {num(ordinary['seconds'])} s: \"{ordinary['message']}\";",
+        f"- with `Prefer: wait=58` while another decision held the model: **{busy['status']}** in"
         f" {num(busy['seconds'])} s, Retry-After {busy['retry_after']} s;",
-        f"- through the streaming route on an idle model: **{streamed['status']}** in {num(streamed['seconds'])} s,"
-        f" {streamed['answers']} answers.", ""]
+        f"- with `Prefer: wait=58` on an idle model: **{asked['status']}** in {num(asked['seconds'])} s,"
+        f" {asked['answers']} answers.", ""]
 
 
 # -- the fragments ---------------------------------------------------------------------------

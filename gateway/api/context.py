@@ -48,5 +48,16 @@ def streaming(router: Any) -> bool:
     return router.context.get("stream") is not None
 
 
+def wait_preference(router: Any) -> float | None:
+    """The caller's `Prefer: wait=N` (RFC 7240): how many seconds it will wait for the answer;
+    None when it sent none. A preference that does not parse is ignored, as the RFC says."""
+    header = router.current_event.headers.get("prefer") or ""  # Powertools' headers ignore case
+    for preference in header.replace(";", ",").split(","):
+        name, _, value = preference.strip().partition("=")
+        if name.strip().lower() == "wait" and value.strip().isdigit() and 0 < int(value.strip()) <= 86400:
+            return float(value.strip())
+    return None
+
+
 def stream_body(router: Any, body: StreamedBody) -> None:
     router.context["stream"].body = body

@@ -1,8 +1,9 @@
 """Decisions, in System One and in OpenAI Decisions: two codecs over one decide service.
 
 On the streaming integration a decision's whole answer is still sent at once, when it is
-ready, but the integration lets it take the longer deadline (work past API Gateway's
-29 s): nothing is sent before the answer, so every refusal keeps its status.
+ready, but a caller that asks for it (`Prefer: wait=N`) may have a longer deadline (work
+past API Gateway's 29 s): nothing is sent before the answer, so every refusal keeps its
+status.
 Either may carry an `Idempotency-Key` header: a retry with the same key gets the first
 answer, and no second decision or record (`gateway.services.idempotency`)."""
 
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header
 
-from gateway.api.context import caller, request_id, streaming
+from gateway.api.context import caller, request_id, streaming, wait_preference
 from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response, served_by
 from gateway.decisions.model import DecisionResult
@@ -38,7 +39,7 @@ def router(service: DecideService, idempotency: Idempotency | None = None, doc: 
         def work() -> Reply:
             result, decision_id = service.decide(principal, request.to_decision(), route=route,
                                                   request_id=request_id(routes), metrics=counters(),
-                                                  streaming=streaming(routes))
+                                                  streaming=streaming(routes), wait_s=wait_preference(routes))
             headers = {**served_by(result.endpoint, result.attempts), "x-decision-id": decision_id}
             return Reply(200, render(result, decision_id), headers)
 

@@ -28,26 +28,45 @@ def error_event(message: str, code: str) -> bytes:
 
 
 def events(parts: Iterable[bytes]) -> Iterator[bytes]:
-    """Whole events from a stream's pieces, each as `data: ...\n\n`, up to and including
-    `data: [DONE]`. Raises BrokenStream on anything else: an event that is not one JSON
-    object, one over MAX_EVENT_BYTES, or a stream that ends without `[DONE]`."""
-    buffer = b""
+    """Whole events from a stream's pieces, each as `data: ...\n\n` on one line, up to and
+    including `data: [DONE]`. Raises BrokenStream on anything else: an event that is not one
+    JSON object, one over MAX_EVENT_BYTES, or a stream that ends without `[DONE]`. Each byte
+    is scanned once, whatever the pieces' sizes."""
+    buffer = bytearray()
+    scanned = 0  # where the search for the next blank line resumes
     for part in parts:
-        buffer = (buffer + part).replace(b"\r\n", b"\n")
-        while (end := buffer.find(b"\n\n")) >= 0:
-            raw, buffer = buffer[:end], buffer[end + 2:]
-            data = b"\n".join(line[5:].lstrip(b" ") for line in raw.split(b"\n") if line.startswith(b"data:"))
-            if not data:
-                continue  # a comment or a keep-alive
-            if data == b"[DONE]":
-                yield DONE
-                return
-            try:
-                if not isinstance(json.loads(data), dict):
-                    raise ValueError
-            except ValueError:
-                raise BrokenStream("an event that is not a JSON object") from None
-            yield b"data: " + data + b"\n\n"
+        start = max(0, len(buffer) - 1)  # a CR at the old end may pair with an LF here
+        buffer += part
+        buffer[start:] = buffer[start:].replace(b"\r\n", b"\n")
+        while (end := buffer.find(b"\n\n", max(0, scanned - 2))) >= 0:  # a CRLF joined above moved one back
+            raw = bytes(buffer[:end])
+            del buffer[:end + 2]
+            scanned = 0
+            event = _event(raw)
+            if event is not None:
+                yield event
+                if event == DONE:
+                    return
+        scanned = len(buffer)
         if len(buffer) > MAX_EVENT_BYTES:
             raise BrokenStream(f"an event over {MAX_EVENT_BYTES} bytes")
     raise BrokenStream("the stream ended without [DONE]")
+
+
+def _event(raw: bytes) -> bytes | None:
+    """One event's bytes to pass on; None for a comment or a keep-alive."""
+    lines = [line[5:].lstrip(b" ") for line in raw.split(b"\n") if line.startswith(b"data:")]
+    if not lines:
+        return None
+    data = b"\n".join(lines)
+    if data == b"[DONE]":
+        return DONE
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        raise BrokenStream("an event that is not JSON") from None
+    if not isinstance(payload, dict):
+        raise BrokenStream("an event that is not a JSON object")
+    if len(lines) > 1:  # one line for the caller, whatever the backend's framing
+        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    return b"data: " + data + b"\n\n"

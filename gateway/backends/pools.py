@@ -194,25 +194,30 @@ class EndpointPool:
             ordered.extend(m.endpoint for m in keyed)
         return ordered
 
-    def deadline(self, streaming: bool) -> float:
-        """A request's time: the buffered routes' deadline, or the streaming routes' longer one."""
-        return self.policy.stream_deadline_s if streaming else self.policy.deadline_s
+    def deadline(self, streaming: bool, wait_s: float | None = None) -> float:
+        """A request's time: the ordinary deadline, or what the caller asked for (`wait_s`, its
+        `Prefer: wait`), up to the streaming routes' longer one on those routes."""
+        longest = self.policy.stream_deadline_s if streaming else self.policy.deadline_s
+        return min(longest, wait_s) if wait_s is not None else min(longest, self.policy.deadline_s)
 
-    def worst_case(self, size: int, streaming: bool = False) -> Cost:
+    def worst_case(self, size: int, deadline_s: float | None = None) -> Cost:
         """The most a request of `size` bytes can cost here (a budget reserves it before the call)."""
-        return worst_case(self.deadline(streaming), max(e.usd_per_second for e in self._taking(size)))
+        deadline = self.policy.deadline_s if deadline_s is None else deadline_s
+        return worst_case(deadline, max(e.usd_per_second for e in self._taking(size)))
 
     def ask(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
-            request_id: str = "", meter: Meter | None = None, *, streaming: bool = False) -> Invocation:
-        """The first answer of the pool's endpoints, in their order, within the deadline; each
-        attempt's endpoint time is added to `meter` (a new one when None) as it ends. On a
-        streaming route (`streaming`) the deadline is the longer one, and an attempt may read
-        for what is left of it, past the endpoint's own read timeout."""
+            request_id: str = "", meter: Meter | None = None, *, deadline_s: float | None = None) -> Invocation:
+        """The first answer of the pool's endpoints, in their order, within the deadline (the
+        policy's, or `deadline_s`); each attempt's endpoint time is added to `meter` (a new one
+        when None) as it ends. Past the policy's deadline (a streaming route's longer one), an
+        attempt may read for what is left of it, past the endpoint's own read timeout."""
         meter = meter if meter is not None else Meter()
+        deadline = self.policy.deadline_s if deadline_s is None else deadline_s
+        long = deadline > self.policy.deadline_s
         answer, endpoint, attempts = self._first_answer(
-            lambda endpoint, remaining: backend.invoke(_stretched(endpoint, remaining) if streaming else endpoint,
+            lambda endpoint, remaining: backend.invoke(_stretched(endpoint, remaining) if long else endpoint,
                                                        body, route, request_id),
-            len(body), route, self.deadline(streaming), metrics, meter)
+            len(body), route, deadline, metrics, meter)
         return Invocation(answer, endpoint, attempts, meter.cost())
 
     def ask_stream(self, backend: InferenceBackend, body: bytes, route: Route, deadline_s: float,
@@ -223,8 +228,10 @@ class EndpointPool:
         piece arrives. `deadline_s` bounds the whole stream; the attempt's time in `meter`
         runs to its first piece, and the caller adds the rest (`Meter.extend`) when it ends."""
         meter = meter if meter is not None else Meter()
+        long = deadline_s > self.policy.deadline_s
         answer, endpoint, attempts = self._first_answer(
-            lambda endpoint, remaining: backend.invoke_stream(endpoint, body, route, request_id, remaining),
+            lambda endpoint, remaining: backend.invoke_stream(_stretched(endpoint, remaining) if long else endpoint,
+                                                              body, route, request_id, remaining),
             len(body), route, deadline_s, metrics, meter)
         return answer, Invocation(b"", endpoint, attempts, meter.cost())
 
@@ -273,6 +280,7 @@ class EndpointPool:
                 metrics.count("AttemptRejected")
                 raise rejection_error(exc) from None
             except EndpointFailed as exc:
+                self.circuits.release(endpoint.name)  # a probe that failed this way proves nothing either way
                 metrics.count("AttemptFailed")
                 log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
                 raise BackendFailed("the model endpoint failed on this request") from None

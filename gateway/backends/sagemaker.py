@@ -80,17 +80,15 @@ class SageMakerInvoker:
         with _translated(endpoint.name):
             response = client.invoke_endpoint_with_response_stream(
                 **_request(endpoint, body, route, request_id, timeout_ms))
-            events = response["Body"]
-            parts = _payload_parts(endpoint.name, iter(events))
-            try:
-                first = next(parts)
-            except StopIteration:
-                events.close()
-                raise EndpointFailed(endpoint.name, "empty_stream") from None
-            except StreamBroken as broken:
-                events.close()
-                raise EndpointFailed(endpoint.name, broken.reason) from None
-        return StreamedAnswer(first, parts, events.close)
+        events = response["Body"]
+        stream = iter(events)
+        try:
+            with _translated(endpoint.name):  # until the first piece, errors are classified as invoke's
+                first = _first_part(endpoint.name, stream)
+        except BaseException:
+            events.close()
+            raise
+        return StreamedAnswer(first, _payload_parts(endpoint.name, stream), events.close)
 
 
 def _request(endpoint: Endpoint, body: bytes, route: Route, request_id: str, timeout_ms: int) -> dict[str, Any]:
@@ -128,9 +126,23 @@ def _translated(name: str) -> Iterator[None]:
         raise EndpointBusy(name, "connection_closed") from exc
 
 
+def _first_part(name: str, events: Iterator[dict[str, Any]]) -> bytes:
+    from botocore.eventstream import ParserError
+
+    try:
+        for event in events:
+            part = event.get("PayloadPart")
+            if part and part.get("Bytes"):
+                return part["Bytes"]
+    except ParserError:
+        raise EndpointFailed(name, "bad_event_stream") from None
+    raise EndpointFailed(name, "empty_stream")
+
+
 def _payload_parts(name: str, events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
     """The bytes of each `PayloadPart`; anything that ends the stream early is StreamBroken
     (a `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped connection)."""
+    from botocore.eventstream import ParserError
     from botocore.exceptions import BotoCoreError, ClientError
     from urllib3.exceptions import HTTPError
 
@@ -141,7 +153,7 @@ def _payload_parts(name: str, events: Iterator[dict[str, Any]]) -> Iterator[byte
             return
         except ClientError as exc:  # botocore's EventStreamError: an exception event in the stream
             raise StreamBroken(name, exc.response.get("Error", {}).get("Code") or "stream_error") from None
-        except (BotoCoreError, HTTPError, OSError) as exc:
+        except (BotoCoreError, ParserError, HTTPError, OSError) as exc:
             raise StreamBroken(name, type(exc).__name__) from None
         part = event.get("PayloadPart")
         if part and part.get("Bytes"):

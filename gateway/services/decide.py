@@ -12,6 +12,7 @@ Chat completions take the same first steps, without catalogs or a record.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.cost import Meter
 from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
-from gateway.errors import BackendFailed, NotFound
+from gateway.errors import BackendFailed, NotFound, PayloadTooLarge
 from gateway.services.relay import ChatRelay
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.throttle import TenantThrottle
@@ -74,6 +75,21 @@ def usage_entries(decision: Decision) -> list[str]:
                    for q in decision.questions})
 
 
+class HeldWork(contextlib.ExitStack):
+    """What one backend call holds until it ends (`DecideService.work`), and its meter."""
+
+    meter: Meter
+
+
+def more_time_may_fit(refused: PayloadTooLarge, pool: EndpointPool, streaming: bool, deadline: float) -> PayloadTooLarge:
+    """A decision too large for its deadline, told how to ask for the longer one where its route has it."""
+    longest = pool.deadline(streaming, math.inf)
+    if longest <= deadline:
+        return refused
+    return PayloadTooLarge(f"{refused.message}; or give it more time: send the header Prefer: wait={math.floor(longest)}"
+                           f" (up to {longest:g} s; work past the ordinary deadline runs only on an idle model)")
+
+
 def require_model(principal: Principal, model: str) -> None:
     """A model outside the credential's list does not exist for it (404, never 403: no oracle)."""
     if not principal.may_use(model):
@@ -98,13 +114,28 @@ class DecideService:
         """One of the tenant's places in flight for the backend call (429 when all are held)."""
         return self.throttle.in_flight(tenant_id) if self.throttle is not None else contextlib.nullcontext()
 
-    def spend(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str],
-              streaming: bool = False) -> contextlib.AbstractContextManager[Meter]:
-        """The request's worst case reserved within the tenant's budgets (429 when over one),
-        settled with the meter's figures once the work inside ends."""
-        if self.spending is None:
-            return contextlib.nullcontext(Meter())
-        return self.spending.spend(tenant_id, pool.worst_case(len(body), streaming), entries)
+    def deadline(self, tenant_id: str, pool: EndpointPool, streaming: bool, wait_s: float | None) -> float:
+        """The request's deadline: the ordinary one, or what the caller asked for (`Prefer: wait`)
+        up to the route's longest, and never more than the tenant's endpoint time a minute (a
+        request reserves its deadline's worth: a longer one could never be admitted)."""
+        deadline = pool.deadline(streaming, wait_s)
+        per_minute = self.limits(tenant_id).endpoint_seconds_per_minute
+        return min(deadline, per_minute) if per_minute is not None else deadline
+
+    def work(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str], deadline_s: float) -> HeldWork:
+        """What a backend call holds: the tenant's one place for long work (a deadline past the
+        ordinary one), and its worst case reserved within its budgets (429 when over one), settled
+        with the meter's figures when the stack closes. `enter_context` order: long work, spend."""
+        held = HeldWork()
+        try:
+            if deadline_s > pool.policy.deadline_s and self.throttle is not None:
+                held.enter_context(self.throttle.long_work(tenant_id))
+            held.meter = (held.enter_context(self.spending.spend(tenant_id, pool.worst_case(len(body), deadline_s),
+                                                                 entries)) if self.spending is not None else Meter())
+        except BaseException:
+            held.close()
+            raise
+        return held
 
     def tenant(self, tenant_id: str) -> Tenant | None:
         return self.tenants.get(tenant_id) if self.tenants is not None else None
@@ -113,13 +144,15 @@ class DecideService:
         return self.tenants.limits(tenant_id) if self.tenants is not None else DEFAULT_LIMITS
 
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
-               metrics: DecisionMetrics | None = None, streaming: bool = False) -> tuple[DecisionResult, str]:
-        """The result and the id of its record (stored before this returns). `streaming`: the
-        request came by a streaming route, whose longer deadline lets more work fit."""
+               metrics: DecisionMetrics | None = None, streaming: bool = False,
+               wait_s: float | None = None) -> tuple[DecisionResult, str]:
+        """The result and the id of its record (stored before this returns). On a streaming
+        route (`streaming`) the caller may ask for a longer deadline (`wait_s`) for more work."""
         require_model(principal, decision.model)
         started = self.clock()
         with self.in_flight(principal.tenant_id):
-            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics, streaming=streaming)
+            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics, streaming=streaming,
+                                      wait_s=wait_s)
         measure_injection(result, metrics)
         measure_cost(result, principal.tenant_id, metrics)
         decision_id = self.recorder.new_id()
@@ -127,8 +160,8 @@ class DecideService:
                              result=result, latency_ms=(self.clock() - started) * 1000)
         return result, decision_id
 
-    def _ask(self, principal: Principal, decision: Decision, *, request_id: str = "",
-             metrics: MetricsSink | None = None, streaming: bool = False) -> tuple[Decision, DecisionResult]:
+    def _ask(self, principal: Principal, decision: Decision, *, request_id: str = "", metrics: MetricsSink | None = None,
+             streaming: bool = False, wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
         """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
         model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
@@ -136,36 +169,43 @@ class DecideService:
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
-        with self.spend(principal.tenant_id, model.pool, body, usage_entries(asked), streaming) as meter:
-            invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, meter, streaming=streaming)
-            result = read_result(asked, invocation, meter)
+        deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
+        with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline) as held:
+            try:
+                invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, held.meter,
+                                            deadline_s=deadline)
+            except PayloadTooLarge as exc:
+                raise more_time_may_fit(exc, model.pool, streaming, deadline) from None
+            result = read_result(asked, invocation, held.meter)
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
-             metrics: MetricsSink | None = None, streaming: bool = False) -> tuple[dict[str, Any], Invocation]:
-        """One chat completion, asked of the backend whole (within the longer deadline when the
-        request came by a streaming route)."""
+             metrics: MetricsSink | None = None, streaming: bool = False,
+             wait_s: float | None = None) -> tuple[dict[str, Any], Invocation]:
+        """One chat completion, asked of the backend whole (on a streaming route, within the
+        deadline the caller may ask for)."""
         model, body = self._chat_request(principal, request, stream=False)
-        with self.in_flight(principal.tenant_id), self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
-                                                             streaming) as meter:
-            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, meter, streaming=streaming)
+        deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
+        with self.in_flight(principal.tenant_id), self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
+                                                            deadline) as held:
+            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, held.meter, deadline_s=deadline)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")
         return completion, invocation
 
     def chat_stream(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
-                    metrics: MetricsSink | None = None) -> tuple[ChatRelay, Invocation]:
+                    metrics: MetricsSink | None = None, wait_s: float | None = None) -> tuple[ChatRelay, Invocation]:
         """A chat completion's server-sent events as the backend generates them. Everything
         that can refuse the request (model, limits, budget, the tenant's places in flight, the
         pool's endpoints) refuses it here, before the first event; the tenant's place and its
-        reserved spend are held until the events end (`ChatRelay`), within the pool's stream deadline."""
+        reserved spend are held until the events end (`ChatRelay`), within its deadline."""
         model, body = self._chat_request(principal, request, stream=True)
-        deadline_s = model.pool.deadline(streaming=True)
+        deadline_s = self.deadline(principal.tenant_id, model.pool, True, wait_s)
         started = self.clock()
         with contextlib.ExitStack() as held:
             held.enter_context(self.in_flight(principal.tenant_id))
-            meter = held.enter_context(self.spend(principal.tenant_id, model.pool, body, [CHAT_ENTRY], streaming=True))
+            meter = held.enter_context(self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY], deadline_s)).meter
             answer, invocation = model.pool.ask_stream(self.backend, body, "chat", deadline_s, metrics, request_id, meter)
             release = held.pop_all()  # from here, the events' end releases them
         relay = ChatRelay(answer, release, meter, started + deadline_s, self.clock, metrics)

@@ -52,17 +52,15 @@ class ChatRelay:
     def _relay(self) -> Iterator[bytes]:
         ended = "caller_gone"  # unless the events end otherwise: the caller closed the stream
         try:
-            for event in events(self._answer):
+            for event in events(self._bounded()):
                 yield event
                 if event == DONE:
                     ended = "done"
                     return
-                if self._clock() >= self._bound:
-                    ended = "bound"
-                    yield error_event("the stream reached its time limit; ask for a shorter completion (max_tokens)",
-                                      "timeout")
-                    yield DONE
-                    return
+        except _PastBound:
+            ended = "bound"
+            yield error_event("the stream reached its time limit; ask for a shorter completion (max_tokens)", "timeout")
+            yield DONE
         except (StreamBroken, BrokenStream) as exc:
             ended = "broken"
             log.warning("chat stream broke off", extra={"reason": getattr(exc, "reason", str(exc))})
@@ -71,13 +69,26 @@ class ChatRelay:
         finally:
             self._finish(ended)
 
+    def _bounded(self) -> Iterator[bytes]:
+        """The answer's pieces, checked against the bound as each arrives (keep-alives included)."""
+        for part in self._answer:
+            if self._clock() >= self._bound:
+                raise _PastBound
+            yield part
+
     def _finish(self, ended: str) -> None:
         if self._finished:
             return
         self._finished = True
-        self._answer.close()
-        self._meter.extend(self._clock() - self._streamed_from)
-        if self._metrics is not None and ended != "done":
-            self._metrics.count({"broken": "StreamBroken", "bound": "StreamTimedOut"}.get(ended, "StreamAbandoned"))
-        log.info("chat stream ended", extra={"ended": ended, "endpoint_s": round(self._meter.seconds, 3)})
-        self._release.close()
+        try:
+            self._answer.close()
+            self._meter.extend(self._clock() - self._streamed_from)
+            if self._metrics is not None and ended != "done":
+                self._metrics.count({"broken": "StreamBroken", "bound": "StreamTimedOut"}.get(ended, "StreamAbandoned"))
+            log.info("chat stream ended", extra={"ended": ended, "endpoint_s": round(self._meter.seconds, 3)})
+        finally:
+            self._release.close()  # the tenant's place and reservation, whatever failed above
+
+
+class _PastBound(Exception):
+    pass

@@ -67,11 +67,23 @@ class TenantThrottle:
     def in_flight(self, tenant_id: str) -> Iterator[None]:
         """Hold one of the tenant's places in flight for the work inside, or RateLimited (429)."""
         limits = self._store(lambda: self.limits(tenant_id))
+        with self._held(f"inflight:{tenant_id}", limits.max_in_flight, tenant_id,
+                        f"this tenant may have {limits.max_in_flight} decisions or chats in flight at once"):
+            yield
+
+    @contextmanager
+    def long_work(self, tenant_id: str) -> Iterator[None]:
+        """Hold the tenant's one place for long work (past the ordinary deadline), or RateLimited
+        (429): a model runs long work alone, so one tenant must not queue it back to back."""
+        with self._held(f"inflight-long:{tenant_id}", 1, tenant_id,
+                        "this tenant may have one request past the ordinary deadline in flight at once"):
+            yield
+
+    @contextmanager
+    def _held(self, name: str, limit: int, tenant_id: str, refusal: str) -> Iterator[None]:
         holder, now = uuid.uuid4().hex, self.clock()
-        name = f"inflight:{tenant_id}"
-        if not self._store(lambda: self.store.hold(name, holder, limits.max_in_flight, now + self.hold_s, now)):
-            raise RateLimited(f"this tenant may have {limits.max_in_flight} decisions or chats in flight at once;"
-                              " retry when one has ended", 1)
+        if not self._store(lambda: self.store.hold(name, holder, limit, now + self.hold_s, now)):
+            raise RateLimited(f"{refusal}; retry when one has ended", 1)
         try:
             yield
         finally:

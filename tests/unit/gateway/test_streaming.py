@@ -34,10 +34,12 @@ def _sse(*payloads) -> bytes:
 
 
 def test_events_are_put_back_together_from_pieces_of_any_size():
-    stream = b": keep-alive\r\n\r\n" + _sse({"a": 1}).replace(b"\n", b"\r\n") + _sse({"b": "x\ny"}, b"[DONE]")
-    for size in (1, 3, 7, len(stream)):
+    stream = (b": keep-alive\r\n\r\n" + _sse({"a": 1}).replace(b"\n", b"\r\n") + _sse({"b": "x\ny"})
+              + b'data: {"c":\ndata: 3}\n\n' + _sse(b"[DONE]"))
+    for size in (1, 2, 3, 7, len(stream)):
         pieces = [stream[i:i + size] for i in range(0, len(stream), size)]
-        assert list(events(pieces)) == [b'data: {"a": 1}\n\n', b'data: {"b": "x\\ny"}\n\n', DONE]
+        # An event split over several data lines reaches the caller on one
+        assert list(events(pieces)) == [b'data: {"a": 1}\n\n', b'data: {"b": "x\\ny"}\n\n', b'data: {"c":3}\n\n', DONE]
 
 
 @pytest.mark.parametrize("stream", [
@@ -259,21 +261,55 @@ DECISION = {"model": "jev-latest", "state": "Where is my parcel?",
             "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
 
 
-def test_a_decision_on_the_streaming_route_may_take_the_longer_deadline():
-    # Given the same decision, buffered and on the streaming integration
+LONG = {"Prefer": "wait=58"}
+
+
+def test_a_request_on_a_streaming_route_may_ask_for_the_longer_deadline():
     backend = _Timed()
     install(backend)
     from tests.gateway_helpers import call
 
-    assert call(event("POST", "/v1/systemone", DECISION))[0] == 200
-    meta, body, _ = _streamed(event("POST", "/v1/systemone", DECISION))
-    # Then the buffered one reads within API Gateway's 29 s, the streamed one up to SageMaker's 60 s
+    # Given the same decision: buffered, streamed without asking, and streamed asking for 58 s
+    assert call(event("POST", "/v1/systemone", DECISION, headers=LONG))[0] == 200
+    assert _streamed(event("POST", "/v1/systemone", DECISION))[0]["statusCode"] == 200
+    meta, body, _ = _streamed(event("POST", "/v1/systemone", DECISION, headers={"prefer": "respond-async, wait=58"}))
     assert meta["statusCode"] == 200 and json.loads(body)["answers"]["late"]["type"] == "noul"
-    buffered, streamed = backend.read_timeouts
-    assert buffered < 29 < streamed < 60
-    # And so may an unstreamed chat on the streaming route
-    meta, _, _ = _streamed(event("POST", "/v1/chat/completions", {**CHAT, "stream": False}))
+    # Then only the last may read past API Gateway's 29 s, up to SageMaker's 60 s
+    buffered, ordinary, long = backend.read_timeouts
+    assert buffered < 29 and ordinary < 29 and 29 < long < 60
+    # And so may an unstreamed chat on the streaming route that asks
+    meta, _, _ = _streamed(event("POST", "/v1/chat/completions", {**CHAT, "stream": False}, headers=LONG))
     assert meta["statusCode"] == 200 and 29 < backend.read_timeouts[-1] < 60
+    # And a shorter wait shortens the deadline; one that does not parse is ignored
+    _streamed(event("POST", "/v1/systemone", DECISION, headers={"Prefer": "wait=5"}))
+    _streamed(event("POST", "/v1/systemone", DECISION, headers={"Prefer": "wait=soon"}))
+    assert backend.read_timeouts[-2] <= 5 and 5 < backend.read_timeouts[-1] < 29
+
+
+def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadline(tmp_path):
+    from gateway.auth.tenant_cache import TenantCache
+    from gateway.auth.tenants import create_tenant, set_limits
+    from gateway.services.throttle import TenantThrottle
+    from gateway.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "gateway.db")
+    create_tenant(store, "acme")
+    backend = _Timed()
+    runtime = install(backend)
+    runtime.decide.throttle = TenantThrottle(store, runtime.decide.limits, hold_s=58)
+    runtime.decide.tenants = TenantCache(store)
+    # Given a long request of the tenant in flight
+    with runtime.decide.throttle.long_work("acme"):
+        meta, _, _ = _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))
+        # Then a second one is refused at once (429 with Retry-After), before any backend call
+        assert meta["statusCode"] == 429 and not backend.read_timeouts
+        # While an ordinary one is served
+        assert _streamed(event("POST", "/v1/systemone", DECISION))[0]["statusCode"] == 200
+    # And a tenant allowed 30 s of endpoint time a minute gets at most a 30 s deadline
+    set_limits(store, "acme", endpoint_seconds_per_minute=30.0)
+    runtime.decide.tenants = TenantCache(store)
+    assert _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))[0]["statusCode"] == 200
+    assert backend.read_timeouts[-1] <= 28
 
 
 class _Breaking(UniformBackend):
