@@ -23,18 +23,35 @@ class Stack:
 
 @contextmanager
 def local_stack(model_dir: Path, tenants: tuple[str, ...] = ("bench",)) -> Iterator[Stack]:
+    from gateway.observability import configure_logging
+
+    quiet = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+             "POWERTOOLS_LOG_LEVEL": "ERROR", "POWERTOOLS_METRICS_DISABLED": "true"}
+    # The stack's own settings, for as long as it runs: a test that starts one must not leave its
+    # process without logs and metrics for the tests after it.
+    before = {name: os.environ.get(name) for name in quiet}
+    os.environ.update(quiet)
+    configure_logging()
+    try:
+        yield from _serving(model_dir, tenants)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        configure_logging()
+
+
+def _serving(model_dir: Path, tenants: tuple[str, ...]) -> Iterator[Stack]:
     from devkit.gateway_stack import settings_for
     from devkit.local import LocalApiGateway, ProcessFunctions, make_server
     from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
-    from gateway.observability import configure_logging
     from gateway.stores.sqlite import SQLiteStore
 
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
-    configure_logging()
     store = SQLiteStore(Path(tempfile.mkdtemp(prefix="bench-stack-")) / "gateway.db")
     keys = {}
     for tenant in tenants:

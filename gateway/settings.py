@@ -27,10 +27,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from systemone.limits import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_CARRIED_BODY_BYTES
+from systemone.limits import API_GATEWAY_TIMEOUT_S, LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_CARRIED_BODY_BYTES
 
 Service = Literal["decisions", "chat"]
-API_GATEWAY_TIMEOUT_S = 29.0  # a buffered REST API integration's timeout (the default quota)
 # What bounds work on the streaming routes (template.yaml: StreamingFunction): SageMaker gives
 # a container 60 s to answer an invocation, and documents no longer bound for a streamed one
 # (a stream that overruns ends in ModelStreamError ModelInvocationTimeExceeded), so a
@@ -88,6 +87,13 @@ class RoutingSettings(_Settings):
     backoff_max_s: float = Field(default=2.0, ge=0, le=10)
     failure_threshold: int = Field(default=3, ge=1, le=100)
     cooldown_s: float = Field(default=15.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _streams_may_wait_longer(self) -> RoutingSettings:
+        if self.stream_deadline_s < self.deadline_s:
+            raise ValueError(f"stream_deadline_s ({self.stream_deadline_s:g}) is the longest a caller may ask for on the"
+                             f" streaming routes: it cannot be shorter than deadline_s ({self.deadline_s:g})")
+        return self
 
 
 class ModelSettings(_Settings):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from scorer_container.llama_runtime import Runtime
 from scorer_container.prefix_tree import log_probs
+from systemone.limits import API_GATEWAY_TIMEOUT_S
 
 if TYPE_CHECKING:
     from scorer_container.engine import DecisionEngine
@@ -60,7 +61,7 @@ MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
 # No buffered request through API Gateway has a longer deadline: one that does may do long work.
-BUFFERED_LIMIT_S = 29.0
+BUFFERED_LIMIT_S = API_GATEWAY_TIMEOUT_S
 
 
 @dataclass(frozen=True)

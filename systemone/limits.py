@@ -19,6 +19,9 @@ MAX_INT_DIGITS = 100
 # headers: the largest body API Gateway and Lambda can carry. (A real event's headers and
 # context lower it further; the gateway's limit leaves 64 KiB of event for them.)
 API_GATEWAY_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+# A buffered REST API integration's timeout (the default quota): no buffered request's deadline
+# is longer, so the scorer reads a longer one as the gateway's long work (its streaming routes).
+API_GATEWAY_TIMEOUT_S = 29.0
 LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
 MAX_CARRIED_BODY_BYTES = LAMBDA_INVOKE_PAYLOAD_BYTES * 3 // 4
 

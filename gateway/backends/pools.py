@@ -52,6 +52,7 @@ from gateway.errors import (
     RequestError,
     WorkTimedOut,
 )
+from gateway.settings import MAX_STREAM_DEADLINE_S
 from systemone.errors import read_error_body
 
 log = logging.getLogger("gateway.pools")
@@ -80,7 +81,7 @@ class NoMetrics:
 @dataclass(frozen=True)
 class PoolPolicy:
     deadline_s: float = 25.0
-    stream_deadline_s: float = 58.0  # on the streaming routes (gateway.settings.MAX_STREAM_DEADLINE_S)
+    stream_deadline_s: float = MAX_STREAM_DEADLINE_S  # the longest a caller may ask for on the streaming routes
     extra_attempts: int = 1
     backoff_base_s: float = 0.1
     backoff_max_s: float = 2.0

@@ -11,12 +11,16 @@ pytestmark = pytest.mark.model
 
 
 def test_a_decision_needing_40_s_is_answered_when_its_caller_asks_for_the_time():
+    import os
+
     from bench.long import run
     from bench.stack import local_stack
     from devkit.models import GEMMA_DIR
 
+    environment = dict(os.environ)
     with local_stack(GEMMA_DIR) as stack:
         report = run(stack, target_s=40.0)
+    assert dict(os.environ) == environment  # the stack's quiet settings leave with it (the tests after it log)
     ordinary, busy, asked = report["ordinary"], report["while_busy"], report["asked_for_time"]
     assert ordinary["status"] == 413 and ordinary["seconds"] < 1 and "Prefer: wait=58" in ordinary["message"]
     assert busy["status"] == 429 and int(busy["retry_after"]) >= 1
