@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -88,9 +88,9 @@ async def _whole(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def _events(parts: AsyncIterator[bytes | str] | Iterable[bytes | str]) -> AsyncIterator[bytes]:
+async def _events(parts: AsyncIterator[bytes | str]) -> AsyncIterator[bytes]:
     try:
-        async for part in parts:  # type: ignore[union-attr]
+        async for part in parts:
             data = part.encode() if isinstance(part, str) else bytes(part)
             if data:
                 yield payload_part(data)

@@ -174,8 +174,9 @@ class DecideService:
             try:
                 invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, held.meter,
                                             deadline_s=deadline)
-            except PayloadTooLarge as exc:
-                raise more_time_may_fit(exc, model.pool, streaming, deadline) from None
+            except PayloadTooLarge as exc:  # the scorer's "too much work for this deadline", or the pool's own
+                # "no endpoint takes a body this large" before any attempt, which no time mends
+                raise (more_time_may_fit(exc, model.pool, streaming, deadline) if held.meter.attempts else exc) from None
             result = read_result(asked, invocation, held.meter)
         return asked, (apply_catalogs(result) if asked.calibrate else result)
 

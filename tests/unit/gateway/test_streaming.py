@@ -347,3 +347,24 @@ def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_lo
         server.shutdown()
         server.server_close()
     assert raised.value.body["code"] == "stream_broken"
+
+
+def test_a_decision_too_large_for_its_deadline_is_told_how_to_ask_for_more_time_where_it_can():
+    from gateway.backends.base import EndpointRejected
+    from tests.gateway_helpers import call
+
+    over = json.dumps({"detail": {"error_type": "max_tokens_exceeded", "message": "this request needs more work"}})
+    install(FailingBackend({"dg-cpu": EndpointRejected("dg-cpu", 413, over.encode())}))
+    # On a streaming route, with the ordinary deadline: the scorer's refusal, and how to ask for more
+    meta, body, _ = _streamed(event("POST", "/v1/systemone", DECISION))
+    message = json.loads(body)["detail"]["message"]
+    assert meta["statusCode"] == 413 and message.startswith("this request needs more work") and "Prefer: wait=58" in message
+    # On the buffered routes, or once the longest deadline was asked for, there is no more time to ask for
+    for status, _, reply in (call(event("POST", "/v1/systemone", DECISION)),
+                             _whole(_streamed(event("POST", "/v1/systemone", DECISION, headers=LONG)))):
+        assert status == 413 and "Prefer" not in reply["detail"]["message"]
+
+
+def _whole(streamed):
+    meta, body, _ = streamed
+    return meta["statusCode"], meta, json.loads(body)
