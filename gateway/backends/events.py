@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
+from gateway.backends.scorer import json_object
+from gateway.errors import BackendFailed
+
 DONE = b"data: [DONE]\n\n"
 # One event's bound: a chunk carries a token or a few, never this much; a backend that sends
 # more without a blank line is broken, and the gateway must not buffer it without end.
@@ -62,11 +65,9 @@ def _event(raw: bytes) -> bytes | None:
     if data == b"[DONE]":
         return DONE
     try:
-        payload = json.loads(data)
-    except ValueError:
-        raise BrokenStream("an event that is not JSON") from None
-    if not isinstance(payload, dict):
-        raise BrokenStream("an event that is not a JSON object")
+        payload = json_object(data)  # the check every answer of an endpoint gets
+    except BackendFailed as failed:
+        raise BrokenStream(failed.message) from None
     if len(lines) > 1:  # one line for the caller, whatever the backend's framing
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     return b"data: " + data + b"\n\n"
