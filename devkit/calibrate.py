@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.catalogs.drift import expected_calibration_error
-from gateway.catalogs.policy import with_temperature
+from gateway.catalogs.policy import answered_by, with_temperature
 
 T_RANGE = (0.05, 20.0)
+FIT_KEYS = ("model_sha256", "prompt_version", "readout")  # gateway.decisions.model.FitKey
 
 
 class GatewayClient:
@@ -56,8 +57,9 @@ class GatewayClient:
 
 
 def decide_raw(client: GatewayClient, model: str, item: dict[str, Any],
-               catalog: str | None) -> tuple[list[str], list[float], str, str | None]:
-    """(option names, raw probabilities, kind, the scorer's prompt template version) for one labelled item."""
+               catalog: str | None) -> tuple[list[str], list[float], str, dict[str, str | None]]:
+    """(option names, raw probabilities, kind, what answered: model file, prompt template,
+    readout) for one labelled item."""
     if "question" in item:
         question = item["question"]
     else:
@@ -67,11 +69,12 @@ def decide_raw(client: GatewayClient, model: str, item: dict[str, Any],
                                                             "x_calibrate": False})
     if status != 200:
         raise RuntimeError(f"the gateway answered {status}: {json.dumps(body)[:300]}")
-    answer, template = body["answers"]["q"], body.get("x_prompt_version")
+    answer = body["answers"]["q"]
+    source = vars(answered_by(body, answer["type"]))
     if answer["type"] == "noul":
-        return ["true", "false"], [answer["noul"], 1 - answer["noul"]], "noul", template
+        return ["true", "false"], [answer["noul"], 1 - answer["noul"]], "noul", source
     names = list(answer["probabilities"])
-    return names, [answer["probabilities"][n] for n in names], answer["type"], template
+    return names, [answer["probabilities"][n] for n in names], answer["type"], source
 
 
 def apply_temperature(kind: str, probabilities: list[float], t: float) -> list[float]:
@@ -214,13 +217,13 @@ def collect(client: GatewayClient, args: argparse.Namespace) -> tuple[list[dict[
     items = [json.loads(line) for line in args.file.read_text().splitlines() if line.strip()]
     samples, skipped, started = [], 0, time.monotonic()
     for i, item in enumerate(items, 1):
-        names, probabilities, kind, template = decide_raw(client, args.model, item, args.catalog)
+        names, probabilities, kind, source = decide_raw(client, args.model, item, args.catalog)
         expected = str(item["expected"]).lower() if kind == "noul" else str(item["expected"])
         if expected not in names:
             skipped += 1
         else:
             samples.append({"names": names, "probabilities": probabilities, "kind": kind, "expected": expected,
-                            "prompt_version": template})
+                            **source})
         if i % 10 == 0 or i == len(items):
             rate = i / (time.monotonic() - started)
             print(f"  {i}/{len(items)} decided ({rate:.1f}/s)", file=sys.stderr, flush=True)
@@ -234,8 +237,9 @@ def fit_report(samples: list[dict[str, Any]], skipped: int, args: argparse.Names
         "file": str(args.file), "catalog": args.catalog, "samples": len(samples), "skipped": skipped, "temperature": t,
         "before": metrics(samples, 1.0), "after": metrics(samples, t), "uniform": uniform(samples),
         "target_precision": args.target_precision, "coverage": curve,
-        # A temperature holds for the prompt template that produced the probabilities it was fitted on.
-        "prompt_versions": sorted({s["prompt_version"] for s in samples if s["prompt_version"]}),
+        # A temperature holds for the model, prompt template and readout that produced the
+        # probabilities it was fitted on: the gateway applies it to their answers only.
+        **{f"{key}s": sorted({s[key] for s in samples if s[key]}) for key in FIT_KEYS},
         "proposed": {"auto_min_top": propose(curve, args.target_precision),
                      "review_min_top": propose(curve, max(0.5, args.target_precision - 0.2))},
     }
@@ -261,6 +265,12 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 def apply_fit(client: GatewayClient, catalog: str, report: dict[str, Any]) -> int:
     """The fit and the proposed thresholds, written as a new version of the entry."""
+    mixed = [key for key in FIT_KEYS if len(report[f"{key}s"]) != 1]
+    if mixed:
+        counts = ", ".join(f"{len(report[key + 's'])} {key}" for key in mixed)
+        print(f"calibrate: not applied: the answers came from {counts} values (one of each is needed: a calibration"
+              " belongs to one model, prompt and readout)", file=sys.stderr)
+        return 1
     status, entry = client.request("GET", f"/v1/catalogs/{catalog}")
     if status != 200:
         print(f"calibrate: cannot read {catalog} ({status})", file=sys.stderr)
@@ -274,8 +284,7 @@ def apply_fit(client: GatewayClient, catalog: str, report: dict[str, Any]) -> in
     content["policy"] = policy
     content["calibration"] = {"temperature": round(t, 4), "fit": {
         "fitted_at": time.time(), "samples": report["samples"], "accuracy": after["accuracy"], "ece": after["ece"],
-        "brier": after["brier"],
-        **({"prompt_version": report["prompt_versions"][0]} if len(report["prompt_versions"]) == 1 else {})}}
+        "brier": after["brier"], **{key: report[f"{key}s"][0] for key in FIT_KEYS}}}
     status, written = client.request("PUT", f"/v1/catalogs/{catalog}", content)
     if status not in (200, 201):
         print(f"calibrate: the gateway refused the new version ({status}): {json.dumps(written)[:300]}", file=sys.stderr)

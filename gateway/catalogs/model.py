@@ -105,8 +105,13 @@ class Fit(_Strict):
     accuracy: float = Field(ge=0, le=1)
     ece: float = Field(ge=0, le=1)
     brier: float = Field(ge=0)
-    # The scorer's prompt template the fit was made under (a new template needs a new fit).
+    # What the fit was made on: the model file, the scorer's prompt template and the
+    # readout. A decision answered by anything else answers uncalibrated, and an enforcing
+    # policy sends it to review (gateway.catalogs.policy.fitted_here); a fit that records
+    # no model (made before models were recorded) matches none.
+    model_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     prompt_version: str | None = Field(default=None, min_length=1, max_length=64)
+    readout: Literal["letters", "likelihood"] | None = None
 
 
 class Calibration(_Strict):

@@ -8,6 +8,11 @@ review rule holds, else `abstain`. Last, the scorer's injection suspicion may ma
 verdict stricter (never softer): the state is text anyone can write, and a state that
 addresses the model reading it can steer the probabilities themselves, so no rule on
 them is evidence enough to act automatically on it.
+
+A calibration belongs to what it was fitted on (`FitKey`: the model file, the prompt
+template, the readout). An answer from anything else is left uncalibrated, and its
+verdict says so (`calibration_mismatch`); an enforcing policy sends it to review, since
+its thresholds were set on another model's probabilities.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from gateway.catalogs.model import InjectionRule, Policy, Rule
-from gateway.decisions.model import Action, DecisionResult, Verdict, VerdictReason
+from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
 from systemone import answers as formulas
 
 _EPSILON = 1e-12
@@ -78,8 +84,32 @@ def guard(verdict: Verdict, policy: Policy, suspicion: float | None) -> Verdict:
     return replace(verdict, action=action, reason=reason)
 
 
+def answered_by(extensions: dict[str, Any], kind: str) -> FitKey:
+    """What answered a question of `kind`: the scorer's model file, prompt template and
+    readout (a question type may be read another way than the request's, x_debias.by_type)."""
+    debias = extensions.get("x_debias")
+    by_type = debias.get("by_type") if isinstance(debias, dict) else None
+    own = by_type.get(kind) if isinstance(by_type, dict) else None
+    readout = own.get("readout") if isinstance(own, dict) and own.get("readout") else extensions.get("x_readout")
+    return FitKey(extensions.get("x_model_sha256"), extensions.get("x_prompt_version"), readout)
+
+
+def fitted_here(fitted_on: FitKey | None, answered: FitKey) -> bool:
+    """Whether a calibration applies to an answer: nothing fitted (a temperature set by hand),
+    or fitted on this model file, and on this prompt and readout where the fit records them.
+    A fit that records no model matches none: it cannot say which it was."""
+    if fitted_on is None:
+        return True
+    if fitted_on.model_sha256 is None or fitted_on.model_sha256 != answered.model_sha256:
+        return False
+    return all(mine is None or mine == theirs for mine, theirs in ((fitted_on.prompt_version, answered.prompt_version),
+                                                                   (fitted_on.readout, answered.readout)))
+
+
 def apply_catalogs(result: DecisionResult) -> DecisionResult:
-    """Each catalog question's temperature, then its policy's verdict, on the calibrated probabilities."""
+    """Each catalog question's temperature, then its policy's verdict, on the calibrated
+    probabilities; uncalibrated, and at least `review` when enforcing, where the calibration
+    was fitted on something other than what answered."""
     suspicion = result.injection.suspicion if result.injection is not None else None
     answers = []
     for answer in result.answers:
@@ -87,8 +117,23 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
         if binding is None or answer.refused:
             answers.append(answer)
             continue
-        calibrated = with_temperature(answer.question.kind, answer.probabilities, binding.temperature)
-        verdict = (judge(answer.question.kind, calibrated, binding.policy, suspicion)
-                   if binding.policy is not None else None)
+        kind = answer.question.kind
+        matches = fitted_here(binding.fitted_on, answered_by(result.extensions, kind))
+        calibrated = with_temperature(kind, answer.probabilities, binding.temperature) if matches else answer.probabilities
+        verdict = judge(kind, calibrated, binding.policy, suspicion) if binding.policy is not None else None
+        if not matches:  # what the answer and its record say was applied: no temperature
+            answer = replace(answer, question=replace(answer.question, binding=replace(binding, temperature=1.0)))
+            if verdict is not None:
+                verdict = unfitted(verdict, binding.policy)
         answers.append(replace(answer.recalibrated(calibrated), verdict=verdict))
     return replace(result, answers=tuple(answers))
+
+
+def unfitted(verdict: Verdict, policy: Policy) -> Verdict:
+    """The verdict on uncalibrated probabilities: an enforcing policy's `auto` becomes
+    `review` (its thresholds were set for another model's probabilities); either way the
+    reason says so, unless a stricter reason already stands."""
+    if verdict.reason is not None:
+        return verdict
+    action: Action = "review" if policy.mode == "enforcing" and verdict.action == "auto" else verdict.action
+    return replace(verdict, action=action, reason="calibration_mismatch")

@@ -6,7 +6,15 @@ from typing import Any
 
 from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry
 from gateway.catalogs.service import CatalogService
-from gateway.decisions.model import CatalogBinding, CatalogReference, Decision, Option, Question, score_level
+from gateway.decisions.model import (
+    CatalogBinding,
+    CatalogReference,
+    Decision,
+    FitKey,
+    Option,
+    Question,
+    score_level,
+)
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 
 _READOUT_FIELDS = {"readout": "x_readout", "order_average": "x_order_average", "prior": "x_prior"}
@@ -115,6 +123,8 @@ def from_entry(question_id: str, name: str | None, version: CatalogVersion,
         options = tuple(score_level(i, level.label, level.description) for i, level in enumerate(entry.levels))
     else:
         options = tuple(Option(side, side == "true", text) for side, text in (entry.criteria or {}).items() if text is not None)
+    fit = entry.calibration.fit
+    fitted_on = FitKey(fit.model_sha256, fit.prompt_version, fit.readout) if fit is not None else None
     binding = CatalogBinding(version.name, version.version, version.content_hash, entry.calibration.temperature, entry.policy,
-                             abstain)
+                             abstain, fitted_on)
     return Question(question_id, entry.type, entry.instructions, options, name=name or version.name, binding=binding)

@@ -27,9 +27,11 @@ from systemone.models import Text as Text
 # canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.
 Kind = Literal["noul", "choice", "score"]
 Action = Literal["auto", "review", "abstain"]
-# Why a verdict is not the one its rules gave: the state looked like it carries
-# instructions planted for the model (gateway.catalogs.policy.guard).
-VerdictReason = Literal["injection_suspected", "injection_signal_missing"]
+# Why a verdict is not the one its rules gave on calibrated probabilities: the state looked
+# like it carries instructions planted for the model (gateway.catalogs.policy.guard), or
+# the entry's calibration was fitted on another model, prompt or readout than the one
+# that answered, so it answered uncalibrated (gateway.catalogs.policy.fitted_here).
+VerdictReason = Literal["injection_suspected", "injection_signal_missing", "calibration_mismatch"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,17 @@ class Thresholds(Protocol):
 
 
 @dataclass(frozen=True)
+class FitKey:
+    """What a catalog entry's calibration was fitted on: the model file (SHA-256), the
+    scorer's prompt template and the readout. A temperature or a threshold measured on one
+    says nothing about another; None: not recorded (a fit made before keys were)."""
+
+    model_sha256: str | None
+    prompt_version: str | None
+    readout: str | None
+
+
+@dataclass(frozen=True)
 class CatalogBinding:
     """The catalog entry a question came from, and what applies to its answer."""
 
@@ -67,6 +80,7 @@ class CatalogBinding:
     temperature: float = 1.0
     policy: Thresholds | None = None  # None: no thresholds
     abstain: Option | None = None  # the declared abstain / escalation option (choice)
+    fitted_on: FitKey | None = None  # None: nothing was fitted (a temperature set by hand applies anywhere)
 
     @property
     def ref(self) -> str:

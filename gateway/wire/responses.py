@@ -36,8 +36,9 @@ class CatalogFields(BaseModel):
     x_action_reason: VerdictReason | None = Field(
         default=None, description="Why x_action is stricter than the policy's rules gave: injection_suspected when the"
                                   " state looked like it carries instructions for the model, injection_signal_missing"
-                                  " when the policy requires the scorer's check and the backend sent none (absent"
-                                  " otherwise).")
+                                  " when the policy requires the scorer's check and the backend sent none,"
+                                  " calibration_mismatch when the entry's calibration was fitted on another model,"
+                                  " prompt or readout, so the answer is uncalibrated (absent otherwise).")
     x_policy: Policy | None = None
 
 

@@ -56,3 +56,9 @@ def test_a_catalog_entry_answers_in_both_formats_and_calibrates_through_the_tool
 
     listed = httpx.get(f"{local_stack.url}/v1/records?catalog=e2e-routing", headers=headers, timeout=30).json()
     assert listed["records"] and listed["records"][0]["model_sha256"]
+    # The fit belongs to the model and readout that answered, so the next decision is calibrated by it.
+    fit = latest["calibration"]["fit"]
+    assert fit["model_sha256"] == listed["records"][0]["model_sha256"] and fit["readout"] in ("letters", "likelihood")
+    after = client.decisions.create(model="decision-default", input="I was charged twice, refund one please.",
+                                    questions=[{"catalog": "e2e-routing", "name": "queue"}]).answers[0].model_extra
+    assert after["x_catalog"] == f"e2e-routing@{version + 1}" and "x_action_reason" not in after

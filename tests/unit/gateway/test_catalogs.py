@@ -339,3 +339,26 @@ def test_an_entry_leaves_room_for_the_scorers_depth_limit(store):
     assert depth(backend.calls[-1][1]) <= MAX_JSON_DEPTH
     status, _, body = put({**ROUTING, "instructions": nested(room + 1)})
     assert status == 422 and "deeper than" in json.dumps(body)
+
+
+def test_a_calibration_fitted_on_another_model_is_not_applied_and_an_enforcing_entry_sends_to_review(store):
+    # Given an enforcing entry calibrated (T=2) on another model file than the one that
+    # answers, when a decision names it, then its probabilities are the model's own, the
+    # verdict is review with the reason, and the record says no temperature was applied;
+    # once refitted on the answering model, the calibration and the rules apply again.
+    stack(store, choice={"billing": 0.9})
+    fit = {"fitted_at": 0.0, "samples": 100, "accuracy": 0.9, "ece": 0.05, "brier": 0.1,
+           "model_sha256": "ef" * 32, "prompt_version": "decision-prompt/1"}
+    put({**ROUTING, "calibration": {"temperature": 2.0, "fit": fit}})
+    status, _, body = decide({"catalog": "support-routing"})
+    answer = body["answers"]["queue"]
+    assert status == 200 and answer["probabilities"]["billing"] == pytest.approx(0.9)
+    assert (answer["x_action"], answer["x_action_reason"]) == ("review", "calibration_mismatch")
+    assert answer["x_policy"]["temperature"] == 1.0
+    [question] = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]["questions"]
+    assert (question["temperature"], question["action_reason"]) == (1.0, "calibration_mismatch")
+
+    put({**ROUTING, "calibration": {"temperature": 2.0, "fit": {**fit, "model_sha256": "ab" * 32}}})  # the fake's model
+    answer = decide({"catalog": "support-routing"})[2]["answers"]["queue"]
+    assert answer["probabilities"]["billing"] < 0.8 and answer["x_policy"]["temperature"] == 2.0
+    assert answer["x_action"] == "review" and "x_action_reason" not in answer  # the rules' own verdict, calibrated

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from gateway.catalogs.model import InjectionRule, Policy, Rule, content_hash, parse_content
-from gateway.catalogs.policy import apply_catalogs, judge, measures, with_temperature
-from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, Option, Question, Usage
+from gateway.catalogs.policy import answered_by, apply_catalogs, fitted_here, judge, measures, with_temperature
+from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, FitKey, Option, Question, Usage
 from systemone.models import InjectionSignal
 
 
@@ -150,3 +150,47 @@ OLD_ENTRIES = [
      '"review":{"min_top":0.5}},"readout":{},"type":"noul"}',
      "d584721633c80657b732aef4127e6a6dda2e4c214e4bb1abe6a3259e1f00b062"),
 ]
+
+
+MODEL_A, MODEL_B = "a" * 64, "b" * 64
+ANSWERED = {"x_model_sha256": MODEL_A, "x_prompt_version": "decision-prompt/2", "x_readout": "likelihood"}
+
+
+@pytest.mark.parametrize(("fitted_on", "applies"), [
+    (None, True),  # a temperature set by hand, nothing fitted: it claims no model
+    (FitKey(MODEL_A, "decision-prompt/2", "likelihood"), True),
+    (FitKey(MODEL_A, None, None), True),  # what the fit does not record is not compared
+    (FitKey(MODEL_B, "decision-prompt/2", "likelihood"), False),
+    (FitKey(MODEL_A, "decision-prompt/1", "likelihood"), False),
+    (FitKey(MODEL_A, "decision-prompt/2", "letters"), False),
+    (FitKey(None, "decision-prompt/2", "likelihood"), False),  # fitted before models were recorded: on which?
+])
+def test_a_calibration_applies_to_answers_of_what_it_was_fitted_on_only(fitted_on, applies):
+    assert fitted_here(fitted_on, answered_by(ANSWERED, "choice")) is applies
+
+
+def test_a_question_type_read_another_way_is_keyed_by_its_own_readout():
+    by_type = {**ANSWERED, "x_debias": {"by_type": {"noul": {"readout": "letters"}}}}
+    assert answered_by(by_type, "noul").readout == "letters" and answered_by(by_type, "choice").readout == "likelihood"
+    assert answered_by({}, "choice") == FitKey(None, None, None)  # a backend that says nothing matches no fit
+
+
+def _calibrated(fitted_on: FitKey | None, policy: Policy, probabilities=CONFIDENT):
+    binding = CatalogBinding("routing", 3, "h" * 64, temperature=3.0, policy=policy, fitted_on=fitted_on)
+    options = tuple(Option(name, name) for name in "abc"[: len(probabilities)])
+    question = Question("q0", "choice", "Which queue?", options, name="queue", binding=binding)
+    result = DecisionResult("m", (Answer(question, probabilities),), Usage(), extensions=ANSWERED)
+    return apply_catalogs(result).answers[0]
+
+
+def test_an_entry_fitted_on_another_model_answers_uncalibrated_and_an_enforcing_one_goes_to_review():
+    here = _calibrated(FitKey(MODEL_A, "decision-prompt/2", None), ENFORCING)
+    assert here.probabilities != CONFIDENT and here.question.binding.temperature == 3.0 and here.verdict.reason is None
+    elsewhere = _calibrated(FitKey(MODEL_B, "decision-prompt/2", None), ENFORCING)
+    assert elsewhere.probabilities == CONFIDENT  # the model's own, not another model's temperature
+    assert elsewhere.question.binding.temperature == 1.0  # what the answer and its record say was applied
+    assert (elsewhere.verdict.action, elsewhere.verdict.reason) == ("review", "calibration_mismatch")
+    advisory = _calibrated(FitKey(MODEL_B, None, None), Policy(mode="advisory"))
+    assert (advisory.verdict.action, advisory.verdict.reason) == ("auto", "calibration_mismatch")  # says so, acts on nothing
+    unsure = _calibrated(FitKey(MODEL_B, None, None), ENFORCING, LOST)
+    assert unsure.verdict.action == "abstain"  # never softened
