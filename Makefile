@@ -151,8 +151,9 @@ clean:
 LAMBDA_ARCH ?= arm64
 LAMBDA_PYTHON ?= 3.13
 BYTECODE_PYTHON ?= python$(LAMBDA_PYTHON)
-LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64
-LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64
+# numpy (refits) ships manylinux_2_28 wheels only; the Lambda Python 3.13 runtime's glibc is 2.34.
+LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64 --platform manylinux_2_28_aarch64
+LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64 --platform manylinux_2_28_x86_64
 
 build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"

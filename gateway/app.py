@@ -35,7 +35,7 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app.include_router(operations.router(runtime.registry, doc))
     app.include_router(decisions.router(runtime.decide, runtime.idempotency, doc))
     app.include_router(records.router(runtime.records, doc))
-    app.include_router(catalogs.router(runtime.catalogs, doc))
+    app.include_router(catalogs.router(runtime.catalogs, doc, runtime.learning))
     app.include_router(chat.router(runtime.decide))
     app.include_router(tokens.router(runtime.authenticator, doc))
     if runtime.spending is not None:

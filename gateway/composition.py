@@ -20,6 +20,7 @@ from gateway.decisions.records import DecisionRecorder
 from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
+from gateway.services.learning import LearningService
 from gateway.services.records import RecordsService
 from gateway.services.runtime import GatewayRuntime
 from gateway.services.spending import Spending
@@ -57,7 +58,8 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
                              spending=spending),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
-        catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending)
+        catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending,
+        learning=LearningService(catalogs, records))
 
 
 def longest_request_s(settings: GatewaySettings) -> float:

@@ -9,6 +9,7 @@ state was shown (`x_framing`, `x_quarantine`) and what the injection checks foun
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,20 +19,43 @@ from scorer_container.decision_settings import DecisionSettings
 from scorer_container.planning import Plan
 from scorer_container.questions import PreparedQuestion
 from systemone import answers as formulas
-from systemone.models import ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer, Usage
+from systemone.features import SKETCH, encode_state
+from systemone.models import AnswerFeatures, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer, Usage
 
 
-def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, model_name: str) -> dict[str, Any]:
-    """The System One response body for a plan the engine ran."""
+@dataclass(frozen=True)
+class Features:
+    """What one question's answer was read from (the engine's, for `x_features`)."""
+
+    orders: list[np.ndarray]  # the distribution in each listing, declared order
+    prior: np.ndarray | None  # content-free log-scores, declared order
+    state: np.ndarray  # the sketch of the answer position (prefix_tree.Sketch)
+
+    def wire(self) -> dict[str, Any]:
+        def logs(values: np.ndarray) -> list[float]:
+            return [round(float(v), 6) for v in np.log(np.clip(values, 1e-300, None))]
+
+        return AnswerFeatures(orders=[logs(o) for o in self.orders],
+                              prior=None if self.prior is None else [round(float(v), 6) for v in self.prior],
+                              state=encode_state(self.state.tolist()), sketch=SKETCH).model_dump(mode="json")
+
+
+def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, model_name: str,
+             features: Sequence[Features] | None = None) -> dict[str, Any]:
+    """The System One response body for a plan the engine ran (with each answer's
+    `x_features` when the engine read them)."""
     questions = [asked.question for asked in plan.asked]
     probe = None
     if plan.settings.injection_probe:  # the injection probe is asked last
         questions, probe = questions[:-1], float(distributions[-1][0])
     settings = plan.settings
+    answered = {q.qid: answer(q, p) for q, p in zip(questions, distributions[: len(questions)], strict=True)}
+    for q, read in zip(questions, features or (), strict=False):
+        answered[q.qid]["x_features"] = read.wire()
     # Built as the contract's model, so no answer leaves the scorer that the gateway would refuse.
     return DecisionResponse(
         model=model_name,
-        answers={q.qid: answer(q, p) for q, p in zip(questions, distributions[: len(questions)], strict=True)},
+        answers=answered,
         usage=Usage(input_tokens=int(evaluated), output_tokens=0),
         x_readout=settings.readout,
         x_debias=debias(settings, {q.kind for q in questions}),

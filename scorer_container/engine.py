@@ -27,11 +27,12 @@ from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
 from scorer_container.llama_runtime import Runtime
 from scorer_container.planning import Asked, Plan, Planner
-from scorer_container.prefix_tree import Branch, Read, evaluate
+from scorer_container.prefix_tree import Branch, Read, Sketch, evaluate
 from scorer_container.priors import PriorCache
 from scorer_container.probes import LETTERS, Listing, Probe, probe_for
 from scorer_container.prompts import ANSWER_CUE, CONTENT_FREE_STATE, PromptFormat
 from scorer_container.schema import DecisionRequest
+from systemone.limits import STATE_FEATURE_DIMS
 
 Scores = dict[Probe, np.ndarray]
 
@@ -78,6 +79,7 @@ class DecisionEngine:
             raise ValueError("the model's vocabulary has fewer than two single-token letter labels")
         self.planner = Planner(runtime, prompt_format, self.defaults, len(self.labels), self.control_tokens,
                                self.priors)
+        self._sketch: Sketch | None = None
 
     @classmethod
     def for_manifest(cls, runtime: Runtime, prompt_format: PromptFormat, manifest: Any, *, model_name: str,
@@ -122,8 +124,8 @@ class DecisionEngine:
         if not plan.cost.complete:
             raise ValueError("a plan counted only up to its limit is over it: it is refused, never run")
         with self.runtime.lock:
-            distributions, evaluated = self._distributions(plan, deadline)
-        return answers.response(plan, distributions, evaluated, self.model_name)
+            distributions, evaluated, features = self._distributions(plan, deadline)
+        return answers.response(plan, distributions, evaluated, self.model_name, features)
 
     def answer(self, request: DecisionRequest, settings: DecisionSettings | None = None,
                deadline: Deadline | None = None) -> dict[str, Any]:
@@ -134,13 +136,35 @@ class DecisionEngine:
                  framing: str = "plain") -> tuple[list[np.ndarray], int]:
         """Raw scores over each probe's listed options with `state_text` as the state, in one
         prefix tree, and the tokens decoded (the evals score probes through this)."""
+        scores, _, evaluated = self._tree(state_text, probes, deadline, framing)
+        return scores, evaluated
+
+    @property
+    def sketch(self) -> Sketch:
+        """The projection `x_features.state` is read with (built once: 2 arrays of n_vocab)."""
+        if self._sketch is None:
+            self._sketch = Sketch.for_vocabulary(self.runtime.n_vocab, STATE_FEATURE_DIMS)
+        return self._sketch
+
+    def _tree(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None, framing: str,
+              sketched: frozenset[Probe] = frozenset()) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], int]:
+        """(raw scores of each probe, the sketch of the answer position of those in `sketched`,
+        tokens decoded): one prefix tree. A sketch is read from the row the probe's first read
+        uses (a branch ending there joins the tree on the same tokens: no token is decoded twice)."""
         branches: list[Branch] = []
         spans: list[tuple[int, int]] = []
+        sketch_at: dict[Probe, int] = {}
         for key, probe in enumerate(probes):
             start = len(branches)
-            branches.extend(self.branches(state_text, probe, key, framing))
+            own = self.branches(state_text, probe, key, framing)
+            branches.extend(own)
             spans.append((start, len(branches)))
+            if probe in sketched:
+                at = own[0].reads[0].position  # the answer position: where the first option is read
+                sketch_at[probe] = len(branches)
+                branches.append(Branch(own[0].tokens[: at + 1], (Read(at, self.sketch),)))
         result = evaluate(self.runtime, branches, deadline)
+        sketches = {probe: result.results[index][0] for probe, index in sketch_at.items()}
         scores = []
         for probe, (start, end) in zip(probes, spans, strict=True):
             reads = result.results[start:end]
@@ -150,17 +174,20 @@ class DecisionEngine:
                 # Per-token mean log-probability of each option's text: length-aware, so
                 # a long option is not punished for having more tokens to predict.
                 scores.append(np.array([np.concatenate(r).mean() for r in reads]))
-        return scores, result.evaluated_tokens
+        return scores, sketches, result.evaluated_tokens
 
     # -- rounds ------------------------------------------------------------------------
 
-    def _distributions(self, plan: Plan, deadline: Deadline | None) -> tuple[list[np.ndarray], int]:
+    def _distributions(self, plan: Plan, deadline: Deadline | None
+                       ) -> tuple[list[np.ndarray], int, list[answers.Features] | None]:
         """Each question's distribution over its declared options: the first round of every
-        listing in one tree, then the final rounds of grouped questions in another."""
+        listing in one tree, then the final rounds of grouped questions in another; and, when
+        the request asks for them (`x_features`), what each question's answer was read from."""
         state_text, framing = plan.state.text, plan.settings.framing
         with_prior = {p for a in plan.asked if a.settings.prior for listing in a.listings for p in listing.groups}
         first_round = [p for a in plan.asked for listing in a.listings for p in listing.groups]
-        raw, priors, evaluated = self._score(state_text, first_round, with_prior, framing, deadline)
+        sketched = frozenset(a.listings[0].groups[0] for a in plan.asked) if plan.request.x_features else frozenset()
+        raw, priors, sketches, evaluated = self._score(state_text, first_round, with_prior, framing, deadline, sketched)
         finals: dict[tuple[int, int], Probe] = {}
         for i, a in enumerate(plan.asked):
             for j, listing in enumerate(a.listings):
@@ -171,35 +198,43 @@ class DecisionEngine:
                     if a.settings.prior:
                         with_prior.add(finals[i, j])
         if finals:
-            final_raw, final_priors, more = self._score(state_text, list(finals.values()), with_prior, framing,
-                                                        deadline)
+            final_raw, final_priors, _, more = self._score(state_text, list(finals.values()), with_prior, framing,
+                                                           deadline)
             raw.update(final_raw)
             priors.update(final_priors)
             evaluated += more
-        return [self._combined(a, i, raw, priors, finals) for i, a in enumerate(plan.asked)], evaluated
+        per_order = [self._per_order(a, i, raw, priors, finals) for i, a in enumerate(plan.asked)]
+        distributions = [scoring.with_temperature(scoring.average(orders), a.settings.temperature)
+                         for a, orders in zip(plan.asked, per_order, strict=True)]
+        features = None
+        if sketched:
+            features = [answers.Features(orders, _declared_prior(a, priors), sketches[a.listings[0].groups[0]])
+                        for a, orders in zip(plan.asked, per_order, strict=True)]
+        return distributions, evaluated, features
 
     @staticmethod
-    def _combined(asked: Asked, i: int, raw: Scores, priors: Scores,
-                  finals: Mapping[tuple[int, int], Probe]) -> np.ndarray:
-        """One question's distribution: its listings averaged, at its temperature."""
+    def _per_order(asked: Asked, i: int, raw: Scores, priors: Scores,
+                   finals: Mapping[tuple[int, int], Probe]) -> list[np.ndarray]:
+        """One question's distribution in each of its listings (averaged, at its temperature,
+        they are its answer)."""
         prior = asked.settings.prior
-        per_order = [_combine(len(asked.question.options), listing, [_corrected(raw, priors, g, prior)
-                                                                     for g in listing.groups],
-                              _corrected(raw, priors, finals[i, j], prior) if (i, j) in finals else None)
-                     for j, listing in enumerate(asked.listings)]
-        return scoring.with_temperature(scoring.average(per_order), asked.settings.temperature)
+        return [_combine(len(asked.question.options), listing, [_corrected(raw, priors, g, prior) for g in listing.groups],
+                         _corrected(raw, priors, finals[i, j], prior) if (i, j) in finals else None)
+                for j, listing in enumerate(asked.listings)]
 
     def _score(self, state_text: str, probes: Sequence[Probe], with_prior: set[Probe], framing: str,
-               deadline: Deadline | None) -> tuple[Scores, Scores, int]:
-        """Raw scores over each probe's shown options, and the priors of those in `with_prior`."""
+               deadline: Deadline | None, sketched: frozenset[Probe] = frozenset()
+               ) -> tuple[Scores, Scores, dict[Probe, np.ndarray], int]:
+        """Raw scores over each probe's shown options, the priors of those in `with_prior`, the
+        sketches of those in `sketched`."""
         unique = list(dict.fromkeys(probes))
-        raw, evaluated = self.evaluate(state_text, unique, deadline, framing)
+        raw, sketches, evaluated = self._tree(state_text, unique, deadline, framing, sketched)
         priors = {}
         for probe in unique:
             if probe in with_prior:
                 priors[probe], cost = self._prior(probe, deadline, framing)
                 evaluated += cost
-        return dict(zip(unique, raw, strict=True)), priors, evaluated
+        return dict(zip(unique, raw, strict=True)), priors, sketches, evaluated
 
     def _prior(self, probe: Probe, deadline: Deadline | None, framing: str) -> tuple[np.ndarray, int]:
         """The probe's content-free scores and the tokens computing them cost (0 when cached)."""
@@ -229,6 +264,22 @@ class DecisionEngine:
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
             branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+def _declared_prior(asked: Asked, priors: Scores) -> np.ndarray | None:
+    """A question's content-free log-scores in its declared option order, averaged over its
+    listings; None where no prior ran, or where the options are listed in groups (each group
+    has a prior of its own: no one number per option)."""
+    if not asked.settings.prior or any(len(listing.groups) > 1 for listing in asked.listings):
+        return None
+    n = len(asked.question.options)
+    per_listing = []
+    for listing in asked.listings:
+        (probe,) = listing.groups
+        declared = np.empty(n)
+        declared[list(probe.shown)] = scoring.log_normalize(priors[probe])
+        per_listing.append(declared)
+    return np.mean(per_listing, axis=0)
 
 
 def _corrected(raw: Scores, priors: Scores, probe: Probe, prior: bool) -> np.ndarray:

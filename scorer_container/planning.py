@@ -145,6 +145,8 @@ class Planner:
                 tally.add(listings[-1], counter, own.prior, lambda p, f=own.framing: self.priors.peek(p.prior_key(f)) is None)
                 if tally.cost().units(row_cost) > limit:
                     return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(complete=False))
+            if request.x_features:
+                tally.rows += 1  # the sketch of the answer position: one more row read whole
             asked.append(Asked(question, own, tuple(listings)))
         return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost())
 

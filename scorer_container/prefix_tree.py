@@ -37,12 +37,46 @@ from scorer_container.llama_runtime import Batch, Runtime
 MAX_LOGITS_ROWS_PER_DECODE = 32
 
 
+@dataclass(frozen=True, eq=False)
+class Sketch:
+    """A whole logits row read as `dims` numbers: a count sketch (each vocabulary token
+    adds its logit, with its sign, to its bucket). The logits are the output matrix times
+    the final hidden state, so the sketch is a fixed random projection of that state:
+    a compact representation of the text as the model read it, from a row the decode
+    computed anyway. The buckets and signs come from the token id alone (splitmix64),
+    never from a random generator whose stream could change between numpy versions."""
+
+    buckets: np.ndarray
+    signs: np.ndarray
+    dims: int
+
+    @classmethod
+    def for_vocabulary(cls, n_vocab: int, dims: int) -> Sketch:
+        mixed = _splitmix64(np.arange(n_vocab, dtype=np.uint64))
+        buckets = (mixed % np.uint64(dims)).astype(np.intp)
+        signs = np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0)
+        # Scaled so that a bucket's value is of the size of one logit, whatever the vocabulary.
+        return cls(buckets, signs / np.sqrt(n_vocab / dims), dims)
+
+    def of(self, logits: np.ndarray) -> np.ndarray:
+        return np.bincount(self.buckets, weights=self.signs * logits, minlength=self.dims)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 @dataclass(frozen=True)
 class Read:
-    """Log-probabilities of `candidates` for the token after `position` (0-based, in the sequence)."""
+    """Log-probabilities of `candidates` for the token after `position` (0-based, in the
+    sequence), or, when `candidates` is a Sketch, the sketch of that position's logits row."""
 
     position: int
-    candidates: tuple[int, ...]
+    candidates: tuple[int, ...] | Sketch
 
 
 @dataclass(frozen=True)
@@ -277,7 +311,7 @@ def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.
     deadline.check()
     runtime.decode(batch)
     for index, candidates, b, r in pending:
-        results[b][r] = log_probs(runtime.logits(index), candidates)
+        results[b][r] = read_row(runtime.logits(index), candidates)
 
 
 def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> None:
@@ -292,7 +326,7 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
         deadline.check()
         runtime.decode(batch)
         for index, candidates, b, r in pending:
-            results[b][r] = log_probs(runtime.logits(index), candidates)
+            results[b][r] = read_row(runtime.logits(index), candidates)
         batch.tokens.clear()
         batch.positions.clear()
         batch.seq_ids.clear()
@@ -310,6 +344,10 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
             pending.extend((index, candidates, b, r) for candidates, b, r in wanted)
     if len(batch):
         flush()
+
+
+def read_row(logits: np.ndarray, candidates: tuple[int, ...] | Sketch) -> np.ndarray:
+    return candidates.of(logits) if isinstance(candidates, Sketch) else log_probs(logits, candidates)
 
 
 def log_probs(logits: np.ndarray, candidates: tuple[int, ...]) -> np.ndarray:

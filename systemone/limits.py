@@ -5,6 +5,9 @@ MAX_CHOICES = 255
 MAX_LEVELS = 10
 MAX_JSON_DEPTH = 64  # arrays and objects: a structured state is a record, not a tree of a million levels
 MAX_INT_DIGITS = 100
+# An answer's x_features.state: this many numbers (a sketch of the answer position's logits
+# row, scorer_container.prefix_tree.Sketch), sent as little-endian float16 in base64.
+STATE_FEATURE_DIMS = 256
 
 # What AWS carries in front of the gateway; the gateway's own body limit
 # (gateway.settings.MAX_BODY_BYTES) must stay below the last figure, so that its clear 413

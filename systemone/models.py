@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS
+from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, STATE_FEATURE_DIMS
 
 # A description, instruction or state: any JSON value but a number or a boolean.
 Text = str | dict[str, Any] | list[Any]
@@ -92,6 +92,10 @@ class DecisionRequest(Wire):
     # never cut debiasing to fit the budget (an enforcing catalog entry's thresholds were
     # set for its own readout: the gateway sets it for those).
     x_reduce: bool | None = None
+    # true: each answer carries `x_features`, what its probabilities were read from (the
+    # per-listing distributions, the prior, a sketch of the answer position): what a
+    # catalog entry's adapter learns from and is applied to.
+    x_features: bool | None = None
 
 
 # -- answers ---------------------------------------------------------------------------
@@ -124,6 +128,25 @@ class ScoreAnswer(Wire):
 
 
 Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]
+
+
+class AnswerFeatures(Wire):
+    """What one answer was read from (`x_features: true`), at no extra decode.
+
+    `orders`: the distribution over the declared options in each option listing (log
+    probabilities, the prior removed where it applies, before any temperature; their mean
+    is the answer). `prior`: the content-free log-scores per declared option (null without
+    a prior, or when the options were listed in groups). `state`: STATE_FEATURE_DIMS numbers,
+    little-endian float16 in base64: a fixed projection (`sketch`) of the model's final
+    hidden state at the answer position, read from a logits row the decode computed anyway.
+    Features are the model's, prompt's and readout's own: learn and apply them under the
+    same x_model_sha256, x_prompt_version and readout."""
+
+    orders: list[Annotated[list[float], Field(min_length=2, max_length=MAX_CHOICES)]] = Field(
+        min_length=1, max_length=MAX_CHOICES)
+    prior: list[float] | None = Field(default=None, max_length=MAX_CHOICES)
+    state: str = Field(min_length=1, max_length=4 * STATE_FEATURE_DIMS)
+    sketch: str = Field(min_length=1, max_length=64)
 
 
 class Usage(Wire):

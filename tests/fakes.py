@@ -6,12 +6,20 @@ answer as honestly: nothing here stands in for the model in integration or end-t
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from devkit.fake_backend import UniformBackend, answer_with, uniform
 from gateway.backends.base import Endpoint, EndpointError
+from systemone.features import SKETCH, encode_state
+from systemone.limits import STATE_FEATURE_DIMS
 from systemone.models import Question
+
+_QUESTION = TypeAdapter(Question)
 
 
 class FailingBackend(UniformBackend):
@@ -50,6 +58,17 @@ class FixedBackend(UniformBackend):
             return [self.choice.get(n, left / len(rest) if rest else 0.0) for n in names]
         return list(self.score) if self.score is not None else uniform(question)
 
+    def features(self, state: Any, question: dict[str, Any]) -> dict[str, Any]:
+        """What a scorer reads an answer from, as the contract sends it: the answer's own
+        distribution in two listings, and for the state a hashed bag of its words (so that a
+        head fitted on it has something to learn; the real sketch is the model's)."""
+        p = self.distribution(_QUESTION.validate_python(question))
+        logs = [math.log(max(v, 1e-12)) for v in p]
+        words = [0.0] * STATE_FEATURE_DIMS
+        for word in str(state).lower().split():
+            words[int(hashlib.sha256(word.strip(".,!?").encode()).hexdigest(), 16) % STATE_FEATURE_DIMS] += 1.0
+        return {"orders": [logs, logs], "prior": None, "state": encode_state(words), "sketch": SKETCH}
+
     def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
         if route == "chat":
             return super().invoke(endpoint, body, route, request_id)
@@ -58,8 +77,12 @@ class FixedBackend(UniformBackend):
             self.calls.append((endpoint.name, request, route))
             self.request_ids.append(request_id)
         answer = answer_with(self.model, request, self.distribution)
+        if request.get("x_features"):
+            for qid, question in request["questions"].items():
+                answer["answers"][qid]["x_features"] = self.features(request["state"], question)
         answer["x_model_sha256"] = "ab" * 32
         answer["x_prompt_version"] = "decision-prompt/1"
+        answer["x_readout"] = "likelihood"
         answer["x_debias"] = {"order_average": True, "prior": False, "ordering": "canonical", "averaging": "reversal",
                               "temperature": 0.8}
         answer["x_image_digest"] = "sha256:" + "cd" * 32

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.context import caller
 from gateway.api.docs import UNDOCUMENTED, Documentation
@@ -13,11 +14,20 @@ from gateway.api.responses import json_response
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
 from gateway.catalogs.service import CatalogService
 from gateway.errors import NotFound
+from gateway.services.learning import LearningService
 
 Name = Annotated[str, Path(pattern=NAME_PATTERN)]
 
 
-def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED) -> Router:
+class RefitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    apply: bool | None = Field(default=None, description="true: write the adapter as a new version when it beats"
+                               " the zero-shot answer (an enforcing entry moves only so); false: report the figures"
+                               " only; absent: write it for an advisory entry, report only for an enforcing one.")
+
+
+def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED,
+           learning: LearningService | None = None) -> Router:
     routes = Router()
 
     def catalogs() -> CatalogService:
@@ -56,5 +66,15 @@ def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED) ->
     def get_version(name: Name, version: Annotated[int, Path(ge=1, le=MAX_VERSION)]):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         return json_response(200, catalogs().get(tenant_id, name, version).as_dict())
+
+    @routes.post("/v1/catalogs/<name>/refit", tags=["Catalogs"],
+                 summary="Fit the entry's adapter on its records' training outcomes; a new version when it beats"
+                         " the calibrated zero-shot answer out of fold",
+                 responses=doc("RefitReply", "The refit's figures, and the new version when one was written"))
+    def refit(name: Name, request: Annotated[RefitRequest, Body(embed=False)]):
+        principal = caller(routes, "catalogs:write")
+        if learning is None:
+            raise NotFound("catalogs are not configured on this gateway")
+        return json_response(200, learning.refit(principal, name, request.apply))
 
     return routes

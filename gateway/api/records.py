@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.api.context import caller
 from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response
-from gateway.catalogs.model import NAME_PATTERN
+from gateway.catalogs.model import NAME_PATTERN, OutcomeSource
 from gateway.decisions.model import MAX_QUESTIONS
 from gateway.services.records import CURSOR_PATTERN, ID_PATTERN, RecordsService
 
@@ -22,6 +22,10 @@ class OutcomeRequest(BaseModel):
         min_length=1, max_length=MAX_QUESTIONS, description="Question name -> the true answer (or the override).")
     override: bool = Field(default=False, description="true: a person overrode the decision rather than observed the truth.")
     note: str | None = Field(default=None, max_length=500)
+    source: OutcomeSource | None = Field(
+        default=None, description="Where the truth came from: review (a person), audit (a sampled check) or downstream"
+        " (the system that learned it). With a source the outcome trains the catalog entries' adapters, which needs"
+        " the outcomes:train scope; without one it counts for drift only.")
 
 
 def router(service: RecordsService, doc: Documentation = UNDOCUMENTED) -> Router:
@@ -33,7 +37,7 @@ def router(service: RecordsService, doc: Documentation = UNDOCUMENTED) -> Router
     def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
                        request: Annotated[OutcomeRequest, Body(embed=False)]):
         outcome = service.attach_outcome(caller(routes, "decide"), decision_id, request.answers,
-                                         override=request.override, note=request.note)
+                                         override=request.override, note=request.note, source=request.source)
         return json_response(200, {"id": decision_id, "outcome": outcome})
 
     @routes.get("/v1/records", tags=["Records"],

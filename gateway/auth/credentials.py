@@ -15,7 +15,9 @@ import secrets
 from dataclasses import dataclass
 
 API_KEY_PREFIX = "dgk_"
-SCOPES = ("chat", "decide", "catalogs:read", "catalogs:write", "admin")
+# outcomes:train: attach outcomes that train catalog adapters (a write to an entry's
+# behaviour, more than deciding).
+SCOPES = ("chat", "decide", "catalogs:read", "catalogs:write", "outcomes:train", "admin")
 _API_KEY = re.compile(r"^dgk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 
 

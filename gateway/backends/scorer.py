@@ -19,11 +19,21 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
 from gateway.decisions.cost import Meter
-from gateway.decisions.model import Answer, Decision, DecisionResult, Question, Usage, confidence_of, score_of
+from gateway.decisions.model import (
+    Answer,
+    Decision,
+    DecisionResult,
+    Question,
+    ReadFeatures,
+    Usage,
+    confidence_of,
+    score_of,
+)
 from gateway.errors import BackendFailed
 from systemone.answers import normalise
+from systemone.features import decode_state
 from systemone.models import Answer as ScorerAnswer
-from systemone.models import Extensions, NoulAnswer
+from systemone.models import AnswerFeatures, Extensions, NoulAnswer
 
 log = logging.getLogger("gateway.backends.scorer")
 
@@ -113,14 +123,36 @@ def _answer(question: Question, raw: Any) -> Answer:
     if answer.type != question.kind:
         return Answer(question, refused=True)
     if isinstance(answer, NoulAnswer):
-        return Answer(question, (answer.noul,))
+        return Answer(question, (answer.noul,), features=_features(raw, 2))
     keys = [o.key for o in question.options] if question.kind == "choice" else [str(i) for i in range(len(question.options))]
     values = [answer.probabilities.get(key) for key in keys]
     if any(v is None for v in values) or sum(values) <= 0:
         return Answer(question, refused=True)
-    read = Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None))
+    read = Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None),
+                  features=_features(raw, len(keys)))
     return read if _figures_agree(read, set(answer.probabilities) == set(keys)) else replace(read, confidence=None,
                                                                                               score=None)
+
+
+_FEATURES = TypeAdapter(AnswerFeatures)
+
+
+def _features(raw: dict[str, Any], n_options: int) -> ReadFeatures | None:
+    """The answer's x_features, when sent and well-formed for `n_options` options; else None
+    (an adapter then does not apply, and says so: never a guess from malformed numbers)."""
+    if "x_features" not in raw:
+        return None
+    try:
+        sent = _FEATURES.validate_python(raw["x_features"])
+        state = decode_state(sent.state)
+    except (ValidationError, ValueError):
+        log.warning("the endpoint's x_features are malformed; answered without them")
+        return None
+    orders = tuple(tuple(o) for o in sent.orders)
+    if any(len(o) != n_options or not all(math.isfinite(v) and v <= 1e-6 for v in o) for o in orders):
+        log.warning("the endpoint's x_features do not fit the question; answered without them")
+        return None
+    return ReadFeatures(orders, tuple(state), sent.sketch)
 
 
 def _figures_agree(read: Answer, same_options: bool) -> bool:

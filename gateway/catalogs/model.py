@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
+from systemone.limits import STATE_FEATURE_DIMS
 
 Text = str | dict[str, Any] | list[Any]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -44,6 +45,15 @@ class Rule(_Strict):
     min_margin: float | None = Field(default=None, ge=0, le=1)
     min_confidence: float | None = Field(default=None, ge=0, le=1)
 
+
+# An adapter's vectors: STATE_FEATURE_DIMS float32 in base64 (1,368 characters for 256).
+MAX_VECTOR_CHARS = 4 * ((4 * STATE_FEATURE_DIMS + 2) // 3)
+# The most options an adapter answers over: its weights (options x 256 float32) stay within
+# an entry's size (gateway.catalogs.service.MAX_CONTENT_BYTES) with room for the rest.
+MAX_ADAPTER_OPTIONS = 32
+# Where an outcome that trains adapters came from: a person's review, an audit sample, or a
+# downstream system that learned the truth.
+OutcomeSource = Literal["review", "audit", "downstream"]
 
 # The suspicion from which a state is taken to carry planted instructions, unless the
 # entry says otherwise (the InjectionSuspected metric counts from it too).
@@ -119,6 +129,62 @@ class Calibration(_Strict):
     fit: Fit | None = None
 
 
+class AdapterFit(_Strict):
+    """What the refit that made an adapter measured, out of fold (folds grouped by state):
+    the adapter's figures and the calibrated zero-shot answer's on the same folds."""
+
+    fitted_at: float
+    samples: int = Field(ge=1)
+    folds: int = Field(ge=2)
+    l2: float = Field(gt=0)
+    accuracy: float = Field(ge=0, le=1)
+    nll: float = Field(ge=0)
+    brier: float = Field(ge=0)
+    zero_shot_accuracy: float = Field(ge=0, le=1)
+    zero_shot_nll: float = Field(ge=0)
+    zero_shot_brier: float = Field(ge=0)
+    # Where its outcomes came from: {"review": 80, "audit": 20, ...}.
+    sources: dict[OutcomeSource, int] = Field(default_factory=dict)
+
+
+class Adapter(_Strict):
+    """A head learned from the entry's outcomes (gateway.catalogs.adapters): applied to every
+    answer of the model file, prompt template, readout and sketch it was fitted on, to none
+    other. `weights` (options x STATE_FEATURE_DIMS), `center` and `spread` travel as
+    little-endian float32 in base64."""
+
+    id: str = Field(pattern=r"^ad-[0-9a-f]{16}$")
+    model_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    prompt_version: str = Field(min_length=1, max_length=64)
+    readout: Literal["letters", "likelihood"]
+    sketch: str = Field(min_length=1, max_length=64)
+    options: list[str] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
+    scale: float = Field(ge=-100, le=100)
+    bias: list[float] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
+    center: str = Field(max_length=MAX_VECTOR_CHARS)
+    spread: str = Field(max_length=MAX_VECTOR_CHARS)
+    weights: str = Field(max_length=MAX_VECTOR_CHARS * MAX_ADAPTER_OPTIONS)
+    fit: AdapterFit
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> Adapter:
+        from gateway.catalogs.adapters import check_shapes  # the vectors' decoding lives with their use
+
+        check_shapes(self)
+        return self
+
+
+class Learning(_Strict):
+    """Whether the entry learns from its outcomes. `keep_features`: its records keep what the
+    scorer read each answer from (a representation of the state: opt-in, counted in the
+    record's size, deleted with the record and with the tenant), which a refit needs.
+    `refit`: "daily" refits it on a schedule as well as on demand; an enforcing entry is
+    never moved by the schedule, only by an explicit refit with apply: true."""
+
+    keep_features: bool = False
+    refit: Literal["daily"] | None = None
+
+
 class Readout(_Strict):
     readout: Literal["letters", "likelihood"] | None = None
     order_average: bool | None = None
@@ -130,6 +196,20 @@ class _Entry(_Strict):
     policy: Policy | None = None
     calibration: Calibration = Calibration()
     readout: Readout = Readout()
+    # Absent (None) is left out of the canonical JSON, so entries written before them keep their hash.
+    learning: Learning | None = None
+    adapter: Adapter | None = None
+
+    def option_keys(self) -> list[str]:
+        """The keys its answers are given over, in order: what an adapter's `options` must equal."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _adapter_fits_options(self) -> _Entry:
+        if self.adapter is not None and self.adapter.options != self.option_keys():
+            raise ValueError(f"the adapter answers over {self.adapter.options}, the entry over {self.option_keys()}:"
+                             " an adapter belongs to the options it was fitted on (refit it)")
+        return self
 
     def canonical(self) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_none=True), ensure_ascii=False, sort_keys=True,
@@ -141,6 +221,9 @@ class NoulEntry(_Entry):
 
     type: Literal["noul"]
     criteria: dict[Literal["true", "false"], Text | None] | None = None
+
+    def option_keys(self) -> list[str]:
+        return ["true", "false"]
 
     @model_validator(mode="after")
     def _needs_something_to_ask(self) -> NoulEntry:
@@ -157,6 +240,9 @@ class ChoiceEntry(_Entry):
     options: list[CatalogOption] = Field(min_length=2, max_length=MAX_CHOICES)
     abstain: CatalogOption | None = None
 
+    def option_keys(self) -> list[str]:
+        return [o.name for o in self.options]
+
     @model_validator(mode="after")
     def _names_unique(self) -> ChoiceEntry:
         names = [o.name for o in self.options] + ([self.abstain.name] if self.abstain else [])
@@ -170,6 +256,9 @@ class ScoreEntry(_Entry):
 
     type: Literal["score"]
     levels: list[CatalogLevel] = Field(min_length=2, max_length=MAX_LEVELS)
+
+    def option_keys(self) -> list[str]:
+        return [str(i) for i in range(len(self.levels))]
 
 
 CatalogContent = Annotated[NoulEntry | ChoiceEntry | ScoreEntry, Field(discriminator="type")]

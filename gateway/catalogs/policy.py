@@ -9,10 +9,12 @@ verdict stricter (never softer): the state is text anyone can write, and a state
 addresses the model reading it can steer the probabilities themselves, so no rule on
 them is evidence enough to act automatically on it.
 
-A calibration belongs to what it was fitted on (`FitKey`: the model file, the prompt
-template, the readout). An answer from anything else is left uncalibrated, and its
-verdict says so (`calibration_mismatch`); an enforcing policy sends it to review, since
-its thresholds were set on another model's probabilities.
+An entry with an adapter (gateway.catalogs.adapters) is answered by it instead of by its
+temperature. A calibration or an adapter belongs to what it was fitted on (`FitKey`: the
+model file, the prompt template, the readout; an adapter also needs the answer's
+features). An answer from anything else is left uncalibrated, and its verdict says so
+(`calibration_mismatch`); an enforcing policy sends it to review, since its thresholds
+were set on another model's probabilities.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from gateway.catalogs.adapters import adapted
 from gateway.catalogs.model import InjectionRule, Policy, Rule
 from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
 from systemone import answers as formulas
@@ -118,13 +121,22 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
             answers.append(answer)
             continue
         kind = answer.question.kind
-        matches = fitted_here(binding.fitted_on, answered_by(result.extensions, kind))
-        calibrated = with_temperature(kind, answer.probabilities, binding.temperature) if matches else answer.probabilities
+        answered = answered_by(result.extensions, kind)
+        if binding.adapter is not None:
+            own = adapted(binding.adapter, answer.features, answered)
+            matches = own is not None
+            calibrated = (own[:1] if kind == "noul" else own) if own is not None else answer.probabilities
+        else:
+            matches = fitted_here(binding.fitted_on, answered)
+            calibrated = with_temperature(kind, answer.probabilities, binding.temperature) if matches else answer.probabilities
         verdict = judge(kind, calibrated, binding.policy, suspicion) if binding.policy is not None else None
-        if not matches:  # what the answer and its record say was applied: no temperature
+        if not matches:  # what the answer and its record say was applied: no temperature, no adapter
             answer = replace(answer, question=replace(answer.question, binding=replace(binding, temperature=1.0)))
             if verdict is not None:
                 verdict = unfitted(verdict, binding.policy)
+        elif binding.adapter is not None:
+            answer = replace(answer, adapter=binding.adapter.id,
+                             question=replace(answer.question, binding=replace(binding, temperature=1.0)))
         answers.append(replace(answer.recalibrated(calibrated), verdict=verdict))
     return replace(result, answers=tuple(answers))
 

@@ -61,6 +61,8 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
         _hold_to_readout(name, entry, engine, decision.engine_options, declared)
     if enforcing:
         engine["x_reduce"] = False  # the scorer may not cut the debiasing to fit: 413 instead
+    if any(q.binding is not None and (q.binding.adapter is not None or q.binding.keep_features) for q in questions):
+        engine["x_features"] = True  # what an adapter is applied to, and a refit learns from
     return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)
 
 
@@ -125,6 +127,7 @@ def from_entry(question_id: str, name: str | None, version: CatalogVersion,
         options = tuple(Option(side, side == "true", text) for side, text in (entry.criteria or {}).items() if text is not None)
     fit = entry.calibration.fit
     fitted_on = FitKey(fit.model_sha256, fit.prompt_version, fit.readout) if fit is not None else None
+    keep = entry.learning is not None and entry.learning.keep_features
     binding = CatalogBinding(version.name, version.version, version.content_hash, entry.calibration.temperature, entry.policy,
-                             abstain, fitted_on)
+                             abstain, fitted_on, entry.adapter, keep)
     return Question(question_id, entry.type, entry.instructions, options, name=name or version.name, binding=binding)

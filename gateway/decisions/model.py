@@ -71,6 +71,16 @@ class FitKey:
 
 
 @dataclass(frozen=True)
+class ReadFeatures:
+    """What the backend read one answer from (its `x_features`): the listings'
+    log-distributions over the declared options, the state sketch and the sketch's name."""
+
+    orders: tuple[tuple[float, ...], ...]
+    state: tuple[float, ...]
+    sketch: str
+
+
+@dataclass(frozen=True)
 class CatalogBinding:
     """The catalog entry a question came from, and what applies to its answer."""
 
@@ -81,6 +91,9 @@ class CatalogBinding:
     policy: Thresholds | None = None  # None: no thresholds
     abstain: Option | None = None  # the declared abstain / escalation option (choice)
     fitted_on: FitKey | None = None  # None: nothing was fitted (a temperature set by hand applies anywhere)
+    # The entry's adapter (gateway.catalogs.model.Adapter), applied in place of its temperature.
+    adapter: Any = None
+    keep_features: bool = False  # its records keep the answer's features, for refits
 
     @property
     def ref(self) -> str:
@@ -140,6 +153,8 @@ class Answer:
     # None once the gateway changed them (a catalog temperature): then computed from them.
     confidence: float | None = None
     score: float | None = None
+    features: ReadFeatures | None = None  # what the backend read it from, when asked (x_features)
+    adapter: str | None = None  # the id of the catalog entry's adapter that produced these probabilities
 
     def recalibrated(self, probabilities: tuple[float, ...]) -> Answer:
         """This answer with other probabilities: the scorer's figures no longer describe them."""

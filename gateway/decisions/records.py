@@ -55,6 +55,7 @@ from gateway.decisions.model import (
 )
 from gateway.errors import PayloadTooLarge, RecordNotStored
 from systemone import answers as formulas
+from systemone.features import encode_state
 
 log = logging.getLogger("gateway.records")
 DEFAULT_RETENTION_DAYS = 90
@@ -159,6 +160,11 @@ class QuestionRecord(BaseModel):
     top: float | None = None
     margin: float | None = None
     confidence: float | None = None
+    adapter: str | None = None  # the id of the entry's adapter that produced the probabilities
+    # What the scorer read the answer from, kept only where the entry opts in
+    # (learning.keep_features): a representation of the state, which lives and dies with the
+    # record (its retention, its tenant) and never reaches a log line.
+    features: dict[str, Any] | None = None
 
 
 class RecordInjection(BaseModel):
@@ -291,9 +297,9 @@ class DecisionRecorder:
         try:
             stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
         except RecordTooLarge:
-            log.info("decision record", extra={"record": body, "stored": False})
+            log.info("decision record", extra={"record": without_features(body), "stored": False})
             raise
-        log.info("decision record", extra={"record": body, "stored": stored})
+        log.info("decision record", extra={"record": without_features(body), "stored": stored})
         if not stored:
             self.on_failure()
             raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2)
@@ -336,4 +342,17 @@ def _question_record(answer: Answer) -> QuestionRecord:
                      confidence=answer.verdict.confidence)
         if answer.verdict.reason is not None:
             entry.update(action_reason=answer.verdict.reason)
+    if answer.adapter is not None:
+        entry.update(adapter=answer.adapter)
+    if binding is not None and binding.keep_features and answer.features is not None:
+        features = answer.features
+        entry.update(features={"orders": [list(o) for o in features.orders], "state": encode_state(features.state),
+                               "sketch": features.sketch})
     return QuestionRecord(**entry)
+
+
+def without_features(body: dict[str, Any]) -> dict[str, Any]:
+    """The record as a log line may carry it: the kept features left out."""
+    if not any("features" in q for q in body.get("questions", ())):
+        return body
+    return {**body, "questions": [{k: v for k, v in q.items() if k != "features"} for q in body["questions"]]}

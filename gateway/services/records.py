@@ -24,8 +24,9 @@ from typing import Any
 from gateway.auth.credentials import Principal
 from gateway.catalogs.drift import drift
 from gateway.catalogs.store import CatalogStore
-from gateway.decisions.records import ListedRecord, RecordStore
-from gateway.errors import InvalidRequest, NotFound
+from gateway.decisions.records import ListedRecord, RecordStore, without_features
+from gateway.errors import Forbidden, InvalidRequest, NotFound
+from gateway.services.learning import TRAINING_SCOPE
 
 ID_PATTERN = r"^(decision_)?[0-9a-f]{24}$"
 CURSOR_PATTERN = r"^[0-9a-f]{24}$"
@@ -85,17 +86,26 @@ class RecordsService:
         return self.store
 
     def get(self, principal: Principal, decision_id: str) -> dict[str, Any]:
+        return without_features(self._stored(principal, decision_id))
+
+    def _stored(self, principal: Principal, decision_id: str) -> dict[str, Any]:
         record = self._records().get_record(principal.tenant_id, record_id(decision_id))
         if record is None:
             raise NotFound(f"no decision {decision_id!r}")
         return record
 
     def attach_outcome(self, principal: Principal, decision_id: str, answers: dict[str, Any], *, override: bool,
-                       note: str | None) -> dict[str, Any]:
-        """The outcome as stored (replacing any earlier one)."""
-        check_outcome_answers(self.get(principal, decision_id), answers)
+                       note: str | None, source: str | None = None) -> dict[str, Any]:
+        """The outcome as stored (replacing any earlier one). With a `source` (review, audit,
+        downstream) it trains the entries' adapters (`trains`), which needs the outcomes:train
+        scope as well: an outcome that trains is a write to an entry's behaviour."""
+        if source is not None and TRAINING_SCOPE not in principal.scopes:
+            raise Forbidden(f"an outcome with a source trains catalog adapters: it needs the {TRAINING_SCOPE!r} scope"
+                            " (leave source out to record an outcome for drift only)")
+        check_outcome_answers(self._stored(principal, decision_id), answers)
         outcome = {"answers": answers, "override": override, "note": note, "recorded_at": self.clock(),
-                   "recorded_by": principal.credential_id}
+                   "recorded_by": principal.credential_id, **({"source": source} if source else {}),
+                   "trains": source is not None}
         if not self._records().set_outcome(principal.tenant_id, record_id(decision_id), outcome):
             raise NotFound(f"no decision {decision_id!r}")  # expired between the read and the write
         return outcome
@@ -107,6 +117,7 @@ class RecordsService:
         scanned = self._records().scan_records(principal.tenant_id, catalog=catalog, before=cursor)
         with contextlib.closing(scanned):
             found, next_cursor = page_of(scanned, limit)
+        found = [without_features(record) for record in found]
         report = {}
         for name in sorted({name for record in found for name in catalog_names(record)}):
             fit = self._calibration_fit(principal.tenant_id, name)

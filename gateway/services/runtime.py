@@ -10,6 +10,7 @@ from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
+from gateway.services.learning import LearningService
 from gateway.services.records import RecordsService
 from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
@@ -27,3 +28,4 @@ class GatewayRuntime:
     throttle: TenantThrottle | None = None  # per-tenant rate and work in flight (where tenants are stored)
     idempotency: Idempotency | None = None  # Idempotency-Key on decisions (where a store keeps them)
     spending: Spending | None = None  # per-tenant spend: budgets and usage (where tenants are stored)
+    learning: LearningService | None = None  # refitting catalog entries' adapters from their outcomes

@@ -32,11 +32,14 @@ def question_id(position: int) -> str:
 
 def policy_fields(answer: Answer) -> dict[str, Any]:
     """x_catalog (name@version), and with a policy x_action and x_policy, on a catalog question's answer;
-    x_action_reason when the action is not the one the policy's rules gave (a suspected injection)."""
+    x_action_reason when the action is not the one the policy's rules gave (a suspected injection);
+    x_adapter when the entry's adapter produced the probabilities."""
     binding = answer.question.binding
     if binding is None:
         return {}
     fields: dict[str, Any] = {"x_catalog": binding.ref}
+    if answer.adapter is not None:
+        fields["x_adapter"] = answer.adapter
     if answer.verdict is not None:
         fields["x_action"] = answer.verdict.action
         if answer.verdict.reason is not None:

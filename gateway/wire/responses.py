@@ -40,6 +40,8 @@ class CatalogFields(BaseModel):
                                   " calibration_mismatch when the entry's calibration was fitted on another model,"
                                   " prompt or readout, so the answer is uncalibrated (absent otherwise).")
     x_policy: Policy | None = None
+    x_adapter: str | None = Field(default=None, description="The catalog entry's adapter that produced the"
+                                  " probabilities (learned from the entry's outcomes); absent when none did.")
 
 
 class NoulAnswer(contract.NoulAnswer, CatalogFields):
@@ -191,6 +193,22 @@ class RecordList(Strict):
 class OutcomeReply(Strict):
     id: str
     outcome: dict[str, Any]
+
+
+class RefitReply(Strict):
+    """What a refit measured (out of fold, folds grouped by state) and did."""
+
+    catalog: str  # name@version: the version written, else the one refitted
+    applied: bool
+    reason: str
+    samples: int
+    outcomes: dict[str, int]  # records read, used, and why others were left out
+    adapter: str | None = None  # the fitted adapter's id (written or not)
+    version: int | None = None  # the new version, when written
+    folds: int | None = None
+    l2: float | None = None
+    adapter_out_of_fold: dict[str, float] | None = None
+    zero_shot_out_of_fold: dict[str, float] | None = None
 
 
 class UsageFigures(Strict):

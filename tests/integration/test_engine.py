@@ -10,6 +10,9 @@ from scorer_container.errors import CallerGone, ContextOverflow, DeadlineExceede
 from scorer_container.prefix_tree import Branch, Read, evaluate
 from scorer_container.questions import prepare_question
 from scorer_container.schema import DecisionRequest, parse
+from scorer_container.scoring import with_temperature
+from systemone.features import SKETCH, decode_state
+from systemone.limits import STATE_FEATURE_DIMS
 from tests.conftest import make_engine
 
 pytestmark = pytest.mark.model
@@ -524,3 +527,41 @@ def test_a_plan_counted_only_up_to_its_limit_is_over_it_and_never_runs(engine):
     assert not plan.cost.complete and plan.cost.units(0.0) > 10
     with pytest.raises(ValueError, match="never run"):
         engine.decide(plan)
+
+
+def test_features_are_what_the_answer_was_read_from_and_change_nothing_else(engine):
+    # Given a request with x_features, when it is answered, then every answer carries the
+    # per-listing distributions whose mean (at the question's temperature) is its answer,
+    # the prior in declared order, and a state sketch of the declared size; the
+    # probabilities equal the ones answered without features, and no more tokens are decoded.
+    engine.answer(request())  # the priors cached, so that both count the same tokens
+    plain = engine.answer(request())
+    featured = engine.answer(request(x_features=True))
+    assert featured["usage"]["input_tokens"] == plain["usage"]["input_tokens"]
+    for qid, answer in featured["answers"].items():
+        features = answer.pop("x_features")
+        assert answer == plain["answers"][qid]
+        n = 2 if answer["type"] == "noul" else len(answer["probabilities"])
+        assert len(features["orders"]) == 2 and all(len(o) == n for o in features["orders"])  # reversal averaging
+        assert features["sketch"] == SKETCH and len(decode_state(features["state"])) == STATE_FEATURE_DIMS
+        assert features["prior"] is None or len(features["prior"]) == n
+    queue = engine.answer(request(x_features=True))["answers"]["queue"]
+    mean = np.mean(np.exp(queue["x_features"]["orders"]), axis=0)
+    temperature = engine.settings_for(request()).for_kind("choice").temperature
+    expected = with_temperature(mean / mean.sum(), temperature)
+    assert list(queue["probabilities"].values()) == pytest.approx(list(expected), abs=1e-5)
+
+
+def test_the_state_sketch_tells_states_apart_and_repeats_exactly(engine):
+    def sketch(state):
+        answer = engine.answer(request({"queue": QUESTIONS["queue"]}, state=state, x_features=True))
+        return np.array(decode_state(answer["answers"]["queue"]["x_features"]["state"]))
+
+    first, again = sketch(STATE), sketch(STATE)
+    other = sketch("The parcel never arrived and tracking has not moved for a week.")
+    assert np.array_equal(first, again) and np.linalg.norm(first) > 0
+    assert np.linalg.norm(first - other) > 0.05 * np.linalg.norm(first)
+
+
+def test_features_are_counted_in_the_budget(engine):
+    assert cost(engine, request(x_features=True)).rows == cost(engine, request()).rows + len(QUESTIONS)

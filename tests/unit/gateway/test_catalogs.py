@@ -13,7 +13,7 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from tests.fakes import FixedBackend
-from tests.gateway_helpers import call, register_credentials, tenant_store
+from tests.gateway_helpers import call, register_credentials, tenant_store, unthrottled
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide catalogs:read catalogs:write", "models": "*",
         "credential_id": "k-acme"}
@@ -362,3 +362,121 @@ def test_a_calibration_fitted_on_another_model_is_not_applied_and_an_enforcing_e
     answer = decide({"catalog": "support-routing"})[2]["answers"]["queue"]
     assert answer["probabilities"]["billing"] < 0.8 and answer["x_policy"]["temperature"] == 2.0
     assert answer["x_action"] == "review" and "x_action_reason" not in answer  # the rules' own verdict, calibrated
+
+
+TRAINER = {**ACME, "scopes": "decide catalogs:read catalogs:write outcomes:train", "credential_id": "k-trainer"}
+FRUIT = {"type": "noul", "instructions": "Is the message about fruit?", "learning": {"keep_features": True}}
+FRUITY = ["apples and pears", "a ripe mango", "banana bread recipe", "cherries in june", "fresh lemons",
+          "peach season", "grapes on the vine", "an orange a day", "plums for jam", "kiwi smoothie"]
+OTHER = ["the train was late", "my laptop crashed", "invoice for march", "a new password", "the parcel is lost",
+         "concert tickets", "a broken chair", "renew my passport", "the meeting moved", "snow on the road"]
+
+
+def learning_stack(store) -> FixedBackend:
+    """A coin for a model (P(yes) = 0.5 whatever the text), tenants unthrottled: these tests
+    send more decisions than a tenant's default rate."""
+    backend = stack(store, noul=0.5)
+    unthrottled(store, "acme", "globex")
+    register_credentials(store, TRAINER, DECIDER)
+    return backend
+
+
+def _decide_state(state, principal=ACME):
+    return call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": state,
+                                                "questions": {"fruit": {"catalog": "fruit"}}}, principal=principal))
+
+
+def test_an_adapter_learns_from_training_outcomes_and_answers_the_entrys_decisions(store):
+    # Given an entry that keeps features and a backend whose zero-shot answer is a coin
+    # (0.5), when decisions get outcomes from a credential allowed to train and the entry
+    # is refitted, then a new version holds an adapter that beats the coin out of fold,
+    # its decisions are answered by it (x_adapter, the record names it), and no feature
+    # reaches a caller or a record read back.
+    backend = learning_stack(store)
+    assert put(FRUIT, name="fruit")[0] == 201
+    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
+        for variant in (text, text + " today", "about " + text):
+            status, _, body = _decide_state(variant)
+            assert status == 200 and backend.calls[-1][1]["x_features"] is True
+            assert "x_features" not in body["answers"]["fruit"]
+            reply = call(event("POST", f"/v1/decisions/{body['x_decision_id']}/outcome",
+                               {"answers": {"fruit": truth}, "source": "review"}, principal=TRAINER))
+            assert reply[0] == 200 and reply[2]["outcome"]["trains"] is True
+    record = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]
+    assert "features" not in record["questions"][0]
+
+    status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
+    assert status == 200 and refit["applied"] is True and refit["version"] == 2, refit
+    assert refit["adapter_out_of_fold"]["accuracy"] > refit["zero_shot_out_of_fold"]["accuracy"] + 0.3
+    assert refit["outcomes"]["used"] == 60 and refit["samples"] == 60
+    entry = call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]
+    assert entry["adapter"]["id"] == refit["adapter"] and entry["adapter"]["fit"]["sources"] == {"review": 60}
+    assert entry["adapter"]["model_sha256"] == "ab" * 32
+
+    status, _, body = _decide_state("a bowl of cherries and apples")
+    answer = body["answers"]["fruit"]
+    assert answer["x_adapter"] == refit["adapter"] and answer["noul"] > 0.7
+    assert _decide_state("my laptop crashed again")[2]["answers"]["fruit"]["noul"] < 0.3
+    [question] = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]["questions"]
+    assert question["adapter"] == refit["adapter"] and question["catalog"] == "fruit@2"
+
+    # Another tenant neither sees the adapter nor is answered by it, nor can refit it.
+    assert call(event("GET", "/v1/catalogs/fruit", principal=GLOBEX))[0] == 404
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=GLOBEX))[0] == 404
+    put({**FRUIT, "learning": None}, principal=GLOBEX, name="fruit")
+    other = _decide_state("a bowl of cherries and apples", principal=GLOBEX)[2]["answers"]["fruit"]
+    assert "x_adapter" not in other and other["noul"] == pytest.approx(0.5)
+
+
+def test_outcomes_that_train_need_their_scope_and_a_refit_of_an_enforcing_entry_is_explicit(store):
+    learning_stack(store)
+    put({**FRUIT, "policy": {"mode": "enforcing"}}, name="fruit")
+    ids = []
+    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
+        for variant in (text, text + " today"):
+            ids.append(_decide_state(variant)[2]["x_decision_id"])
+            # A decide-only caller may record the truth for drift, never train the entry.
+            denied = call(event("POST", f"/v1/decisions/{ids[-1]}/outcome",
+                                {"answers": {"fruit": truth}, "source": "downstream"}, principal=DECIDER))
+            assert denied[0] == 403 and "outcomes:train" in denied[2]["detail"]["message"]
+            drift_only = call(event("POST", f"/v1/decisions/{ids[-1]}/outcome", {"answers": {"fruit": not truth}},
+                                    principal=DECIDER))
+            assert drift_only[0] == 200 and drift_only[2]["outcome"]["trains"] is False
+    status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
+    assert status == 200 and refit["applied"] is False and refit["outcomes"]["no_training_outcome"] == 40
+
+    for i, truth in enumerate([True] * len(FRUITY) + [False] * len(OTHER)):
+        for j in range(2):
+            call(event("POST", f"/v1/decisions/{ids[2 * i + j]}/outcome", {"answers": {"fruit": truth},
+                                                                             "source": "audit"}, principal=TRAINER))
+    status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
+    assert status == 200 and refit["applied"] is False and "apply: true" in refit["reason"] and refit["adapter"]
+    assert call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]["version"] == 1  # unmoved, figures shown
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {"apply": True}, principal=DECIDER))[0] == 403
+    status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {"apply": True}, principal=TRAINER))
+    assert status == 200 and refit["applied"] is True and refit["version"] == 2
+
+
+def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
+    learning_stack(store)
+    put(FRUIT, name="fruit")
+    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
+        for variant in (text, text + " today"):
+            decision_id = _decide_state(variant)[2]["x_decision_id"]
+            call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": truth}, "source": "review"},
+                       principal=TRAINER))
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[2]["applied"] is True
+    entry = call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]
+    content = {k: v for k, v in entry.items() if k not in ("name", "version", "hash", "created_at")}
+    # Hand-edited numbers: the id no longer names them (422), as a tampered or truncated vector does.
+    for broken in ({"scale": 5.0}, {"weights": entry["adapter"]["weights"][:-8]}, {"options": ["yes", "no"]}):
+        assert put({**content, "adapter": {**entry["adapter"], **broken}}, name="fruit")[0] == 422, broken
+    # Answers of another model file: uncalibrated, and the reason says so.
+    moved = {**content, "adapter": {**entry["adapter"]}}
+    moved["adapter"]["model_sha256"] = "ef" * 32
+    from gateway.catalogs.adapters import adapter_id
+    moved["adapter"]["id"] = adapter_id(moved["adapter"])
+    assert put(moved, name="fruit")[0] == 201
+    answer = _decide_state("a bowl of cherries")[2]["answers"]["fruit"]
+    assert "x_adapter" not in answer and answer["noul"] == pytest.approx(0.5)
+    assert answer.get("x_action_reason") is None  # no policy: no verdict to hold; the probabilities are the model's

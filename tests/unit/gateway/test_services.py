@@ -100,7 +100,7 @@ def test_outcomes_name_what_was_asked_by_either_id_and_stay_within_the_tenant(st
         records.attach_outcome(GLOBEX, decision_id, {"queue": "billing"}, override=False, note=None)
     stored = records.attach_outcome(ACME, f"decision_{decision_id}", {"queue": "billing"}, override=True, note="ok")
     assert stored == {"answers": {"queue": "billing"}, "override": True, "note": "ok", "recorded_at": 2_000.0,
-                      "recorded_by": "k-acme"}
+                      "recorded_by": "k-acme", "trains": False}  # no source: for drift only, never for an adapter
     assert records.get(ACME, decision_id)["outcome"] == stored
     assert [r["id"] for r in records.list_with_drift(ACME, catalog=None, limit=10)["records"]] == [decision_id]
     assert records.list_with_drift(GLOBEX, catalog=None, limit=10)["records"] == []

@@ -1,0 +1,241 @@
+"""`make eval-adapters`: what a catalog entry gains from its own outcomes.
+
+For each catalog of evals/catalogs/ (one declared question, 150+ labelled texts, each with
+the source it was written from) and each model, every text is decided once with
+`x_features` (the engine as the scorer serves it, the model's own defaults). Then, out of
+fold, with folds grouped by source (paraphrases of one text never straddle train and
+test):
+
+- zero-shot: the model's answer as it comes;
+- calibrated: the zero-shot answer at a temperature fitted on the n outcomes;
+- adapter: the head fitted on the n outcomes (gateway.catalogs.fitting), kept only where
+  its own inner cross-validation says it beats the calibrated answer; else the calibrated
+  answer, as the gateway would answer.
+
+for n = 0, 10, 25, 50, 100, 150 outcomes drawn from the training folds (three draws
+each). Accuracy, NLL and Brier go to reports/adapters/adapters.json, a plot to
+docs/figures/adapters.png, the seconds per decision of each model beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gateway.catalogs import fitting
+from scorer_container.engine import DecisionEngine
+from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.model_files import verify_model
+from scorer_container.prompts import PromptFormat
+from scorer_container.schema import DecisionRequest, parse
+from systemone.features import decode_state
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOGS = ROOT / "evals" / "catalogs"
+REPORTS = ROOT / "reports" / "adapters"
+FIGURE = ROOT / "docs" / "figures" / "adapters.png"
+SIZES = (0, 10, 25, 50, 100, 150)
+DRAWS = 3
+FAST_MODELS = ("gemma-3-270m-q4_k_m", "smollm2-135m-instruct-q4_1")
+QUALITY_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    name: str
+    question: dict[str, Any]
+    items: list[dict[str, Any]]
+
+    @property
+    def options(self) -> list[str]:
+        return list(self.question["criteria"])
+
+
+def load_catalogs(names: list[str] | None = None) -> list[Catalog]:
+    found = []
+    for head in sorted(CATALOGS.glob("*.json")):
+        spec = json.loads(head.read_text())
+        if names and spec["name"] not in names:
+            continue
+        items = [json.loads(line) for line in head.with_suffix(".jsonl").read_text().splitlines() if line.strip()]
+        options = list(spec["question"]["criteria"])
+        for item in items:
+            if item["gold"] not in options:
+                raise ValueError(f"{item['id']}: gold {item['gold']!r} is not an option of {spec['name']}")
+        found.append(Catalog(spec["name"], spec["question"], items))
+    return found
+
+
+def load_engine(name: str) -> tuple[DecisionEngine, str]:
+    """The engine as the scorer serves the model (its manifest's defaults), and the model's sha256."""
+    path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
+    manifest = verify_model(path)
+    runtime = Runtime(path, RuntimeSettings(n_ctx=4096))
+    return DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), manifest, model_name=name), manifest.sha256
+
+
+def read_features(engine: DecisionEngine, sha256: str, catalog: Catalog, model: str) -> list[dict[str, Any]]:
+    """Each item's features, decided once (cached by model file, prompt and item text)."""
+    cache_path = REPORTS / f"features-{model}-{catalog.name}.jsonl"
+    cached: dict[str, dict[str, Any]] = {}
+    if cache_path.exists():
+        for line in cache_path.read_text().splitlines():
+            row = json.loads(line)
+            cached[row["key"]] = row
+    rows, started, decided = [], time.monotonic(), 0
+    with cache_path.open("a") as sink:
+        for i, item in enumerate(catalog.items, 1):
+            key = f"{sha256}:{item['id']}:{hash_text(item['state'] + json.dumps(catalog.question, sort_keys=True))}"
+            if key not in cached:
+                t0 = time.perf_counter()
+                request = parse(DecisionRequest, {"model": model, "state": item["state"], "questions": {"q": catalog.question},
+                                                  "x_features": True})
+                answer = engine.answer(request)["answers"]["q"]
+                cached[key] = {"key": key, "orders": answer["x_features"]["orders"],
+                               "state": answer["x_features"]["state"], "seconds": time.perf_counter() - t0}
+                sink.write(json.dumps(cached[key]) + "\n")
+                decided += 1
+            rows.append({**cached[key], "label": catalog.options.index(item["gold"]), "group": item["source"]})
+            if i % 25 == 0 or i == len(catalog.items):
+                rate = decided / max(1e-9, time.monotonic() - started)
+                print(f"  [{model} {catalog.name}] {i}/{len(catalog.items)} ({decided} decided, {rate:.1f}/s)",
+                      file=sys.stderr, flush=True)
+    return rows
+
+
+def hash_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def learning_curve(rows: list[dict[str, Any]], n_options: int, sizes: tuple[int, ...] = SIZES,
+                   draws: int = DRAWS) -> dict[str, Any]:
+    """Out-of-fold figures of zero-shot, calibrated and adapted answers per number of outcomes."""
+    samples = [fitting.Sample(r["orders"], decode_state(r["state"]), r["label"], r["group"]) for r in rows]
+    folds = fitting.grouped_folds([s.group for s in samples])
+    curve: dict[str, Any] = {}
+    for n in sizes:
+        per_method: dict[str, list[fitting.Scores]] = {"zero_shot": [], "calibrated": [], "adapter": []}
+        kept = tried = 0
+        for fold in range(int(folds.max()) + 1):
+            test = [s for s, f in zip(samples, folds, strict=True) if f == fold]
+            pool = [s for s, f in zip(samples, folds, strict=True) if f != fold]
+            for draw in range(draws if 0 < n < len(pool) else 1):
+                rng = np.random.default_rng(1000 * fold + draw)
+                train = [pool[i] for i in rng.permutation(len(pool))[:n]] if n else []
+                identity = fitting.Head(1.0, np.zeros(n_options), np.zeros((n_options, fitting_dims(samples))),
+                                        np.zeros(fitting_dims(samples)), np.ones(fitting_dims(samples)))
+                per_method["zero_shot"].append(fitting.evaluate(identity, test))
+                if not n:
+                    per_method["calibrated"].append(per_method["zero_shot"][-1])
+                    per_method["adapter"].append(per_method["zero_shot"][-1])
+                    continue
+                calibrated = _calibrated(train, n_options)
+                per_method["calibrated"].append(fitting.evaluate(calibrated, test))
+                fitted = fitting.fit(train, n_options)
+                tried += 1
+                if fitted.head is not None:
+                    kept += 1
+                per_method["adapter"].append(fitting.evaluate(fitted.head or calibrated, test))
+        curve[str(n)] = {method: _mean(scores) for method, scores in per_method.items()}
+        curve[str(n)]["adapters_kept"] = f"{kept}/{tried}"
+    return curve
+
+
+def fitting_dims(samples: list[fitting.Sample]) -> int:
+    return len(samples[0].state)
+
+
+def _calibrated(train: list[fitting.Sample], n_options: int) -> fitting.Head:
+    z = np.stack([fitting.zero_shot(s.orders) for s in train])
+    states = np.asarray([s.state for s in train])
+    return fitting.train(z, states, np.asarray([s.label for s in train]), n_options, None)
+
+
+def _mean(scores: list[fitting.Scores]) -> dict[str, float]:
+    return {key: round(float(np.mean([getattr(s, key) for s in scores])), 4) for key in ("accuracy", "nll", "brier")}
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    catalogs = list(report["catalogs"])
+    fig, axes = plt.subplots(3, len(catalogs), figsize=(5 * len(catalogs), 10), squeeze=False)
+    colors = {"gemma-3-270m-q4_k_m": "#4C72B0", "smollm2-135m-instruct-q4_1": "#55A868", QUALITY_MODEL: "#C44E52"}
+    for c, name in enumerate(catalogs):
+        by_model = report["catalogs"][name]["models"]
+        for r, metric in enumerate(("accuracy", "nll", "brier")):
+            axis = axes[r][c]
+            for model, result in by_model.items():
+                curve = result["curve"]
+                sizes = [int(n) for n in curve]
+                color = colors.get(model, "black")
+                seconds = result["seconds_per_decision"]
+                if len(sizes) > 1:
+                    axis.plot(sizes, [curve[str(n)]["adapter"][metric] for n in sizes], "-o", color=color,
+                              label=f"{model} + adapter ({seconds:.2f} s/decision)")
+                    axis.plot(sizes, [curve[str(n)]["calibrated"][metric] for n in sizes], ":", color=color,
+                              label=f"{model} calibrated")
+                axis.axhline(curve["0"]["zero_shot"][metric], color=color, linestyle="--", linewidth=0.9,
+                             label=f"{model} zero-shot ({seconds:.2f} s/decision)")
+            axis.axhline(report["catalogs"][name]["uniform"][metric], color="grey", linewidth=0.7, label="uniform")
+            axis.set_title(f"{name}: {metric}", fontsize=10)
+            axis.set_xlabel("outcomes the entry has seen")
+            axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6, loc="lower right")
+    fig.suptitle("Out of fold, folds grouped by source: zero-shot, calibrated, adapter", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.adapters", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(FAST_MODELS))
+    parser.add_argument("--catalogs", nargs="+", default=None)
+    parser.add_argument("--zero-shot-only", nargs="*", default=[QUALITY_MODEL],
+                        help="models measured zero-shot only (where there is no time for more): the line to reach")
+    args = parser.parse_args(argv)
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    catalogs = load_catalogs(args.catalogs)
+    report: dict[str, Any] = {"sizes": list(SIZES), "draws": DRAWS, "catalogs": {}}
+    for catalog in catalogs:
+        n = len(catalog.options)
+        report["catalogs"][catalog.name] = {
+            "items": len(catalog.items), "sources": len({i["source"] for i in catalog.items}), "options": n,
+            "uniform": fitting.uniform(n).as_dict(), "models": {}}
+    for model in [*args.models, *[m for m in args.zero_shot_only if m not in args.models]]:
+        if not (ROOT / "models" / model).is_dir():
+            print(f"[eval-adapters] {model}: not fetched (scripts/setup_env.py --model {model}); skipped", file=sys.stderr)
+            continue
+        engine, sha256 = load_engine(model)
+        for catalog in catalogs:
+            rows = read_features(engine, sha256, catalog, model)
+            sizes = (0,) if model in args.zero_shot_only and model not in args.models else SIZES
+            curve = learning_curve(rows, len(catalog.options), sizes)
+            seconds = float(np.median([r["seconds"] for r in rows]))
+            report["catalogs"][catalog.name]["models"][model] = {"curve": curve, "seconds_per_decision": round(seconds, 3)}
+            print(f"[eval-adapters] {model} {catalog.name}: " + ", ".join(
+                f"n={k} acc {v['adapter']['accuracy']:.3f} (zero-shot {v['zero_shot']['accuracy']:.3f})"
+                for k, v in curve.items()), file=sys.stderr, flush=True)
+        engine.runtime.close()
+    (REPORTS / "adapters.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, FIGURE)
+    print(f"[eval-adapters] wrote {REPORTS / 'adapters.json'} and {FIGURE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

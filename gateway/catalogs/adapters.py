@@ -1,0 +1,140 @@
+"""A catalog entry's adapter at decision time: plain Python, no numpy on the hot path.
+
+The adapter (gateway.catalogs.model.Adapter, fitted by gateway.catalogs.fitting) maps
+what the scorer read an answer from (`x_features`) to the entry's own probabilities:
+
+    logit_k = scale * log p0_k + bias_k + w_k . (state - center) / spread
+
+where p0 is the zero-shot answer (the listings' distributions averaged) and `state` the
+sketch of the answer position. It applies to answers of the model file, prompt template,
+readout and sketch it was fitted on, and to none other: features of another model are
+other numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.decisions.model import FitKey, ReadFeatures
+from systemone.limits import STATE_FEATURE_DIMS
+
+if TYPE_CHECKING:
+    from gateway.catalogs.model import Adapter
+
+
+def encode_vector(values: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii")
+
+
+def decode_vector(text: str, length: int) -> list[float]:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+    if len(raw) != 4 * length:
+        raise ValueError(f"holds {len(raw) // 4} numbers, not {length}")
+    values = list(struct.unpack(f"<{length}f", raw))
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("holds a number that is not finite")
+    return values
+
+
+def check_shapes(adapter: Adapter) -> None:
+    """ValueError unless every vector has the length the options and the sketch give it."""
+    k = len(adapter.options)
+    if len(adapter.bias) != k or len(set(adapter.options)) != k:
+        raise ValueError(f"an adapter over {k} options needs {k} distinct options and {k} biases")
+    for name, text, length in (("center", adapter.center, STATE_FEATURE_DIMS),
+                               ("spread", adapter.spread, STATE_FEATURE_DIMS),
+                               ("weights", adapter.weights, k * STATE_FEATURE_DIMS)):
+        try:
+            values = decode_vector(text, length)
+        except ValueError as exc:
+            raise ValueError(f"adapter.{name} {exc}") from None
+        if name == "spread" and min(values) <= 0:
+            raise ValueError("adapter.spread must be positive")
+    if not all(math.isfinite(b) for b in adapter.bias) or not math.isfinite(adapter.scale):
+        raise ValueError("an adapter's scale and biases are finite numbers")
+    if adapter.id != adapter_id(adapter.model_dump(mode="json")):
+        raise ValueError("adapter.id is not the hash of the adapter's content (written by a refit, never by hand)")
+
+
+def fitted_on(adapter: Adapter) -> FitKey:
+    return FitKey(adapter.model_sha256, adapter.prompt_version, adapter.readout)
+
+
+@dataclass(frozen=True)
+class Head:
+    """An adapter decoded once (a version is immutable: its head is cached by its id)."""
+
+    scale: float
+    bias: tuple[float, ...]
+    center: tuple[float, ...]
+    spread: tuple[float, ...]
+    weights: tuple[tuple[float, ...], ...]
+
+    @classmethod
+    def of(cls, adapter: Adapter) -> Head:
+        k, d = len(adapter.options), STATE_FEATURE_DIMS
+        flat = decode_vector(adapter.weights, k * d)
+        return cls(adapter.scale, tuple(adapter.bias), tuple(decode_vector(adapter.center, d)),
+                   tuple(decode_vector(adapter.spread, d)), tuple(tuple(flat[i * d:(i + 1) * d]) for i in range(k)))
+
+    def probabilities(self, features: ReadFeatures) -> tuple[float, ...]:
+        zero_shot = _zero_shot(features.orders)
+        x = [(s - c) / w for s, c, w in zip(features.state, self.center, self.spread, strict=True)]
+        logits = [self.scale * z + b + math.fsum(wi * xi for wi, xi in zip(row, x, strict=True))
+                  for z, b, row in zip(zero_shot, self.bias, self.weights, strict=True)]
+        top = max(logits)
+        weights = [math.exp(v - top) for v in logits]
+        total = sum(weights)
+        return tuple(w / total for w in weights)
+
+
+def adapted(adapter: Adapter, features: ReadFeatures | None, answered: FitKey) -> tuple[float, ...] | None:
+    """The adapter's probabilities over the entry's options (declared order), or None when
+    it does not apply: no features, or features of another model, prompt, readout or sketch."""
+    if features is None or features.sketch != adapter.sketch or answered != fitted_on(adapter):
+        return None
+    if len(features.state) != STATE_FEATURE_DIMS or any(len(o) != len(adapter.options) for o in features.orders):
+        return None
+    return _head(adapter).probabilities(features)
+
+
+_HEADS: dict[tuple[object, ...], Head] = {}
+_MAX_HEADS = 64  # decoded heads kept (about 10 KB an option each): bounded, whatever the tenants
+
+
+def _head(adapter: Adapter) -> Head:
+    """The decoded head, cached by the adapter's numbers themselves (compared whole, never
+    by a name or a short hash that another tenant's adapter could share)."""
+    key = (adapter.scale, tuple(adapter.bias), adapter.center, adapter.spread, adapter.weights)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) >= _MAX_HEADS:
+            _HEADS.pop(next(iter(_HEADS)))
+        head = _HEADS[key] = Head.of(adapter)
+    return head
+
+
+def _zero_shot(orders: Sequence[Sequence[float]]) -> list[float]:
+    n = len(orders)
+    mean = [sum(math.exp(o[k]) for o in orders) / n for k in range(len(orders[0]))]
+    total = sum(mean)
+    return [math.log(max(v / total, 1e-12)) for v in mean]
+
+
+def adapter_id(fields: dict[str, object]) -> str:
+    """`ad-` and 16 hex digits of the SHA-256 of the adapter's other fields (its fit
+    included): a name for people and records; the entry's own hash covers it whole."""
+    canonical = json.dumps({k: v for k, v in fields.items() if k != "id"}, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return "ad-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -1,0 +1,166 @@
+"""Refitting a catalog entry's adapter from its records' outcomes (`POST /v1/catalogs/{name}/refit`).
+
+A record can train the entry when its question named the entry, it kept the answer's
+features (the entry's `learning.keep_features`), and its outcome was attached by a
+credential holding `outcomes:train` with a `source` (review, audit, downstream): an
+outcome is a write to the entry's behaviour, so whoever may only decide cannot steer it.
+Only the records of the model, prompt template, readout and sketch answering now (the
+newest such record's) are used: an adapter belongs to them. Folds are grouped by the
+record's state hash, so answers about one text never straddle train and test.
+
+A fitted adapter is kept only where it beats the calibrated zero-shot answer out of fold
+(gateway.catalogs.fitting); then it is written as a new version of the entry, unless the
+entry enforces its policy and the caller did not say `apply: true`: a refit that moves an
+enforcing entry is an explicit act, its figures shown first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from gateway.auth.credentials import Principal
+from gateway.catalogs.adapters import adapter_id, encode_vector
+from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit
+from gateway.catalogs.policy import answered_by
+from gateway.catalogs.service import CatalogService
+from gateway.decisions.records import RecordStore
+from gateway.errors import InvalidRequest, NotFound
+from systemone.features import decode_state
+
+TRAINING_SCOPE = "outcomes:train"
+# The newest records a refit reads: about 10 MB of records with features, within a 256 MB
+# function; older outcomes add little to a head of a few thousand numbers.
+MAX_REFIT_RECORDS = 5000
+
+
+class LearningService:
+    def __init__(self, catalogs: CatalogService | None, records: RecordStore | None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.catalogs = catalogs
+        self.records = records
+        self.clock = clock
+
+    def refit(self, principal: Principal, name: str, apply: bool | None) -> dict[str, Any]:
+        if self.catalogs is None or self.records is None:
+            raise NotFound("catalogs and decision records are not both configured on this gateway")
+        latest = self.catalogs.get(principal.tenant_id, name)
+        entry = latest.entry()
+        keys = entry.option_keys()
+        if len(keys) > MAX_ADAPTER_OPTIONS:
+            raise InvalidRequest.at([], f"this entry has {len(keys)} options; an adapter answers over at most"
+                                    f" {MAX_ADAPTER_OPTIONS}", "adapter_too_large")
+        if entry.learning is None or not entry.learning.keep_features:
+            raise InvalidRequest.at([], "this entry keeps no features for refits: set learning.keep_features true,"
+                                    " decide, attach outcomes (scope outcomes:train, with a source), then refit",
+                                    "nothing_to_learn")
+        samples, key, found = self._samples(principal.tenant_id, name, keys)
+        report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples)}
+        from gateway.catalogs import fitting  # numpy: loaded by a refit only, never on a decision's path
+
+        fitted = fitting.fit([s for s, _ in samples], len(keys))
+        report["reason"] = fitted.reason
+        if fitted.adapted is not None and fitted.zero_shot is not None:
+            report.update(adapter_out_of_fold=fitted.adapted.as_dict(), zero_shot_out_of_fold=fitted.zero_shot.as_dict(),
+                          folds=fitted.folds, l2=fitted.l2)
+        if fitted.head is None:
+            return {**report, "applied": False}
+        assert key is not None and fitted.adapted is not None and fitted.zero_shot is not None and fitted.l2 is not None
+        adapter = _adapter(fitted, key, keys, Counter(source for _, source in samples), self.clock())
+        report["adapter"] = adapter.id
+        enforcing = entry.policy is not None and entry.policy.mode == "enforcing"
+        if apply is False or (enforcing and apply is not True):
+            why = ("apply: false" if apply is False
+                   else "the entry enforces its policy: it moves only when the refit says apply: true")
+            return {**report, "applied": False, "reason": f"{fitted.reason}; not written ({why})"}
+        content = entry.model_copy(update={"adapter": adapter})
+        version, _ = self.catalogs.put(principal.tenant_id, name, type(entry).model_validate(content.model_dump()))
+        return {**report, "applied": True, "version": version.version, "catalog": version.ref}
+
+    def _samples(self, tenant_id: str, name: str, keys: list[str]) -> tuple[list[tuple[Any, str]], dict | None,
+                                                                              dict[str, int]]:
+        """((sample, its outcome's source) of the records answering as the newest did, that key,
+        counts of what was read and why records were left out)."""
+        from gateway.catalogs.fitting import Sample
+
+        found: Counter[str] = Counter()
+        samples: list[tuple[Sample, str]] = []
+        key: dict[str, Any] | None = None
+        scanned = self.records.scan_records(tenant_id, catalog=name)  # type: ignore[union-attr]
+        with contextlib.closing(scanned):
+            for item in scanned:
+                if item.record is None:
+                    continue
+                found["read"] += 1
+                if found["read"] > MAX_REFIT_RECORDS:
+                    break
+                for question in item.record.get("questions", ()):
+                    if not str(question.get("catalog", "")).startswith(f"{name}@"):
+                        continue
+                    read = _training_sample(item.record, question, keys)
+                    if isinstance(read, str):
+                        found[read] += 1
+                        continue
+                    sample_key, sample, source = read
+                    key = key or sample_key  # the newest record's: what answers now
+                    if sample_key != key:
+                        found["another_model"] += 1
+                        continue
+                    samples.append((sample, source))
+        found["used"] = len(samples)
+        return samples, key, dict(found)
+
+
+def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: list[str]) -> tuple | str:
+    """(the key it was answered under, the sample, the outcome's source), or why it cannot train."""
+    from gateway.catalogs.fitting import Sample
+
+    outcome = record.get("outcome") or {}
+    if not outcome.get("trains"):
+        return "no_training_outcome"
+    value = (outcome.get("answers") or {}).get(question.get("name"))
+    label = _label(value, question["kind"], keys)
+    if label is None:
+        return "no_outcome_for_question"
+    features = question.get("features")
+    if not features:
+        return "no_features"
+    try:
+        state = decode_state(features["state"])
+    except (KeyError, ValueError):
+        return "no_features"
+    orders = features.get("orders") or []
+    if not orders or any(len(o) != len(keys) for o in orders):
+        return "options_changed"
+    answered = answered_by({"x_model_sha256": record.get("model_sha256"), "x_prompt_version": record.get("prompt_version"),
+                            "x_readout": record.get("readout"), "x_debias": record.get("debias")}, question["kind"])
+    if answered.model_sha256 is None or answered.prompt_version is None or answered.readout is None:
+        return "no_model_recorded"
+    key = {"model_sha256": answered.model_sha256, "prompt_version": answered.prompt_version,
+           "readout": answered.readout, "sketch": features.get("sketch")}
+    group = record.get("state_hash") or record["id"]
+    return key, Sample(orders, state, label, group), outcome.get("source") or "downstream"
+
+
+def _label(value: Any, kind: str, keys: list[str]) -> int | None:
+    if kind == "noul":
+        return {True: 0, False: 1}.get(value) if isinstance(value, bool) else None
+    text = str(value) if not isinstance(value, bool) else None
+    return keys.index(text) if text in keys else None
+
+
+def _adapter(fitted: Any, key: dict[str, Any], keys: list[str], sources: Counter[str], now: float) -> Adapter:
+    head = fitted.head
+    fields: dict[str, Any] = {
+        **key, "options": keys, "scale": round(float(head.scale), 6), "bias": [round(float(b), 6) for b in head.bias],
+        "center": encode_vector([float(v) for v in head.center]), "spread": encode_vector([float(v) for v in head.spread]),
+        "weights": encode_vector([float(v) for v in head.weights.reshape(-1)]),
+        "fit": AdapterFit(fitted_at=now, samples=sum(sources.values()), folds=fitted.folds, l2=fitted.l2,
+                          accuracy=fitted.adapted.accuracy, nll=fitted.adapted.nll, brier=fitted.adapted.brier,
+                          zero_shot_accuracy=fitted.zero_shot.accuracy, zero_shot_nll=fitted.zero_shot.nll,
+                          zero_shot_brier=fitted.zero_shot.brier, sources=dict(sources)).model_dump(mode="json")}
+    return Adapter.model_validate({**fields, "id": adapter_id(fields)})
+

@@ -1,0 +1,83 @@
+"""Adapters: the fit (numpy, gateway.catalogs.fitting) and the decision-time head (plain
+Python, gateway.catalogs.adapters) are two copies of one formula, held equal here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gateway.catalogs import fitting
+from gateway.catalogs.adapters import Head, decode_vector, encode_vector
+from gateway.decisions.model import ReadFeatures
+from systemone.features import SKETCH, decode_state, encode_state
+from systemone.limits import STATE_FEATURE_DIMS
+
+D = STATE_FEATURE_DIMS
+
+
+def _samples(n: int, signal: bool, seed: int = 0) -> list[fitting.Sample]:
+    """Three options and a flat zero-shot answer; with `signal` each option's states lie
+    around a centre of their own, spread over every dimension as a hidden state's are."""
+    centres = np.random.default_rng(42).normal(size=(3, D)) * 0.2
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        label = int(rng.integers(3))
+        state = rng.normal(size=D)
+        if signal:
+            state += centres[label]
+        flat = [math.log(1 / 3)] * 3
+        out.append(fitting.Sample([flat, flat], state.tolist(), label, group=f"text-{i // 2}"))
+    return out
+
+
+def test_the_decision_time_head_computes_what_the_fitted_one_does():
+    rng = np.random.default_rng(3)
+    head = fitting.Head(1.7, rng.normal(size=4), rng.normal(size=(4, D)) / 10, rng.normal(size=D), rng.random(D) + 0.5)
+    pure = Head(head.scale, tuple(head.bias), tuple(head.center), tuple(head.spread),
+                tuple(tuple(row) for row in head.weights))
+    for _ in range(5):
+        orders = [np.log(rng.dirichlet(np.ones(4))) for _ in range(2)]
+        state = rng.normal(size=D)
+        expected = head.probabilities(fitting.zero_shot(orders)[None, :], state[None, :])[0]
+        read = ReadFeatures(tuple(tuple(o) for o in orders), tuple(state), SKETCH)
+        assert pure.probabilities(read) == pytest.approx(expected.tolist(), abs=1e-9)
+
+
+def test_folds_never_split_a_group_and_do_not_depend_on_the_order():
+    groups = [f"g{i % 17}" for i in range(60)]
+    folds = fitting.grouped_folds(groups)
+    for group in set(groups):
+        assert len({f for g, f in zip(groups, folds, strict=True) if g == group}) == 1
+    reordered = fitting.grouped_folds(groups[::-1])[::-1]
+    assert list(reordered) == list(folds) and set(folds) == set(range(5))
+
+
+def test_an_adapter_is_kept_where_it_beats_the_calibrated_answer_out_of_fold():
+    fitted = fitting.fit(_samples(120, signal=True), 3)
+    assert fitted.head is not None and fitted.adapted.accuracy > fitted.zero_shot.accuracy + 0.3
+    held_out = fitting.evaluate(fitted.head, _samples(60, signal=True, seed=9))
+    assert held_out.accuracy > 0.7
+
+
+def test_no_adapter_where_the_features_say_nothing_or_the_outcomes_are_too_few():
+    noise = fitting.fit(_samples(120, signal=False), 3)
+    assert noise.head is None and "does not beat" in noise.reason
+    few = fitting.fit(_samples(fitting.MIN_SAMPLES - 1, signal=True), 3)
+    assert few.head is None and "at least" in few.reason
+    one_text = [fitting.Sample(s.orders, s.state, s.label, "same") for s in _samples(30, signal=True)]
+    assert fitting.fit(one_text, 3).head is None
+
+
+def test_vectors_travel_exactly_and_refuse_what_they_are_not():
+    values = [0.5, -1.25, 3.0e5, 1e-7]
+    assert decode_vector(encode_vector(values), 4) == pytest.approx(values, rel=1e-6)
+    for bad, length in ((encode_vector(values), 5), ("not base64!", 4), (encode_vector([math.inf, 0, 0, 0]), 4)):
+        with pytest.raises(ValueError):
+            decode_vector(bad, length)
+    sketch = [float(i % 7) - 3 for i in range(D)]
+    assert decode_state(encode_state(sketch)) == sketch  # small integers are exact in float16
+    with pytest.raises(ValueError):
+        decode_state(encode_state(sketch)[:-4])
