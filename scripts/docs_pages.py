@@ -365,6 +365,39 @@ def render_bench_long(report: dict) -> list[str]:
         f" {asked['answers']} answers.", ""]
 
 
+def render_eval_adapters(report: dict) -> list[str]:
+    """Per catalog and model: zero-shot, then the answer with an adapter after n outcomes (out of fold)."""
+    sizes = [str(n) for n in report["sizes"] if n]
+    lines = [f"Out of fold, folds grouped by source, {report['draws']} draws of the outcomes per fold. Accuracy;"
+             " the adapter column falls back to the calibrated zero-shot answer where its own cross-validation"
+             " kept no adapter (as the gateway answers).", ""]
+    rows = []
+    for name, catalog in report["catalogs"].items():
+        for model, result in catalog["models"].items():
+            curve = result["curve"]
+            zero = curve["0"]["zero_shot"]["accuracy"]
+            cells = [pct(curve[n]["adapter"]["accuracy"]) if n in curve else "-" for n in sizes]
+            gain = (curve["100"]["adapter"]["accuracy"] - zero) if "100" in curve else None
+            rows.append([f"{name} ({catalog['items']} texts, {catalog['sources']} sources, {catalog['options']} options)",
+                         model, num(result["seconds_per_decision"]), pct(zero), *cells,
+                         pct(gain, signed=True) if gain is not None else "-"])
+    lines += table(["catalog", "model", "s / decision", "zero-shot", *[f"n={n}" for n in sizes], "gain at 100"], rows)
+    rows = []
+    for name, catalog in report["catalogs"].items():
+        for model, result in catalog["models"].items():
+            curve = result["curve"]
+            if "100" not in curve:
+                continue
+            at, zero = curve["100"], curve["0"]["zero_shot"]
+            rows.append([name, model, num(zero["nll"], 3), num(at["calibrated"]["nll"], 3), num(at["adapter"]["nll"], 3),
+                         num(zero["brier"], 3), num(at["adapter"]["brier"], 3), at["adapters_kept"],
+                         num(catalog["uniform"]["nll"], 3)])
+    lines += ["NLL and Brier at 100 outcomes (lower is better), and how many of the fits kept an adapter:", ""]
+    lines += table(["catalog", "model", "NLL zero-shot", "NLL calibrated", "NLL adapter", "Brier zero-shot",
+                    "Brier adapter", "adapters kept", "NLL uniform"], rows)
+    return [*lines, *image("eval-adapters.png", "accuracy, NLL and Brier against outcomes seen, per catalog")]
+
+
 # -- the fragments ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -388,6 +421,8 @@ class Fragment:
 
 FRAGMENTS = {f.name: f for f in (
     Fragment("eval", "eval.json", "make eval", render_eval, (("eval.png", "eval.png"),)),
+    Fragment("eval-adapters", "adapters/adapters.json", "make eval-adapters", render_eval_adapters,
+             (("adapters/adapters.png", "eval-adapters.png"),)),
     Fragment("injection", "injection.json", "make eval-injection", render_injection, (("injection.png", "injection.png"),)),
     Fragment("bench-scorer", "bench_scorer.json", "make bench-scorer", render_bench_scorer,
              (("bench_scorer.png", "bench-scorer.png"),)),
