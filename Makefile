@@ -166,7 +166,7 @@ BYTECODE_PYTHON ?= python$(LAMBDA_PYTHON)
 LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64 --platform manylinux_2_28_aarch64
 LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64 --platform manylinux_2_28_x86_64
 
-build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction:
+build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction build-RefitFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +

@@ -82,15 +82,30 @@ def sampled(catalog: Catalog, n: int) -> Catalog:
     return Catalog(catalog.name, catalog.question, sorted(chosen, key=lambda item: item["id"]))
 
 
-def load_engine(name: str) -> tuple[DecisionEngine, str]:
-    """The engine as the scorer serves the model (its manifest's defaults), and the model's sha256."""
-    path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
-    manifest = verify_model(path)
-    runtime = Runtime(path, RuntimeSettings(n_ctx=4096))
-    return DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), manifest, model_name=name), manifest.sha256
+class Engine:
+    """The engine as the scorer serves the model (its manifest's defaults), loaded only when
+    a text is not in the cache (a rerun of the curves reads the cache alone)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
+        self.manifest = verify_model(self.path)
+        self.sha256 = self.manifest.sha256
+        self._engine: DecisionEngine | None = None
+
+    def answer(self, request: DecisionRequest) -> dict[str, Any]:
+        if self._engine is None:
+            runtime = Runtime(self.path, RuntimeSettings(n_ctx=4096))
+            self._engine = DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), self.manifest,
+                                                       model_name=self.name)
+        return self._engine.answer(request)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.runtime.close()
 
 
-def read_features(engine: DecisionEngine, sha256: str, catalog: Catalog, model: str) -> list[dict[str, Any]]:
+def read_features(engine: Engine, sha256: str, catalog: Catalog, model: str) -> list[dict[str, Any]]:
     """Each item's features, decided once (cached by model file, prompt and item text)."""
     cache_path = REPORTS / f"features-{model}-{catalog.name}.jsonl"
     cached: dict[str, dict[str, Any]] = {}
@@ -231,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (ROOT / "models" / model).is_dir():
             print(f"[eval-adapters] {model}: not fetched (scripts/setup_env.py --model {model}); skipped", file=sys.stderr)
             continue
-        engine, sha256 = load_engine(model)
+        engine = Engine(model)
+        sha256 = engine.sha256
         zero_shot_only = model in args.zero_shot_only and model not in args.models
         for catalog in catalogs:
             measured = sampled(catalog, args.zero_shot_items) if zero_shot_only else catalog
@@ -244,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[eval-adapters] {model} {catalog.name}: " + ", ".join(
                 f"n={k} acc {v['adapter']['accuracy']:.3f} (zero-shot {v['zero_shot']['accuracy']:.3f})"
                 for k, v in curve.items()), file=sys.stderr, flush=True)
-        engine.runtime.close()
+        engine.close()
     (REPORTS / "adapters.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(report, FIGURE)
     print(f"[eval-adapters] wrote {REPORTS / 'adapters.json'} and {FIGURE}")

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".local"
 DEV_ROLE = "arn:aws:iam::000000000000:role/LocalDeveloper"
-DEV_SCOPES = ["chat", "decide", "catalogs:read", "catalogs:write"]
+DEV_SCOPES = ["chat", "decide", "catalogs:read", "catalogs:write", "outcomes:train"]
 
 
 def model_pins(folder: str | Path) -> dict[str, str]:

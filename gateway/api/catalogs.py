@@ -75,6 +75,6 @@ def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED,
         principal = caller(routes, "catalogs:write")
         if learning is None:
             raise NotFound("catalogs are not configured on this gateway")
-        return json_response(200, learning.refit(principal, name, request.apply))
+        return json_response(200, learning.refit(principal.tenant_id, name, request.apply))
 
     return routes

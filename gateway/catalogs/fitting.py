@@ -11,7 +11,8 @@ which is what a calibration fits; the L2 penalty on bias and map pulls it there,
 outcomes move it little. Its strength is chosen by cross-validation with folds grouped
 (by source, or by state: two answers about one text are never split across train and
 test), and the head is kept only where it beats the calibrated zero-shot answer out of
-fold, on log-loss and accuracy both.
+fold: a log-loss lower by more than chance (a paired one-sided test) and an accuracy no
+lower. Where it is not kept the entry keeps its zero-shot answer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import numpy as np
 L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 MAX_FOLDS = 5
 MIN_SAMPLES = 10  # fewer outcomes than this: no adapter is fitted (nothing to tell apart out of fold)
+SURE = 1.645  # standard errors: the one-sided 95% point of a normal
+MIN_SCALE = 1 / 20  # the zero-shot answer's weight: a temperature of at most 20
 _STEPS = 300
 _LEARNING_RATE = 0.05
 
@@ -95,19 +98,34 @@ def fit(samples: Sequence[Sample], n_options: int, l2_grid: Sequence[float] = L2
     n_folds = int(folds.max()) + 1
     if n_folds < 2:
         return Fitted(None, None, n_folds, None, None, "every outcome is about one text: nothing to validate on")
-    base = _score(_out_of_fold(z, states, y, folds, n_options, None), y)
-    best_l2, best = None, None
+    base_p = _out_of_fold(z, states, y, folds, n_options, None)
+    base = _score(base_p, y)
+    best_l2, best, best_p = None, None, base_p
     for l2 in l2_grid:
-        scores = _score(_out_of_fold(z, states, y, folds, n_options, l2), y)
+        p = _out_of_fold(z, states, y, folds, n_options, l2)
+        scores = _score(p, y)
         if best is None or scores.nll < best.nll:
-            best_l2, best = l2, scores
+            best_l2, best, best_p = l2, scores, p
     assert best is not None and best_l2 is not None
-    if best.nll >= base.nll or best.accuracy < base.accuracy:
-        return Fitted(None, best_l2, n_folds, best, base, "out of fold it does not beat the calibrated zero-shot answer"
-                      f" (accuracy {best.accuracy:.3f} vs {base.accuracy:.3f}, NLL {best.nll:.3f} vs {base.nll:.3f})")
+    if best.accuracy < base.accuracy or not _surely_better(best_p, base_p, y):
+        return Fitted(None, best_l2, n_folds, best, base, "out of fold it does not surely beat the calibrated zero-shot"
+                      f" answer (accuracy {best.accuracy:.3f} vs {base.accuracy:.3f}, NLL {best.nll:.3f} vs"
+                      f" {base.nll:.3f}; kept when its NLL is lower by {SURE:.3g} standard errors of the paired"
+                      " difference, and its accuracy no lower)")
     return Fitted(train(z, states, y, n_options, best_l2), best_l2, n_folds, best, base, "beats the calibrated"
                   f" zero-shot answer out of fold (accuracy {best.accuracy:.3f} vs {base.accuracy:.3f}, NLL"
                   f" {best.nll:.3f} vs {base.nll:.3f})")
+
+
+def _surely_better(adapted: np.ndarray, base: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the adapter's out-of-fold log-loss is lower than the base's by more than chance:
+    the paired per-answer differences' mean at least SURE standard errors above 0 (a one-sided
+    test at about 95%). With few outcomes a lower mean alone is often luck, and an adapter
+    kept on luck answers worse than the zero-shot answer it replaced."""
+    rows = np.arange(len(y))
+    gain = np.log(np.clip(adapted[rows, y], 1e-12, None)) - np.log(np.clip(base[rows, y], 1e-12, None))
+    spread = gain.std(ddof=1) / np.sqrt(len(y)) if len(y) > 1 else np.inf
+    return bool(gain.mean() > 0 and gain.mean() >= SURE * spread)
 
 
 def grouped_folds(groups: Sequence[str], n_folds: int = MAX_FOLDS) -> np.ndarray:
@@ -144,7 +162,9 @@ def train(z: np.ndarray, states: np.ndarray, y: np.ndarray, n_options: int, l2: 
             squares[i] = 0.999 * squares[i] + 0.001 * g * g
             params[i] = params[i] - _LEARNING_RATE * (moments[i] / (1 - 0.9**step)) / (
                 np.sqrt(squares[i] / (1 - 0.999**step)) + 1e-8)
-        scale, bias, weights = float(params[0][0]), params[1], params[2]
+        # A temperature is positive and at most 20 (devkit.calibrate's range): a head never
+        # reads the zero-shot answer backwards, nor flattens it into a tie.
+        scale, bias, weights = max(MIN_SCALE, float(params[0][0])), params[1], params[2]
     return Head(scale, bias, weights, center, spread)
 
 

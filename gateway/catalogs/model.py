@@ -145,6 +145,8 @@ class AdapterFit(_Strict):
     zero_shot_brier: float = Field(ge=0)
     # Where its outcomes came from: {"review": 80, "audit": 20, ...}.
     sources: dict[OutcomeSource, int] = Field(default_factory=dict)
+    # Which outcomes (records and labels, hashed): a refit on the same ones writes nothing.
+    outcomes: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
 
 
 class Adapter(_Strict):

@@ -17,12 +17,13 @@ enforcing entry is an explicit act, its figures shown first.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gateway.auth.credentials import Principal
 from gateway.catalogs.adapters import adapter_id, encode_vector
 from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit
 from gateway.catalogs.policy import answered_by
@@ -32,9 +33,14 @@ from gateway.errors import InvalidRequest, NotFound
 from systemone.features import decode_state
 
 TRAINING_SCOPE = "outcomes:train"
-# The newest records a refit reads: about 10 MB of records with features, within a 256 MB
-# function; older outcomes add little to a head of a few thousand numbers.
+# The newest records a refit reads: about 10 MB of records with features; older outcomes
+# add little to a head of a few thousand numbers.
 MAX_REFIT_RECORDS = 5000
+# The training outcomes a refit asked over the API fits on (the newest): about 1.6 s of one
+# core here, so that a 256 MB function (a sixth of a core) answers within API Gateway's
+# 29 s. The scheduled refit (gateway.refits, a function of its own) fits on up to
+# MAX_REFIT_RECORDS.
+MAX_REQUEST_SAMPLES = 500
 
 
 class LearningService:
@@ -44,10 +50,13 @@ class LearningService:
         self.records = records
         self.clock = clock
 
-    def refit(self, principal: Principal, name: str, apply: bool | None) -> dict[str, Any]:
+    def refit(self, tenant_id: str, name: str, apply: bool | None,
+              max_samples: int = MAX_REQUEST_SAMPLES) -> dict[str, Any]:
+        """Fit the entry's adapter on its newest `max_samples` training outcomes; write it as a
+        new version where it is kept and may move the entry (see the module's docstring)."""
         if self.catalogs is None or self.records is None:
             raise NotFound("catalogs and decision records are not both configured on this gateway")
-        latest = self.catalogs.get(principal.tenant_id, name)
+        latest = self.catalogs.get(tenant_id, name)
         entry = latest.entry()
         keys = entry.option_keys()
         if len(keys) > MAX_ADAPTER_OPTIONS:
@@ -57,11 +66,18 @@ class LearningService:
             raise InvalidRequest.at([], "this entry keeps no features for refits: set learning.keep_features true,"
                                     " decide, attach outcomes (scope outcomes:train, with a source), then refit",
                                     "nothing_to_learn")
-        samples, key, found = self._samples(principal.tenant_id, name, keys)
+        samples, key, found = self._samples(tenant_id, name, keys, max_samples)
         report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples)}
+        digest = outcomes_digest(samples)
+        if entry.adapter is not None and entry.adapter.fit.outcomes == digest:
+            return {**report, "applied": False, "adapter": entry.adapter.id,
+                    "reason": "no training outcome changed since its adapter was fitted"}
+        # One BLAS thread: a function's share of a core, or a machine shared with the scorer,
+        # gains nothing from more, and oversubscribed they run ten times slower.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from gateway.catalogs import fitting  # numpy: loaded by a refit only, never on a decision's path
 
-        fitted = fitting.fit([s for s, _ in samples], len(keys))
+        fitted = fitting.fit([s for s, _, _ in samples], len(keys))
         report["reason"] = fitted.reason
         if fitted.adapted is not None and fitted.zero_shot is not None:
             report.update(adapter_out_of_fold=fitted.adapted.as_dict(), zero_shot_out_of_fold=fitted.zero_shot.as_dict(),
@@ -69,7 +85,7 @@ class LearningService:
         if fitted.head is None:
             return {**report, "applied": False}
         assert key is not None and fitted.adapted is not None and fitted.zero_shot is not None and fitted.l2 is not None
-        adapter = _adapter(fitted, key, keys, Counter(source for _, source in samples), self.clock())
+        adapter = _adapter(fitted, key, keys, Counter(source for _, source, _ in samples), digest, self.clock())
         report["adapter"] = adapter.id
         enforcing = entry.policy is not None and entry.policy.mode == "enforcing"
         if apply is False or (enforcing and apply is not True):
@@ -77,17 +93,17 @@ class LearningService:
                    else "the entry enforces its policy: it moves only when the refit says apply: true")
             return {**report, "applied": False, "reason": f"{fitted.reason}; not written ({why})"}
         content = entry.model_copy(update={"adapter": adapter})
-        version, _ = self.catalogs.put(principal.tenant_id, name, type(entry).model_validate(content.model_dump()))
+        version, _ = self.catalogs.put(tenant_id, name, type(entry).model_validate(content.model_dump()))
         return {**report, "applied": True, "version": version.version, "catalog": version.ref}
 
-    def _samples(self, tenant_id: str, name: str, keys: list[str]) -> tuple[list[tuple[Any, str]], dict | None,
-                                                                              dict[str, int]]:
+    def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int
+                 ) -> tuple[list[tuple[Any, str, str]], dict | None, dict[str, int]]:
         """((sample, its outcome's source) of the records answering as the newest did, that key,
         counts of what was read and why records were left out)."""
         from gateway.catalogs.fitting import Sample
 
         found: Counter[str] = Counter()
-        samples: list[tuple[Sample, str]] = []
+        samples: list[tuple[Sample, str, str]] = []
         key: dict[str, Any] | None = None
         scanned = self.records.scan_records(tenant_id, catalog=name)  # type: ignore[union-attr]
         with contextlib.closing(scanned):
@@ -108,8 +124,10 @@ class LearningService:
                     key = key or sample_key  # the newest record's: what answers now
                     if sample_key != key:
                         found["another_model"] += 1
-                        continue
-                    samples.append((sample, source))
+                    elif len(samples) >= limit:
+                        found["beyond_limit"] += 1
+                    else:
+                        samples.append((sample, source, item.record["id"]))
         found["used"] = len(samples)
         return samples, key, dict(found)
 
@@ -145,6 +163,12 @@ def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: lis
     return key, Sample(orders, state, label, group), outcome.get("source") or "downstream"
 
 
+def outcomes_digest(samples: list[tuple[Any, str, str]]) -> str:
+    """What a fit learned from, in 16 hex digits: its records and their labels, in any order."""
+    rows = sorted(f"{record_id}:{sample.label}" for sample, _, record_id in samples)
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+
+
 def _label(value: Any, kind: str, keys: list[str]) -> int | None:
     if kind == "noul":
         return {True: 0, False: 1}.get(value) if isinstance(value, bool) else None
@@ -152,7 +176,8 @@ def _label(value: Any, kind: str, keys: list[str]) -> int | None:
     return keys.index(text) if text in keys else None
 
 
-def _adapter(fitted: Any, key: dict[str, Any], keys: list[str], sources: Counter[str], now: float) -> Adapter:
+def _adapter(fitted: Any, key: dict[str, Any], keys: list[str], sources: Counter[str], digest: str,
+             now: float) -> Adapter:
     head = fitted.head
     fields: dict[str, Any] = {
         **key, "options": keys, "scale": round(float(head.scale), 6), "bias": [round(float(b), 6) for b in head.bias],
@@ -161,6 +186,7 @@ def _adapter(fitted: Any, key: dict[str, Any], keys: list[str], sources: Counter
         "fit": AdapterFit(fitted_at=now, samples=sum(sources.values()), folds=fitted.folds, l2=fitted.l2,
                           accuracy=fitted.adapted.accuracy, nll=fitted.adapted.nll, brier=fitted.adapted.brier,
                           zero_shot_accuracy=fitted.zero_shot.accuracy, zero_shot_nll=fitted.zero_shot.nll,
-                          zero_shot_brier=fitted.zero_shot.brier, sources=dict(sources)).model_dump(mode="json")}
+                          zero_shot_brier=fitted.zero_shot.brier, sources=dict(sources),
+                          outcomes=digest).model_dump(mode="json")}
     return Adapter.model_validate({**fields, "id": adapter_id(fields)})
 

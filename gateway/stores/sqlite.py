@@ -158,6 +158,9 @@ class SQLiteStore:
         limits = TenantLimits.from_json(json.loads(row["limits"]) if row["limits"] else None)
         return Tenant(row["tenant_id"], row["name"], row["created_at"], bool(row["catalog_only"]), limits)
 
+    def list_tenant_ids(self) -> list[str]:
+        return [row["tenant_id"] for row in self._connect().execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
+
     # -- principal rules --------------------------------------------------------------
 
     def put_principal_rule(self, rule: PrincipalRule) -> None:

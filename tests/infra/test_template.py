@@ -708,3 +708,27 @@ def test_sams_transform_makes_the_streaming_routes_stream_integrations_of_the_st
                                                      "${StreamingFunctionAliaslive}/response-streaming-invocations"}
     buffered = paths["/v1/{proxy+}"]["x-amazon-apigateway-any-method"]["x-amazon-apigateway-integration"]
     assert "responseTransferMode" not in buffered and buffered["uri"]["Fn::Sub"].endswith("${GatewayFunctionAliaslive}/invocations")
+
+
+def test_the_scheduled_refit_lists_tenant_ids_and_writes_catalog_versions_only(template):
+    refit = resources(template, "AWS::Serverless::Function")["RefitFunction"]["Properties"]
+    assert refit["Handler"] == "gateway.refits.lambda_handler"
+    assert refit["Events"]["Daily"] == {"Type": "Schedule", "Properties": {
+        "Schedule": "rate(1 day)", "Description": refit["Events"]["Daily"]["Properties"]["Description"]}}
+    granted = statements(refit["Policies"])
+    tenants = "TenantsTable.Arn"
+
+    def may(action: str, resource_name: str, **context) -> bool:
+        return any(s["Effect"] == "Allow" and resource_name in json.dumps(resolve(s["Resource"], {}))
+                   and applies(s, {"action": action, **context}) for s in granted)
+
+    ids_only = {"dynamodb:Select": "SPECIFIC_ATTRIBUTES", "dynamodb:Attributes": ["pk", "sk", "tenant_id"]}
+    assert may("dynamodb:Scan", tenants, **ids_only)
+    assert not may("dynamodb:Scan", tenants, **{**ids_only, "dynamodb:Attributes": ["pk", "sk", "tenant_id", "limits"]})
+    assert not may("dynamodb:Scan", tenants, **{"dynamodb:Select": "ALL_ATTRIBUTES"})
+    for action in ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"):
+        assert not may(action, tenants)
+    assert not any("KeysTable" in json.dumps(s["Resource"]) or "secretsmanager" in json.dumps(s["Action"])
+                   or "sagemaker" in json.dumps(s["Action"]) for s in granted)
+    assert may("dynamodb:PutItem", "CatalogsTable.Arn") and may("dynamodb:Query", "RecordsTable.Arn")
+    assert not may("dynamodb:PutItem", "RecordsTable.Arn") and not may("dynamodb:UpdateItem", "RecordsTable.Arn")

@@ -64,7 +64,7 @@ def test_an_adapter_is_kept_where_it_beats_the_calibrated_answer_out_of_fold():
 
 def test_no_adapter_where_the_features_say_nothing_or_the_outcomes_are_too_few():
     noise = fitting.fit(_samples(120, signal=False), 3)
-    assert noise.head is None and "does not beat" in noise.reason
+    assert noise.head is None and "does not surely beat" in noise.reason
     few = fitting.fit(_samples(fitting.MIN_SAMPLES - 1, signal=True), 3)
     assert few.head is None and "at least" in few.reason
     one_text = [fitting.Sample(s.orders, s.state, s.label, "same") for s in _samples(30, signal=True)]

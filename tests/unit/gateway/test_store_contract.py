@@ -45,6 +45,13 @@ def test_tenants_round_trip(tenants):
     assert tenants.get_tenant("nobody") is None
 
 
+def test_tenant_ids_are_listed_and_nothing_else_is(tenants):
+    # A principal rule and a key live in the same tables: neither is a tenant.
+    tenants.put_principal_rule(PrincipalRule("arn:aws:iam::123456789012:role/Ops", "acme", ("decide",), None, 5.0))
+    tenants.put_api_key(key("k1"))
+    assert tenants.list_tenant_ids() == ["acme", "globex"]
+
+
 def test_principal_rules_round_trip_replace_and_delete(tenants):
     arn = "arn:aws:iam::123456789012:role/Ops"
     tenants.put_principal_rule(PrincipalRule(arn, "acme", ("decide",), ("decision-default",), 5.0))
