@@ -13,7 +13,7 @@ MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -78,6 +78,10 @@ eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, m
 	@$(PY) -m evals.run
 	@$(PY) -m evals.attacked
 	@$(PY) scripts/docs_pages.py eval injection
+
+eval-stack: setup  ## the whole held-out split of make eval through a running gateway (make up in another shell; DG_URL, DG_API_KEY): accuracy, NLL and Brier with 95% intervals, seconds a decision
+	@$(PY) -m evals.stack
+	@$(PY) scripts/docs_pages.py eval-stack
 
 eval-adapters: setup  ## per catalog of evals/catalogs: zero-shot, calibrated and adapter accuracy/NLL/Brier against the outcomes seen (0-150), out of fold by source; the quality model's zero-shot beside them
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))

@@ -365,6 +365,23 @@ def render_bench_long(report: dict) -> list[str]:
         f" {asked['answers']} answers.", ""]
 
 
+def render_eval_stack(report: dict) -> list[str]:
+    served = report["served"]
+    nll, brier = report["nll_vs_uniform"], report["brier_vs_uniform"]
+    return [
+        f"The {report['items']} held-out decisions ({', '.join(f'{n} {k}' for k, n in report['kinds'].items())}),"
+        f" one at a time through the gateway as `make up` serves `{served.get('model')}`"
+        f" (model file `{str(served.get('x_model_sha256'))[:12]}`); {report['answered']} answered,"
+        f" {len(report['refused'])} refused as too large (413):", "",
+        *table(["accuracy", "best constant answer per question", "NLL vs uniform (95% interval)",
+                "Brier vs uniform (95% interval)", "s / decision (median, p90)"],
+               [[pct(report["accuracy"]), pct(report["best_constant_accuracy"]),
+                 f"{pct(nll[0], True)} ({pct(nll[1], True)} to {pct(nll[2], True)})",
+                 f"{pct(brier[0], True)} ({pct(brier[1], True)} to {pct(brier[2], True)})",
+                 f"{num(report['seconds_per_decision']['median'])}, {num(report['seconds_per_decision']['p90'])}"]]),
+        "The best constant answer saw the answers: for each distinct question, its most common gold.", ""]
+
+
 def render_eval_adapters(report: dict) -> list[str]:
     """Per catalog and model: zero-shot, then the answer with an adapter after n outcomes (out of fold)."""
     sizes = [str(n) for n in report["sizes"] if n]
@@ -421,6 +438,7 @@ class Fragment:
 
 FRAGMENTS = {f.name: f for f in (
     Fragment("eval", "eval.json", "make eval", render_eval, (("eval.png", "eval.png"),)),
+    Fragment("eval-stack", "eval_stack.json", "make eval-stack", render_eval_stack),
     Fragment("eval-adapters", "adapters/adapters.json", "make eval-adapters", render_eval_adapters,
              (("adapters/adapters.png", "eval-adapters.png"),)),
     Fragment("injection", "injection.json", "make eval-injection", render_injection, (("injection.png", "injection.png"),)),

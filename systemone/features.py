@@ -19,25 +19,38 @@ from systemone.limits import STATE_FEATURE_DIMS
 # fitted on one is never applied to another.
 SKETCH = f"count-sketch/1:{STATE_FEATURE_DIMS}"
 _HALF_MAX = 65504.0  # the largest finite float16
-_FORMAT = f"<{STATE_FEATURE_DIMS}e"
 
 
 def encode_state(values: Sequence[float]) -> str:
     if len(values) != STATE_FEATURE_DIMS:
         raise ValueError(f"a state sketch has {STATE_FEATURE_DIMS} numbers, not {len(values)}")
     clipped = [min(_HALF_MAX, max(-_HALF_MAX, float(v))) if math.isfinite(v) else 0.0 for v in values]
-    return base64.b64encode(struct.pack(_FORMAT, *clipped)).decode("ascii")
+    return pack(clipped, "e")
 
 
 def decode_state(text: str) -> list[float]:
     """The numbers of an encoded sketch; ValueError when it is not one."""
     try:
+        return unpack(text, STATE_FEATURE_DIMS, "e")
+    except ValueError as exc:
+        raise ValueError(f"x_features.state {exc}") from None
+
+
+def pack(values: Sequence[float], kind: str) -> str:
+    """Numbers as little-endian `kind` ("e": float16, "f": float32) in base64."""
+    return base64.b64encode(struct.pack(f"<{len(values)}{kind}", *values)).decode("ascii")
+
+
+def unpack(text: str, length: int, kind: str) -> list[float]:
+    """`length` finite numbers packed by `pack`; ValueError (saying why) for anything else."""
+    try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError("x_features.state is not base64") from None
-    if len(raw) != 2 * STATE_FEATURE_DIMS:
-        raise ValueError(f"x_features.state holds {len(raw) // 2} numbers, not {STATE_FEATURE_DIMS}")
-    values = list(struct.unpack(_FORMAT, raw))
+        raise ValueError("is not base64") from None
+    size = struct.calcsize(f"<{kind}")
+    if len(raw) != size * length:
+        raise ValueError(f"holds {len(raw) // size} numbers, not {length}")
+    values = list(struct.unpack(f"<{length}{kind}", raw))
     if not all(math.isfinite(v) for v in values):
-        raise ValueError("x_features.state holds a number that is not finite")
+        raise ValueError("holds a number that is not finite")
     return values

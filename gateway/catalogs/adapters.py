@@ -13,17 +13,15 @@ other numbers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.decisions.model import FitKey, ReadFeatures
+from systemone.features import pack, unpack
 from systemone.limits import STATE_FEATURE_DIMS
 
 if TYPE_CHECKING:
@@ -31,20 +29,11 @@ if TYPE_CHECKING:
 
 
 def encode_vector(values: Sequence[float]) -> str:
-    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii")
+    return pack(values, "f")
 
 
 def decode_vector(text: str, length: int) -> list[float]:
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("not base64") from None
-    if len(raw) != 4 * length:
-        raise ValueError(f"holds {len(raw) // 4} numbers, not {length}")
-    values = list(struct.unpack(f"<{length}f", raw))
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError("holds a number that is not finite")
-    return values
+    return unpack(text, length, "f")
 
 
 def check_shapes(adapter: Adapter) -> None:

@@ -1,0 +1,129 @@
+"""`make eval-stack`: the whole held-out split of `make eval`, through a running gateway,
+as a user meets it (`make up` and its default model, unless told otherwise).
+
+Every held-out item is decided with `POST /v1/systemone`, its question as written, one at
+a time; one the model refuses as too large (413) is counted as refused. Then accuracy, NLL and Brier against the uniform answer (each with a 95%
+bootstrap interval over the items), the best constant answer per question (for each
+distinct question, its most common gold: a baseline that saw the answers) and the
+seconds per decision. Written to reports/eval_stack.json.
+
+    python -m evals.stack [--url URL] [--api-key KEY]   (else DG_URL and DG_API_KEY)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from devkit.calibrate import GatewayClient
+from evals.labelled import Item, load
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "reports" / "eval_stack.json"
+DRAWS = 2000
+
+
+class Refused(Exception):
+    """The gateway refused the item as too large for the model (413): counted, never skipped silently."""
+
+
+def decide(client: GatewayClient, item: Item) -> tuple[np.ndarray, float, dict[str, Any]]:
+    body = {"model": "jev-latest", "state": item.state, "questions": {"q": item.question}}
+    started = time.perf_counter()
+    status, answer = client.request("POST", "/v1/systemone", body)
+    if status == 413:
+        raise Refused(f"{item.id}: {json.dumps(answer)[:300]} ({time.perf_counter() - started:.2f} s)")
+    if status != 200:
+        raise RuntimeError(f"{item.id}: the gateway answered {status}: {json.dumps(answer)[:300]}")
+    seconds = time.perf_counter() - started
+    a = answer["answers"]["q"]
+    if a["type"] == "noul":
+        p = [a["noul"], 1 - a["noul"]]
+    elif a["type"] == "choice":
+        p = [a["probabilities"][name] for name in item.question["criteria"]]
+    else:
+        p = [a["probabilities"][str(i)] for i in range(len(item.question["criteria"]))]
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-12, None)
+    return p / p.sum(), seconds, {k: answer.get(k) for k in ("model", "x_readout", "x_model_sha256")}
+
+
+def best_constant(items: list[Item]) -> float:
+    """Accuracy of answering each distinct question with its most common gold (in-sample)."""
+    by_question: dict[str, Counter[int]] = defaultdict(Counter)
+    for item in items:
+        by_question[json.dumps(item.question, sort_keys=True)][item.gold] += 1
+    return sum(max(c.values()) for c in by_question.values()) / len(items)
+
+
+def interval(values: np.ndarray, base: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+    """mean(values) / mean(base) - 1, and its 95% bootstrap interval over the items."""
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for _ in range(DRAWS):
+        pick = rng.integers(0, len(values), len(values))
+        ratios.append(values[pick].mean() / base[pick].mean() - 1)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(values.mean() / base.mean() - 1), float(low), float(high)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.stack", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=os.environ.get("DG_URL", "http://127.0.0.1:3000"))
+    parser.add_argument("--api-key", default=None, help="else DG_API_KEY")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N held-out items (a smoke run)")
+    args = parser.parse_args(argv)
+    api_key = args.api_key or os.environ.get("DG_API_KEY")
+    if not api_key:
+        print("eval-stack: pass --api-key or set DG_API_KEY", file=sys.stderr)
+        return 2
+    client = GatewayClient(args.url, api_key)
+    items = [it for it in load() if it.split == "heldout"][: args.limit]
+    nll, brier, uniform_nll, uniform_brier, correct, seconds = [], [], [], [], [], []
+    served: dict[str, Any] = {}
+    started = time.monotonic()
+    refused: list[str] = []
+    for i, item in enumerate(items, 1):
+        try:
+            p, took, served = decide(client, item)
+        except Refused as exc:
+            refused.append(str(exc))
+            print(f"  refused: {exc}", file=sys.stderr, flush=True)
+            continue
+        n = len(p)
+        nll.append(-np.log(p[item.gold]))
+        brier.append(float(((p - np.eye(n)[item.gold]) ** 2).sum()))
+        uniform_nll.append(np.log(n))
+        uniform_brier.append(1 - 1 / n)
+        correct.append(int(np.argmax(p) == item.gold))
+        seconds.append(took)
+        if i % 10 == 0 or i == len(items):
+            print(f"  {i}/{len(items)} decided ({(time.monotonic() - started) / i:.1f} s each)", file=sys.stderr, flush=True)
+    nll_ratio = interval(np.array(nll), np.array(uniform_nll))
+    brier_ratio = interval(np.array(brier), np.array(uniform_brier), seed=1)
+    report = {
+        "items": len(items), "answered": len(correct), "refused": refused, "served": served,
+        "kinds": dict(Counter(it.kind for it in items)),
+        "accuracy": float(np.mean(correct)), "best_constant_accuracy": best_constant(items),
+        "nll_vs_uniform": nll_ratio, "brier_vs_uniform": brier_ratio,
+        "seconds_per_decision": {"median": float(np.median(seconds)), "p90": float(np.percentile(seconds, 90))},
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{len(items)} held-out decisions through {args.url} ({served.get('model')}), {len(refused)} refused (413):")
+    print(f"  accuracy {report['accuracy']:.3f} (best constant answer per question: {report['best_constant_accuracy']:.3f})")
+    for name, (mid, low, high) in (("NLL", nll_ratio), ("Brier", brier_ratio)):
+        print(f"  {name} vs uniform {mid:+.1%} (95% interval {low:+.1%} to {high:+.1%})")
+    print(f"  {report['seconds_per_decision']['median']:.2f} s a decision (median), wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
