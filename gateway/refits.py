@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.catalogs.service import CatalogService
 from gateway.errors import RequestError
-from gateway.services.learning import MAX_REFIT_RECORDS, LearningService
+from gateway.services.learning import MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES, LearningService
 
 log = logging.getLogger("gateway.refits")
 
@@ -39,7 +39,7 @@ def refit_all(tenant_ids: Callable[[], list[str]], catalogs: CatalogService, lea
                 continue
             summary["entries"] += 1
             try:
-                report = learning.refit(tenant_id, version.name, None, MAX_REFIT_RECORDS)
+                report = learning.refit(tenant_id, version.name, None, MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES)
             except RequestError as exc:
                 summary["failed"] += 1
                 log.warning("scheduled refit refused", extra={"tenant_id": tenant_id, "catalog": version.ref,

@@ -41,17 +41,20 @@ def check_shapes(adapter: Adapter) -> None:
     k = len(adapter.options)
     if len(adapter.bias) != k or len(set(adapter.options)) != k:
         raise ValueError(f"an adapter over {k} options needs {k} distinct options and {k} biases")
-    for name, text, length in (("center", adapter.center, STATE_FEATURE_DIMS),
-                               ("spread", adapter.spread, STATE_FEATURE_DIMS),
-                               ("weights", adapter.weights, k * STATE_FEATURE_DIMS)):
+    # Bounds far beyond any fit's, within which every logit stays a finite number whatever
+    # the features (a sketch value is at most float16's 65504): no written adapter can make
+    # a decision fail.
+    for name, text, length, low, high in (("center", adapter.center, STATE_FEATURE_DIMS, -1e6, 1e6),
+                                          ("spread", adapter.spread, STATE_FEATURE_DIMS, 1e-6, 1e6),
+                                          ("weights", adapter.weights, k * STATE_FEATURE_DIMS, -1e4, 1e4)):
         try:
             values = decode_vector(text, length)
         except ValueError as exc:
             raise ValueError(f"adapter.{name} {exc}") from None
-        if name == "spread" and min(values) <= 0:
-            raise ValueError("adapter.spread must be positive")
-    if not all(math.isfinite(b) for b in adapter.bias) or not math.isfinite(adapter.scale):
-        raise ValueError("an adapter's scale and biases are finite numbers")
+        if min(values) < low or max(values) > high:
+            raise ValueError(f"adapter.{name} holds numbers outside [{low:g}, {high:g}]")
+    if not all(math.isfinite(b) and abs(b) <= 1e4 for b in adapter.bias) or not math.isfinite(adapter.scale):
+        raise ValueError("an adapter's scale and biases are finite numbers, biases within [-1e4, 1e4]")
     if adapter.id != adapter_id(adapter.model_dump(mode="json")):
         raise ValueError("adapter.id is not the hash of the adapter's content (written by a refit, never by hand)")
 

@@ -29,6 +29,7 @@ MAX_FOLDS = 5
 MIN_SAMPLES = 10  # fewer outcomes than this: no adapter is fitted (nothing to tell apart out of fold)
 SURE = 1.645  # standard errors: the one-sided 95% point of a normal
 MIN_SCALE = 1 / 20  # the zero-shot answer's weight: a temperature of at most 20
+MIN_SPREAD = 1e-3
 _STEPS = 300
 _LEARNING_RATE = 0.05
 
@@ -140,7 +141,9 @@ def grouped_folds(groups: Sequence[str], n_folds: int = MAX_FOLDS) -> np.ndarray
 def train(z: np.ndarray, states: np.ndarray, y: np.ndarray, n_options: int, l2: float | None) -> Head:
     """The head on these samples (`l2` None: the scale alone, the calibrated zero-shot answer)."""
     center = states.mean(axis=0)
-    spread = states.std(axis=0) + 1e-6
+    # A dimension that never varied gets a spread of 1e-3, not ~0: its weight stays 0 (its
+    # gradient is), and a value it takes later cannot blow a logit up.
+    spread = np.maximum(states.std(axis=0), MIN_SPREAD)
     x = (states - center) / spread
     n, d = x.shape
     onehot = np.eye(n_options)[y]

@@ -41,6 +41,11 @@ MAX_REFIT_RECORDS = 5000
 # 29 s. The scheduled refit (gateway.refits, a function of its own) fits on up to
 # MAX_REFIT_RECORDS.
 MAX_REQUEST_SAMPLES = 500
+# The records a refit reads to find them, matching or not (a tenant's history may be long
+# and the entry rare in it): an API refit reads what a page of records does; the scheduled
+# one 32 times that.
+MAX_REQUEST_READ_BYTES = 8 * 1024 * 1024
+MAX_SCHEDULED_READ_BYTES = 32 * MAX_REQUEST_READ_BYTES
 
 
 class LearningService:
@@ -50,8 +55,8 @@ class LearningService:
         self.records = records
         self.clock = clock
 
-    def refit(self, tenant_id: str, name: str, apply: bool | None,
-              max_samples: int = MAX_REQUEST_SAMPLES) -> dict[str, Any]:
+    def refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int = MAX_REQUEST_SAMPLES,
+              max_read_bytes: int = MAX_REQUEST_READ_BYTES) -> dict[str, Any]:
         """Fit the entry's adapter on its newest `max_samples` training outcomes; write it as a
         new version where it is kept and may move the entry (see the module's docstring)."""
         if self.catalogs is None or self.records is None:
@@ -66,7 +71,7 @@ class LearningService:
             raise InvalidRequest.at([], "this entry keeps no features for refits: set learning.keep_features true,"
                                     " decide, attach outcomes (scope outcomes:train, with a source), then refit",
                                     "nothing_to_learn")
-        samples, key, found = self._samples(tenant_id, name, keys, max_samples)
+        samples, key, found = self._samples(tenant_id, name, keys, max_samples, max_read_bytes)
         report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples)}
         digest = outcomes_digest(samples)
         if entry.adapter is not None and entry.adapter.fit.outcomes == digest:
@@ -96,7 +101,7 @@ class LearningService:
         version, _ = self.catalogs.put(tenant_id, name, type(entry).model_validate(content.model_dump()))
         return {**report, "applied": True, "version": version.version, "catalog": version.ref}
 
-    def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int
+    def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int, max_read_bytes: int
                  ) -> tuple[list[tuple[Any, str, str]], dict | None, dict[str, int]]:
         """((sample, its outcome's source) of the records answering as the newest did, that key,
         counts of what was read and why records were left out)."""
@@ -106,13 +111,16 @@ class LearningService:
         samples: list[tuple[Sample, str, str]] = []
         key: dict[str, Any] | None = None
         scanned = self.records.scan_records(tenant_id, catalog=name)  # type: ignore[union-attr]
+        read_bytes = 0
         with contextlib.closing(scanned):
             for item in scanned:
+                read_bytes += item.size
+                if read_bytes > max_read_bytes or found["read"] >= MAX_REFIT_RECORDS:
+                    found["read_limit_reached"] = 1  # older records are left out
+                    break
                 if item.record is None:
                     continue
                 found["read"] += 1
-                if found["read"] > MAX_REFIT_RECORDS:
-                    break
                 for question in item.record.get("questions", ()):
                     if not str(question.get("catalog", "")).startswith(f"{name}@"):
                         continue

@@ -81,3 +81,20 @@ def test_vectors_travel_exactly_and_refuse_what_they_are_not():
     assert decode_state(encode_state(sketch)) == sketch  # small integers are exact in float16
     with pytest.raises(ValueError):
         decode_state(encode_state(sketch)[:-4])
+
+
+def test_an_adapter_whose_numbers_could_overflow_a_decision_is_refused_on_write():
+    from gateway.catalogs.adapters import adapter_id
+    from gateway.catalogs.model import Adapter
+
+    fit = {"fitted_at": 0.0, "samples": 20, "folds": 5, "l2": 0.1, "accuracy": 0.9, "nll": 0.3, "brier": 0.2,
+           "zero_shot_accuracy": 0.5, "zero_shot_nll": 0.69, "zero_shot_brier": 0.5, "sources": {}, "outcomes": None}
+    good = {"model_sha256": "a" * 64, "prompt_version": "decision-prompt/2", "readout": "letters", "sketch": SKETCH,
+            "options": ["true", "false"], "scale": 1.0, "bias": [0.0, 0.0], "center": encode_vector([0.0] * D),
+            "spread": encode_vector([1.0] * D), "weights": encode_vector([0.01] * 2 * D), "fit": fit}
+    Adapter.model_validate({**good, "id": adapter_id(good)})
+    for bad in ({"spread": encode_vector([1e-30] * D)}, {"weights": encode_vector([3e38] * 2 * D)},
+                {"bias": [1e300, 0.0]}, {"center": encode_vector([1e30] * D)}):
+        fields = {**good, **bad}
+        with pytest.raises(ValueError):
+            Adapter.model_validate({**fields, "id": adapter_id(fields)})
