@@ -11,7 +11,7 @@ FAST_MODEL := models/gemma-3-270m-q4_k_m
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long \
-	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters: MODEL = $(FAST_MODEL)
+	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
 .PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test

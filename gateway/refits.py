@@ -13,10 +13,12 @@ is logged and the walk goes on.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.service import CatalogService
 from gateway.errors import RequestError
 from gateway.services.learning import MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES, LearningService
@@ -29,29 +31,34 @@ def refit_all(tenant_ids: Callable[[], list[str]], catalogs: CatalogService, lea
     """Refit every entry that asks for a daily refit; stop before `deadline()` seconds run out
     (the function's remaining time), leaving the rest to the next run."""
     summary: dict[str, Any] = {"entries": 0, "written": 0, "unchanged": 0, "failed": 0, "left_for_next_run": 0}
-    for tenant_id in tenant_ids():
-        for version in catalogs.list(tenant_id):
-            entry = version.entry()
-            if entry.learning is None or entry.learning.refit != "daily":
-                continue
-            if deadline() < 60:  # a refit of the largest entry takes under a minute of a core
-                summary["left_for_next_run"] += 1
-                continue
-            summary["entries"] += 1
-            try:
-                report = learning.refit(tenant_id, version.name, None, MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES)
-            except RequestError as exc:
-                summary["failed"] += 1
-                log.warning("scheduled refit refused", extra={"tenant_id": tenant_id, "catalog": version.ref,
-                                                              "reason": exc.message})
-                continue
-            except Exception:
-                summary["failed"] += 1
-                log.exception("scheduled refit failed", extra={"tenant_id": tenant_id, "catalog": version.ref})
-                continue
-            summary["written" if report["applied"] else "unchanged"] += 1
-            log.info("scheduled refit", extra={"tenant_id": tenant_id, "refit": report})
+    due = [(tenant_id, version) for tenant_id in tenant_ids() for version in catalogs.list(tenant_id)
+           if _refits_daily(version)]
+    # In a new order every run: when a day's time runs out, it is never the same tenants' entries that wait.
+    random.shuffle(due)
+    for tenant_id, version in due:
+        if deadline() < 60:  # a refit of the largest entry takes under a minute of a core
+            summary["left_for_next_run"] += 1
+            continue
+        summary["entries"] += 1
+        try:
+            report = learning.refit(tenant_id, version.name, None, MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES)
+        except RequestError as exc:
+            summary["failed"] += 1
+            log.warning("scheduled refit refused", extra={"tenant_id": tenant_id, "catalog": version.ref,
+                                                          "reason": exc.message})
+            continue
+        except Exception:
+            summary["failed"] += 1
+            log.exception("scheduled refit failed", extra={"tenant_id": tenant_id, "catalog": version.ref})
+            continue
+        summary["written" if report["applied"] else "unchanged"] += 1
+        log.info("scheduled refit", extra={"tenant_id": tenant_id, "refit": report})
     return summary
+
+
+def _refits_daily(version: CatalogVersion) -> bool:
+    learning = version.entry().learning
+    return learning is not None and learning.refit == "daily"
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -70,6 +77,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     def deadline() -> float:
         return remaining() / 1000 if remaining is not None else 900 - (time.monotonic() - started)
 
-    summary = refit_all(stores.tenants.list_tenant_ids, catalogs, LearningService(catalogs, stores.records), deadline)
+    summary = refit_all(stores.catalogs.list_catalog_tenants, catalogs, LearningService(catalogs, stores.records),
+                        deadline)
     log.info("scheduled refits done", extra={"summary": summary})
     return summary

@@ -83,8 +83,9 @@ class FixedBackend(UniformBackend):
         answer["x_model_sha256"] = "ab" * 32
         answer["x_prompt_version"] = "decision-prompt/1"
         answer["x_readout"] = "likelihood"
-        answer["x_debias"] = {"order_average": True, "prior": False, "ordering": "canonical", "averaging": "reversal",
-                              "temperature": 0.8}
+        # What a scorer says it applied: the request's own settings where it sets them.
+        answer["x_debias"] = {"order_average": request.get("x_order_average", True), "prior": request.get("x_prior", False),
+                              "ordering": "canonical", "averaging": "reversal", "temperature": 0.8}
         answer["x_image_digest"] = "sha256:" + "cd" * 32
         if self.injection is not None:
             answer["x_injection"] = self.injection

@@ -138,8 +138,9 @@ _FEATURES = TypeAdapter(AnswerFeatures)
 
 
 def _features(raw: dict[str, Any], n_options: int) -> ReadFeatures | None:
-    """The answer's x_features, when sent and well-formed for `n_options` options; else None
-    (an adapter then does not apply, and says so: never a guess from malformed numbers)."""
+    """The answer's x_features, when sent and well-formed for `n_options` options (each
+    listing a distribution: log-probabilities summing to 1); else None (an adapter then
+    does not apply, and says so: never a guess from malformed numbers)."""
     if "x_features" not in raw:
         return None
     try:
@@ -149,7 +150,8 @@ def _features(raw: dict[str, Any], n_options: int) -> ReadFeatures | None:
         log.warning("the endpoint's x_features are malformed; answered without them")
         return None
     orders = tuple(tuple(o) for o in sent.orders)
-    if any(len(o) != n_options or not all(math.isfinite(v) and v <= 1e-6 for v in o) for o in orders):
+    if any(len(o) != n_options or not all(math.isfinite(v) and v <= 1e-6 for v in o)
+           or abs(math.log(math.fsum(math.exp(v) for v in o) or 1e-300)) > 1e-3 for o in orders):
         log.warning("the endpoint's x_features do not fit the question; answered without them")
         return None
     return ReadFeatures(orders, tuple(state), sent.sketch)

@@ -3,7 +3,7 @@
 The adapter (gateway.catalogs.model.Adapter, fitted by gateway.catalogs.fitting) maps
 what the scorer read an answer from (`x_features`) to the entry's own probabilities:
 
-    logit_k = scale * log p0_k + bias_k + w_k . (state - center) / spread
+    logit_k = scale * log p0_k + bias_k + w_k . clip((state - center) / spread, +-STATE_CLIP)
 
 where p0 is the zero-shot answer (the listings' distributions averaged) and `state` the
 sketch of the answer position. It applies to answers of the model file, prompt template,
@@ -26,6 +26,12 @@ from systemone.limits import STATE_FEATURE_DIMS
 
 if TYPE_CHECKING:
     from gateway.catalogs.model import Adapter
+
+# The standardised state is clipped to this many spreads, in the fit and at decision time
+# alike: a state written to push the sketch far along a head's weights (anyone writes the
+# state, and sees the probabilities) moves a logit no further than the states it learned
+# from did.
+STATE_CLIP = 4.0
 
 
 def encode_vector(values: Sequence[float]) -> str:
@@ -82,7 +88,8 @@ class Head:
 
     def probabilities(self, features: ReadFeatures) -> tuple[float, ...]:
         zero_shot = _zero_shot(features.orders)
-        x = [(s - c) / w for s, c, w in zip(features.state, self.center, self.spread, strict=True)]
+        x = [min(STATE_CLIP, max(-STATE_CLIP, (s - c) / w))
+             for s, c, w in zip(features.state, self.center, self.spread, strict=True)]
         logits = [self.scale * z + b + math.fsum(wi * xi for wi, xi in zip(row, x, strict=True))
                   for z, b, row in zip(zero_shot, self.bias, self.weights, strict=True)]
         top = max(logits)
@@ -91,10 +98,13 @@ class Head:
         return tuple(w / total for w in weights)
 
 
-def adapted(adapter: Adapter, features: ReadFeatures | None, answered: FitKey) -> tuple[float, ...] | None:
+def adapted(adapter: Adapter, features: ReadFeatures | None, answered: FitKey,
+            listing: str | None) -> tuple[float, ...] | None:
     """The adapter's probabilities over the entry's options (declared order), or None when
-    it does not apply: no features, or features of another model, prompt, readout or sketch."""
-    if features is None or features.sketch != adapter.sketch or answered != fitted_on(adapter):
+    it does not apply: no features, or features of another model, prompt, readout, listing
+    (gateway.catalogs.policy.listing_of) or sketch."""
+    if (features is None or features.sketch != adapter.sketch or answered != fitted_on(adapter)
+            or listing != adapter.listing):
         return None
     if len(features.state) != STATE_FEATURE_DIMS or any(len(o) != len(adapter.options) for o in features.orders):
         return None
@@ -120,7 +130,7 @@ def _head(adapter: Adapter) -> Head:
 def _zero_shot(orders: Sequence[Sequence[float]]) -> list[float]:
     n = len(orders)
     mean = [sum(math.exp(o[k]) for o in orders) / n for k in range(len(orders[0]))]
-    total = sum(mean)
+    total = sum(mean) or 1.0  # read features are distributions (backends.scorer checks): never 0
     return [math.log(max(v / total, 1e-12)) for v in mean]
 
 

@@ -4,7 +4,7 @@ The head is a regularised multinomial logistic regression on what the scorer rea
 answer from (`x_features`): the zero-shot answer's log-probabilities, times a learned
 scale, plus a bias per option and a linear map of the state sketch (standardised):
 
-    logit_k = scale * log p0_k + bias_k + w_k . (state - center) / spread
+    logit_k = scale * log p0_k + bias_k + w_k . clip((state - center) / spread, +-4)
 
 With the bias and the map at zero it is the zero-shot answer at a temperature (1 / scale),
 which is what a calibration fits; the L2 penalty on bias and map pulls it there, so few
@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from gateway.catalogs.adapters import STATE_CLIP  # the decision-time head's: one figure for both
 
 L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 MAX_FOLDS = 5
@@ -54,7 +56,7 @@ class Head:
     spread: np.ndarray  # (D,)
 
     def probabilities(self, zero_shot: np.ndarray, states: np.ndarray) -> np.ndarray:
-        x = (states - self.center) / self.spread
+        x = np.clip((states - self.center) / self.spread, -STATE_CLIP, STATE_CLIP)
         return _softmax(self.scale * zero_shot + self.bias + x @ self.weights.T)
 
 
@@ -144,7 +146,7 @@ def train(z: np.ndarray, states: np.ndarray, y: np.ndarray, n_options: int, l2: 
     # A dimension that never varied gets a spread of 1e-3, not ~0: its weight stays 0 (its
     # gradient is), and a value it takes later cannot blow a logit up.
     spread = np.maximum(states.std(axis=0), MIN_SPREAD)
-    x = (states - center) / spread
+    x = np.clip((states - center) / spread, -STATE_CLIP, STATE_CLIP)
     n, d = x.shape
     onehot = np.eye(n_options)[y]
     scale, bias, weights = 1.0, np.zeros(n_options), np.zeros((n_options, d))

@@ -160,8 +160,10 @@ class Adapter(_Strict):
     prompt_version: str = Field(min_length=1, max_length=64)
     readout: Literal["letters", "likelihood"]
     sketch: str = Field(min_length=1, max_length=64)
+    # How the answers it learned from were listed and debiased (policy.listing_of).
+    listing: str = Field(min_length=1, max_length=64)
     options: list[str] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
-    scale: float = Field(ge=-100, le=100)
+    scale: float = Field(ge=1 / 20, le=100)  # fitting.MIN_SCALE: a head never reads its model backwards
     bias: list[float] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
     center: str = Field(max_length=MAX_VECTOR_CHARS)
     spread: str = Field(max_length=MAX_VECTOR_CHARS)
@@ -179,7 +181,7 @@ class Adapter(_Strict):
 class Learning(_Strict):
     """Whether the entry learns from its outcomes. `keep_features`: its records keep what the
     scorer read each answer from (a representation of the state: opt-in, counted in the
-    record's size, deleted with the record and with the tenant), which a refit needs.
+    record's size, gone when the record expires), which a refit needs.
     `refit`: "daily" refits it on a schedule as well as on demand; an enforcing entry is
     never moved by the schedule, only by an explicit refit with apply: true."""
 

@@ -97,6 +97,24 @@ def answered_by(extensions: dict[str, Any], kind: str) -> FitKey:
     return FitKey(extensions.get("x_model_sha256"), extensions.get("x_prompt_version"), readout)
 
 
+def listing_of(extensions: dict[str, Any], kind: str) -> str | None:
+    """How a question of `kind` was listed and debiased ("canonical/reversal/raw"): an
+    adapter reads the per-listing distributions, so it applies only to answers listed as
+    the ones it learned from. None when the scorer did not say, or cut its debiasing to fit
+    the budget (x_debias.reduced_for_budget)."""
+    debias = extensions.get("x_debias")
+    if not isinstance(debias, dict) or debias.get("reduced_for_budget"):
+        return None
+    by_type = debias.get("by_type")
+    own = by_type.get(kind) if isinstance(by_type, dict) else None
+    settings = own if isinstance(own, dict) else debias
+    try:
+        averaging = settings["averaging"] if settings["order_average"] else "single"
+        return f"{settings['ordering']}/{averaging}/{'prior' if settings['prior'] else 'raw'}"
+    except (KeyError, TypeError):
+        return None
+
+
 def fitted_here(fitted_on: FitKey | None, answered: FitKey) -> bool:
     """Whether a calibration applies to an answer: nothing fitted (a temperature set by hand),
     or fitted on this model file, and on this prompt and readout where the fit records them.
@@ -122,11 +140,12 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
             continue
         kind = answer.question.kind
         answered = answered_by(result.extensions, kind)
+        own = None
         if binding.adapter is not None:
-            own = adapted(binding.adapter, answer.features, answered)
-            matches = own is not None
-            calibrated = (own[:1] if kind == "noul" else own) if own is not None else answer.probabilities
-        else:
+            own = adapted(binding.adapter, answer.features, answered, listing_of(result.extensions, kind))
+        if own is not None:
+            matches, calibrated = True, (own[:1] if kind == "noul" else own)
+        else:  # no adapter, or one that does not apply to this answer: the entry's temperature, if it does
             matches = fitted_here(binding.fitted_on, answered)
             calibrated = with_temperature(kind, answer.probabilities, binding.temperature) if matches else answer.probabilities
         verdict = judge(kind, calibrated, binding.policy, suspicion) if binding.policy is not None else None
@@ -134,7 +153,7 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
             answer = replace(answer, question=replace(answer.question, binding=replace(binding, temperature=1.0)))
             if verdict is not None:
                 verdict = unfitted(verdict, binding.policy)
-        elif binding.adapter is not None:
+        elif own is not None:
             answer = replace(answer, adapter=binding.adapter.id,
                              question=replace(answer.question, binding=replace(binding, temperature=1.0)))
         answers.append(replace(answer.recalibrated(calibrated), verdict=verdict))

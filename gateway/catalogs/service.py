@@ -27,8 +27,11 @@ class CatalogService:
         self.store = store
         self.clock = clock
 
-    def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry) -> tuple[CatalogVersion, bool]:
-        """The new version, or the latest one when its content is the same; True when created."""
+    def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry,
+            based_on: int | None = None) -> tuple[CatalogVersion, bool]:
+        """The new version, or the latest one when its content is the same; True when created.
+        `based_on`: the version the content was derived from; if another was written since,
+        Conflict (409) and nothing is written (a refit never undoes an edit made meanwhile)."""
         canonical = content.canonical()
         size = len(canonical.encode("utf-8"))
         if size > MAX_CONTENT_BYTES:
@@ -40,6 +43,9 @@ class CatalogService:
         digest = content_hash(canonical)
         for _ in range(_ATTEMPTS):
             latest = self.store.latest_catalog_version(tenant_id, name)
+            if based_on is not None and (latest is None or latest.version != based_on):
+                raise Conflict(f"the catalog entry {name!r} changed while this was computed from version {based_on}:"
+                               " nothing was written; run it again on the latest version")
             if latest is not None and latest.content_hash == digest:
                 return latest, False
             version = CatalogVersion(tenant_id, name, 1 if latest is None else latest.version + 1, digest, canonical,

@@ -22,6 +22,11 @@ class CatalogStore(Protocol):
 
     def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]: ...
 
+    def list_catalog_tenants(self) -> list[str]:
+        """The ids of the tenants that have a catalog entry (the scheduled refit walks them;
+        no request path lists tenants)."""
+        ...
+
     def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
         """The latest version of every entry of the tenant, by name."""
         ...

@@ -4,9 +4,10 @@ A record can train the entry when its question named the entry, it kept the answ
 features (the entry's `learning.keep_features`), and its outcome was attached by a
 credential holding `outcomes:train` with a `source` (review, audit, downstream): an
 outcome is a write to the entry's behaviour, so whoever may only decide cannot steer it.
-Only the records of the model, prompt template, readout and sketch answering now (the
-newest such record's) are used: an adapter belongs to them. Folds are grouped by the
-record's state hash, so answers about one text never straddle train and test.
+Only the records of the model, prompt template, readout, listing and sketch answering now
+(the newest such record's, which the reply names: `fitted_on`) are used: an adapter
+belongs to them. Folds are grouped by the state's sketch, so answers about one text never
+straddle train and test.
 
 A fitted adapter is kept only where it beats the calibrated zero-shot answer out of fold
 (gateway.catalogs.fitting); then it is written as a new version of the entry, unless the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from typing import Any
 
 from gateway.catalogs.adapters import adapter_id, encode_vector
 from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit
-from gateway.catalogs.policy import answered_by
+from gateway.catalogs.policy import answered_by, listing_of
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.records import RecordStore
 from gateway.errors import InvalidRequest, NotFound
@@ -41,6 +43,10 @@ MAX_REFIT_RECORDS = 5000
 # 29 s. The scheduled refit (gateway.refits, a function of its own) fits on up to
 # MAX_REFIT_RECORDS.
 MAX_REQUEST_SAMPLES = 500
+# ...for an entry of up to this many options; an entry with more gets proportionally fewer
+# (a fit's work grows with outcomes x options), never fewer than MIN_SAMPLES_CAP.
+REFERENCE_OPTIONS = 5
+MIN_SAMPLES_CAP = 60
 # The records a refit reads to find them, matching or not (a tenant's history may be long
 # and the entry rare in it): an API refit reads what a page of records does; the scheduled
 # one 32 times that.
@@ -71,8 +77,10 @@ class LearningService:
             raise InvalidRequest.at([], "this entry keeps no features for refits: set learning.keep_features true,"
                                     " decide, attach outcomes (scope outcomes:train, with a source), then refit",
                                     "nothing_to_learn")
-        samples, key, found = self._samples(tenant_id, name, keys, max_samples, max_read_bytes)
-        report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples)}
+        # The fit's work grows with outcomes x options: the cap is on their product.
+        limit = max(MIN_SAMPLES_CAP, max_samples * REFERENCE_OPTIONS // max(len(keys), REFERENCE_OPTIONS))
+        samples, key, found = self._samples(tenant_id, name, keys, limit, max_read_bytes)
+        report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples), "fitted_on": key}
         digest = outcomes_digest(samples)
         if entry.adapter is not None and entry.adapter.fit.outcomes == digest:
             return {**report, "applied": False, "adapter": entry.adapter.id,
@@ -98,7 +106,8 @@ class LearningService:
                    else "the entry enforces its policy: it moves only when the refit says apply: true")
             return {**report, "applied": False, "reason": f"{fitted.reason}; not written ({why})"}
         content = entry.model_copy(update={"adapter": adapter})
-        version, _ = self.catalogs.put(tenant_id, name, type(entry).model_validate(content.model_dump()))
+        version, _ = self.catalogs.put(tenant_id, name, type(entry).model_validate(content.model_dump()),
+                                       based_on=latest.version)
         return {**report, "applied": True, "version": version.version, "catalog": version.ref}
 
     def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int, max_read_bytes: int
@@ -159,16 +168,30 @@ def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: lis
     except (KeyError, ValueError):
         return "no_features"
     orders = features.get("orders") or []
-    if not orders or any(len(o) != len(keys) for o in orders):
+    # The same options in the same order: a version that reordered them lists other features.
+    declared = keys if question["kind"] == "noul" else list(question.get("probabilities") or {})
+    if not orders or declared != keys or any(len(o) != len(keys) for o in orders):
         return "options_changed"
-    answered = answered_by({"x_model_sha256": record.get("model_sha256"), "x_prompt_version": record.get("prompt_version"),
-                            "x_readout": record.get("readout"), "x_debias": record.get("debias")}, question["kind"])
-    if answered.model_sha256 is None or answered.prompt_version is None or answered.readout is None:
-        return "no_model_recorded"
+    extensions = {"x_model_sha256": record.get("model_sha256"), "x_prompt_version": record.get("prompt_version"),
+                  "x_readout": record.get("readout"), "x_debias": record.get("debias")}
+    answered = answered_by(extensions, question["kind"])
     key = {"model_sha256": answered.model_sha256, "prompt_version": answered.prompt_version,
-           "readout": answered.readout, "sketch": features.get("sketch")}
-    group = record.get("state_hash") or record["id"]
+           "readout": answered.readout, "sketch": features.get("sketch"),
+           "listing": listing_of(extensions, question["kind"])}
+    if not _valid_key(key):
+        return "no_model_recorded"
+    # Grouped by what the model read: answers about one text share a sketch, whatever key
+    # hashed their state (so the folds never split a text, even across a key rotation).
+    group = hashlib.sha256(features["state"].encode()).hexdigest()
     return key, Sample(orders, state, label, group), outcome.get("source") or "downstream"
+
+
+def _valid_key(key: dict[str, Any]) -> bool:
+    """A key an adapter can carry (gateway.catalogs.model.Adapter): anything else a scorer
+    wrote into a record trains nothing."""
+    return (isinstance(key["model_sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", key["model_sha256"]) is not None
+            and key["readout"] in ("letters", "likelihood")
+            and all(isinstance(key[k], str) and 0 < len(key[k]) <= 64 for k in ("prompt_version", "sketch", "listing")))
 
 
 def outcomes_digest(samples: list[tuple[Any, str, str]]) -> str:

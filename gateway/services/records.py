@@ -102,7 +102,11 @@ class RecordsService:
         if source is not None and TRAINING_SCOPE not in principal.scopes:
             raise Forbidden(f"an outcome with a source trains catalog adapters: it needs the {TRAINING_SCOPE!r} scope"
                             " (leave source out to record an outcome for drift only)")
-        check_outcome_answers(self._stored(principal, decision_id), answers)
+        record = self._stored(principal, decision_id)
+        if (record.get("outcome") or {}).get("trains") and TRAINING_SCOPE not in principal.scopes:
+            raise Forbidden(f"this decision's outcome trains catalog adapters: replacing it needs the {TRAINING_SCOPE!r}"
+                            " scope")
+        check_outcome_answers(record, answers)
         outcome = {"answers": answers, "override": override, "note": note, "recorded_at": self.clock(),
                    "recorded_by": principal.credential_id, **({"source": source} if source else {}),
                    "trains": source is not None}

@@ -121,21 +121,6 @@ class DynamoDBStore:
         limits = TenantLimits.from_json(json.loads(item["limits"]) if item.get("limits") else None)
         return Tenant(item["tenant_id"], item["name"], item["created_at"], bool(item.get("catalog_only", False)), limits)
 
-    def list_tenant_ids(self) -> list[str]:
-        """A Scan of the tenants table for its tenant items, their ids only (IAM grants the
-        scheduled refit exactly that: dynamodb:Select SPECIFIC_ATTRIBUTES, these attributes)."""
-        ids, start = [], None
-        while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.client.scan(TableName=self.tenants_table, Select="SPECIFIC_ATTRIBUTES",
-                                     ProjectionExpression="pk, sk, tenant_id",
-                                     FilterExpression="sk = :t", ExpressionAttributeValues={":t": {"S": "TENANT"}},
-                                     **extra)
-            ids.extend(_plain(item)["tenant_id"] for item in reply["Items"])
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return sorted(ids)
-
     # -- principal rules --------------------------------------------------------------
 
     def put_principal_rule(self, rule: PrincipalRule) -> None:
@@ -390,6 +375,19 @@ class DynamoDBStore:
         items = self._query_all(TableName=self.catalogs_table, KeyConditionExpression="pk = :p", ConsistentRead=True,
                                 ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
         return [_catalog_version(item) for item in items]
+
+    def list_catalog_tenants(self) -> list[str]:
+        """A Scan of the catalogs table for its items' tenant ids alone (IAM grants the scheduled
+        refit exactly that: dynamodb:Select SPECIFIC_ATTRIBUTES, that attribute)."""
+        found, start = set(), None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.client.scan(TableName=self.catalogs_table, Select="SPECIFIC_ATTRIBUTES",
+                                     ProjectionExpression="tenant_id", **extra)
+            found.update(_plain(item)["tenant_id"] for item in reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return sorted(found)
 
     def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
         items = self._query_all(TableName=self.catalogs_table, IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",

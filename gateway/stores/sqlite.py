@@ -158,9 +158,6 @@ class SQLiteStore:
         limits = TenantLimits.from_json(json.loads(row["limits"]) if row["limits"] else None)
         return Tenant(row["tenant_id"], row["name"], row["created_at"], bool(row["catalog_only"]), limits)
 
-    def list_tenant_ids(self) -> list[str]:
-        return [row["tenant_id"] for row in self._connect().execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
-
     # -- principal rules --------------------------------------------------------------
 
     def put_principal_rule(self, rule: PrincipalRule) -> None:
@@ -348,6 +345,10 @@ class SQLiteStore:
         rows = self._connect().execute("SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? ORDER BY version",
                                        (tenant_id, name))
         return [_catalog_version(row) for row in rows]
+
+    def list_catalog_tenants(self) -> list[str]:
+        return [row["tenant_id"] for row in
+                self._connect().execute("SELECT DISTINCT tenant_id FROM catalog_versions ORDER BY tenant_id")]
 
     def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
         rows = self._connect().execute(

@@ -204,6 +204,7 @@ class RefitReply(Strict):
     samples: int
     outcomes: dict[str, int]  # records read, used, and why others were left out
     adapter: str | None = None  # the fitted adapter's id (written or not)
+    fitted_on: dict[str, Any] | None = None  # the model file, prompt, readout, listing and sketch it belongs to
     version: int | None = None  # the new version, when written
     folds: int | None = None
     l2: float | None = None

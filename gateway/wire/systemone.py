@@ -48,6 +48,7 @@ class SystemOneRequest(DecisionRequest):
     x_quarantine: SkipJsonSchema[Any] = Field(default=None, exclude=True)
     x_injection_probe: SkipJsonSchema[Any] = Field(default=None, exclude=True)
     x_reduce: SkipJsonSchema[Any] = Field(default=None, exclude=True)  # the gateway's to set (catalogs.resolve)
+    x_features: SkipJsonSchema[Any] = Field(default=None, exclude=True)  # likewise: for catalog entries' adapters
 
     def to_decision(self) -> Decision:
         questions = tuple(_question(question_id(i), qid, q) for i, (qid, q) in enumerate(self.questions.items()))

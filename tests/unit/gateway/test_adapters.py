@@ -90,11 +90,30 @@ def test_an_adapter_whose_numbers_could_overflow_a_decision_is_refused_on_write(
     fit = {"fitted_at": 0.0, "samples": 20, "folds": 5, "l2": 0.1, "accuracy": 0.9, "nll": 0.3, "brier": 0.2,
            "zero_shot_accuracy": 0.5, "zero_shot_nll": 0.69, "zero_shot_brier": 0.5, "sources": {}, "outcomes": None}
     good = {"model_sha256": "a" * 64, "prompt_version": "decision-prompt/2", "readout": "letters", "sketch": SKETCH,
+            "listing": "canonical/reversal/raw",
             "options": ["true", "false"], "scale": 1.0, "bias": [0.0, 0.0], "center": encode_vector([0.0] * D),
             "spread": encode_vector([1.0] * D), "weights": encode_vector([0.01] * 2 * D), "fit": fit}
     Adapter.model_validate({**good, "id": adapter_id(good)})
     for bad in ({"spread": encode_vector([1e-30] * D)}, {"weights": encode_vector([3e38] * 2 * D)},
-                {"bias": [1e300, 0.0]}, {"center": encode_vector([1e30] * D)}):
+                {"bias": [1e300, 0.0]}, {"center": encode_vector([1e30] * D)}, {"scale": -1.0}):
         fields = {**good, **bad}
         with pytest.raises(ValueError):
             Adapter.model_validate({**fields, "id": adapter_id(fields)})
+
+
+def test_a_state_far_outside_what_the_head_learned_from_moves_it_no_further_than_the_clip():
+    from gateway.catalogs.adapters import STATE_CLIP
+
+    weights = tuple(tuple(1.0 if (d == 3 and k == 0) else 0.0 for d in range(D)) for k in range(2))
+    head = Head(1.0, (0.0, 0.0), (0.0,) * D, (1.0,) * D, weights)
+    flat = ((math.log(0.5), math.log(0.5)),) * 2
+
+    def p_true(value: float) -> float:
+        state = tuple(value if d == 3 else 0.0 for d in range(D))
+        return head.probabilities(ReadFeatures(flat, state, SKETCH))[0]
+
+    assert p_true(60000.0) == pytest.approx(p_true(STATE_CLIP)) == pytest.approx(1 / (1 + math.exp(-STATE_CLIP)))
+    fitted = fitting.Head(1.0, np.zeros(2), np.array(weights), np.zeros(D), np.ones(D))
+    far = np.zeros((1, D))
+    far[0, 3] = 60000.0
+    assert fitted.probabilities(np.log(np.full((1, 2), 0.5)), far)[0, 0] == pytest.approx(p_true(60000.0))

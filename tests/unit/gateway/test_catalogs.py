@@ -416,6 +416,12 @@ def test_an_adapter_learns_from_training_outcomes_and_answers_the_entrys_decisio
     status, _, body = _decide_state("a bowl of cherries and apples")
     answer = body["answers"]["fruit"]
     assert answer["x_adapter"] == refit["adapter"] and answer["noul"] > 0.7
+    # Listed another way than the answers it learned from (the caller asked for the prior):
+    # not applied, the probabilities are the model's own.
+    other_way = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": "a bowl of cherries",
+                                                     "questions": {"fruit": {"catalog": "fruit"}}, "x_prior": True},
+                           principal=ACME))[2]["answers"]["fruit"]
+    assert "x_adapter" not in other_way and other_way["noul"] == pytest.approx(0.5)
     assert _decide_state("my laptop crashed again")[2]["answers"]["fruit"]["noul"] < 0.3
     [question] = call(event("GET", f"/v1/records/{body['x_decision_id']}", principal=ACME))[2]["questions"]
     assert question["adapter"] == refit["adapter"] and question["catalog"] == "fruit@2"
@@ -449,8 +455,12 @@ def test_outcomes_that_train_need_their_scope_and_a_refit_of_an_enforcing_entry_
         for j in range(2):
             call(event("POST", f"/v1/decisions/{ids[2 * i + j]}/outcome", {"answers": {"fruit": truth},
                                                                              "source": "audit"}, principal=TRAINER))
+    # Nor may it erase an outcome that trains (which would steer the next fit by omission).
+    erased = call(event("POST", f"/v1/decisions/{ids[0]}/outcome", {"answers": {"fruit": False}}, principal=DECIDER))
+    assert erased[0] == 403 and "outcomes:train" in erased[2]["detail"]["message"]
     status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
     assert status == 200 and refit["applied"] is False and "apply: true" in refit["reason"] and refit["adapter"]
+    assert refit["fitted_on"]["model_sha256"] == "ab" * 32 and refit["fitted_on"]["listing"] == "canonical/reversal/raw"
     assert call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]["version"] == 1  # unmoved, figures shown
     assert call(event("POST", "/v1/catalogs/fruit/refit", {"apply": True}, principal=DECIDER))[0] == 403
     status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {"apply": True}, principal=TRAINER))
@@ -480,3 +490,17 @@ def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answ
     answer = _decide_state("a bowl of cherries")[2]["answers"]["fruit"]
     assert "x_adapter" not in answer and answer["noul"] == pytest.approx(0.5)
     assert answer.get("x_action_reason") is None  # no policy: no verdict to hold; the probabilities are the model's
+
+
+def test_a_refit_never_writes_over_an_edit_made_while_it_ran(store):
+    from gateway.catalogs.service import CatalogService
+    from gateway.errors import Conflict
+
+    stack(store)
+    put(FRUIT, name="fruit")
+    put({**FRUIT, "instructions": "Is the message about fresh fruit?"}, name="fruit")  # version 2, meanwhile
+    catalogs = CatalogService(store)
+    stale = catalogs.get("acme", "fruit", 1).entry()
+    with pytest.raises(Conflict):
+        catalogs.put("acme", "fruit", stale.model_copy(update={"instructions": "refitted"}), based_on=1)
+    assert catalogs.get("acme", "fruit").version == 2

@@ -23,7 +23,7 @@ LAYERS = (
     ("api", "caller"),  # one router per resource; the principal of an event
     ("app",),  # assembles the routers
     ("composition",),  # builds stores, services and the authenticator from settings
-    ("handler", "authorizer", "rotation"),  # the Lambda entry points
+    ("handler", "authorizer", "rotation", "refits"),  # the Lambda entry points
     ("runtime_loop",),  # the streaming function's Runtime API client, around the handler
 )  # the tools that run beside the functions are in devkit/ (tests/unit/test_repository_layers.py)
 LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}

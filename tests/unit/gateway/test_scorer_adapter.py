@@ -99,3 +99,30 @@ def test_a_decision_is_charged_the_time_the_scorer_worked_on_it_where_an_instanc
     # Then the failed attempt is charged whole, the answering one as the scorer's figure allows
     assert result.cost.endpoint_seconds == pytest.approx(1.0 + charged_s)
     assert result.cost.endpoint_usd == pytest.approx(0.5 + charged_s * 0.25)
+
+
+def _with_features(orders, state=None):
+    from systemone.features import SKETCH, encode_state
+    from systemone.limits import STATE_FEATURE_DIMS
+
+    features = {"orders": orders, "state": state or encode_state([0.5] * STATE_FEATURE_DIMS), "sketch": SKETCH}
+    return {**GOOD, "q1": {**GOOD["q1"], "x_features": features}}
+
+
+@pytest.mark.parametrize(("orders", "state"), [
+    ([[-800.0, -800.0]], None),  # log-probabilities of nothing: exp underflows, the mean would divide by 0
+    ([[-0.1, -0.1]], None),  # not a distribution (the two sum to 1.8)
+    ([[0.5, -2.0]], None),  # a log-probability above 0
+    ([[-0.7, -0.7, -0.7]], None),  # three options for a question of two
+    ([[-0.6931471805599453, -0.6931471805599453]], "AAAA"),  # good orders, a state that is not 256 numbers
+])
+def test_malformed_features_are_dropped_and_the_answer_stands(orders, state):
+    [_, queue, _] = read(_with_features(orders, state)).answers
+    assert not queue.refused and queue.features is None
+
+
+def test_well_formed_features_are_read_in_declared_order():
+    import math
+
+    [_, queue, _] = read(_with_features([[math.log(0.75), math.log(0.25)], [math.log(0.6), math.log(0.4)]])).answers
+    assert queue.features is not None and queue.features.orders[1] == (math.log(0.6), math.log(0.4))
