@@ -9,8 +9,8 @@ test):
 - zero-shot: the model's answer as it comes;
 - calibrated: the zero-shot answer at a temperature fitted on the n outcomes;
 - adapter: the head fitted on the n outcomes (gateway.catalogs.fitting), kept only where
-  its own inner cross-validation says it beats the calibrated answer; else the calibrated
-  answer, as the gateway would answer.
+  its own inner cross-validation says it beats the calibrated answer; else the zero-shot
+  answer, as the gateway answers an entry without an adapter.
 
 for n = 0, 10, 25, 50, 100, 150 outcomes drawn from the training folds (three draws
 each). Accuracy, NLL and Brier go to reports/adapters/adapters.json, a plot beside it,
@@ -168,7 +168,8 @@ def learning_curve(rows: list[dict[str, Any]], n_options: int, sizes: tuple[int,
                 tried += 1
                 if fitted.head is not None:
                     kept += 1
-                per_method["adapter"].append(fitting.evaluate(fitted.head or calibrated, test))
+                # Where no adapter is kept the entry answers zero-shot, as the gateway does.
+                per_method["adapter"].append(fitting.evaluate(fitted.head or identity, test))
         curve[str(n)] = {method: _mean(scores) for method, scores in per_method.items()}
         curve[str(n)]["adapters_kept"] = f"{kept}/{tried}"
     return curve
