@@ -102,6 +102,7 @@ def test_the_document_covers_every_route():
         ("post", "/v1/decisions/{decision_id}/outcome"), ("get", "/v1/records"), ("get", "/v1/records/{decision_id}"),
         ("get", "/v1/catalogs"), ("get", "/v1/catalogs/{name}"), ("put", "/v1/catalogs/{name}"),
         ("get", "/v1/catalogs/{name}/versions"), ("get", "/v1/catalogs/{name}/versions/{version}"),
+        ("post", "/v1/catalogs/{name}/refit"),
     }
 
 
@@ -112,7 +113,8 @@ CASES = [(op, GenerationMode.POSITIVE) for op in OPERATIONS] + [
 # Operations that name an existing thing (a decision, a token, an entry): random names find
 # nothing (404/401), so they are held to "no 5xx" only, not to a share of successes.
 NAMES_SOMETHING = {"/v1/tokens/revoke", "/v1/decisions/{decision_id}/outcome", "/v1/records/{decision_id}",
-                   "/v1/catalogs/{name}", "/v1/catalogs/{name}/versions", "/v1/catalogs/{name}/versions/{version}"}
+                   "/v1/catalogs/{name}", "/v1/catalogs/{name}/versions", "/v1/catalogs/{name}/versions/{version}",
+                   "/v1/catalogs/{name}/refit"}
 
 
 @pytest.mark.parametrize(("operation", "mode"), CASES, ids=lambda v: f"{v.method} {v.path}" if hasattr(v, "path") else v.value)
