@@ -3,8 +3,8 @@ as a user meets it (`make up` and its default model, unless told otherwise).
 
 Every held-out item is decided with `POST /v1/systemone`, its question as written, one at
 a time; one the model refuses as too large (413) is counted as refused. Then accuracy, NLL and Brier against the uniform answer (each with a 95%
-bootstrap interval over the items), the best constant answer per question (for each
-distinct question, its most common gold: a baseline that saw the answers) and the
+bootstrap interval over the items), the best constant answer per question type (its most
+common gold position: a baseline that saw the answers) and the
 seconds per decision. Written to reports/eval_stack.json.
 
     python -m evals.stack [--url URL] [--api-key KEY]   (else DG_URL and DG_API_KEY)
@@ -17,13 +17,14 @@ import json
 import os
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from devkit.calibrate import GatewayClient
+from evals import metrics
 from evals.labelled import Item, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,11 +57,10 @@ def decide(client: GatewayClient, item: Item) -> tuple[np.ndarray, float, dict[s
 
 
 def best_constant(items: list[Item]) -> float:
-    """Accuracy of answering each distinct question with its most common gold (in-sample)."""
-    by_question: dict[str, Counter[int]] = defaultdict(Counter)
-    for item in items:
-        by_question[json.dumps(item.question, sort_keys=True)][item.gold] += 1
-    return sum(max(c.values()) for c in by_question.values()) / len(items)
+    """Accuracy of the best constant answer per question type (its most common gold position,
+    in-sample: most held-out items ask a question of their own, so a constant per question
+    would be the gold itself)."""
+    return metrics.baselines([it.gold for it in items], [it.kind for it in items])["majority"]
 
 
 def interval(values: np.ndarray, base: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{len(items)} held-out decisions through {args.url} ({served.get('model')}), {len(refused)} refused (413):")
-    print(f"  accuracy {report['accuracy']:.3f} (best constant answer per question: {report['best_constant_accuracy']:.3f})")
+    print(f"  accuracy {report['accuracy']:.3f} (best constant answer per question type: {report['best_constant_accuracy']:.3f})")
     for name, (mid, low, high) in (("NLL", nll_ratio), ("Brier", brier_ratio)):
         print(f"  {name} vs uniform {mid:+.1%} (95% interval {low:+.1%} to {high:+.1%})")
     print(f"  {report['seconds_per_decision']['median']:.2f} s a decision (median), wrote {OUT}")

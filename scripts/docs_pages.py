@@ -373,13 +373,13 @@ def render_eval_stack(report: dict) -> list[str]:
         f" one at a time through the gateway as `make up` serves `{served.get('model')}`"
         f" (model file `{str(served.get('x_model_sha256'))[:12]}`); {report['answered']} answered,"
         f" {len(report['refused'])} refused as too large (413):", "",
-        *table(["accuracy", "best constant answer per question", "NLL vs uniform (95% interval)",
+        *table(["accuracy", "best constant answer per question type", "NLL vs uniform (95% interval)",
                 "Brier vs uniform (95% interval)", "s / decision (median, p90)"],
                [[pct(report["accuracy"]), pct(report["best_constant_accuracy"]),
                  f"{pct(nll[0], True)} ({pct(nll[1], True)} to {pct(nll[2], True)})",
                  f"{pct(brier[0], True)} ({pct(brier[1], True)} to {pct(brier[2], True)})",
                  f"{num(report['seconds_per_decision']['median'])}, {num(report['seconds_per_decision']['p90'])}"]]),
-        "The best constant answer saw the answers: for each distinct question, its most common gold.", ""]
+        "The best constant answer saw the answers: for each question type, its most common gold position.", ""]
 
 
 def render_eval_adapters(report: dict) -> list[str]:
