@@ -20,6 +20,7 @@ the seconds per decision of each model with them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -105,8 +106,9 @@ class Engine:
             self._engine.runtime.close()
 
 
-def read_features(engine: Engine, sha256: str, catalog: Catalog, model: str) -> list[dict[str, Any]]:
+def read_features(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:
     """Each item's features, decided once (cached by model file, prompt and item text)."""
+    model = engine.name
     cache_path = REPORTS / f"features-{model}-{catalog.name}.jsonl"
     cached: dict[str, dict[str, Any]] = {}
     if cache_path.exists():
@@ -116,7 +118,7 @@ def read_features(engine: Engine, sha256: str, catalog: Catalog, model: str) -> 
     rows, started, decided = [], time.monotonic(), 0
     with cache_path.open("a") as sink:
         for i, item in enumerate(catalog.items, 1):
-            key = f"{sha256}:{item['id']}:{hash_text(item['state'] + json.dumps(catalog.question, sort_keys=True))}"
+            key = f"{engine.sha256}:{item['id']}:{hash_text(item['state'] + json.dumps(catalog.question, sort_keys=True))}"
             if key not in cached:
                 t0 = time.perf_counter()
                 request = parse(DecisionRequest, {"model": model, "state": item["state"], "questions": {"q": catalog.question},
@@ -135,8 +137,6 @@ def read_features(engine: Engine, sha256: str, catalog: Catalog, model: str) -> 
 
 
 def hash_text(text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -145,6 +145,9 @@ def learning_curve(rows: list[dict[str, Any]], n_options: int, sizes: tuple[int,
     """Out-of-fold figures of zero-shot, calibrated and adapted answers per number of outcomes."""
     samples = [fitting.Sample(r["orders"], decode_state(r["state"]), r["label"], r["group"]) for r in rows]
     folds = fitting.grouped_folds([s.group for s in samples])
+    dims = len(samples[0].state)
+    # The zero-shot answer as a head: scale 1, nothing learned.
+    identity = fitting.Head(1.0, np.zeros(n_options), np.zeros((n_options, dims)), np.zeros(dims), np.ones(dims))
     curve: dict[str, Any] = {}
     for n in sizes:
         per_method: dict[str, list[fitting.Scores]] = {"zero_shot": [], "calibrated": [], "adapter": []}
@@ -155,8 +158,6 @@ def learning_curve(rows: list[dict[str, Any]], n_options: int, sizes: tuple[int,
             for draw in range(draws if 0 < n < len(pool) else 1):
                 rng = np.random.default_rng(1000 * fold + draw)
                 train = [pool[i] for i in rng.permutation(len(pool))[:n]] if n else []
-                identity = fitting.Head(1.0, np.zeros(n_options), np.zeros((n_options, fitting_dims(samples))),
-                                        np.zeros(fitting_dims(samples)), np.ones(fitting_dims(samples)))
                 per_method["zero_shot"].append(fitting.evaluate(identity, test))
                 if not n:
                     per_method["calibrated"].append(per_method["zero_shot"][-1])
@@ -173,10 +174,6 @@ def learning_curve(rows: list[dict[str, Any]], n_options: int, sizes: tuple[int,
         curve[str(n)] = {method: _mean(scores) for method, scores in per_method.items()}
         curve[str(n)]["adapters_kept"] = f"{kept}/{tried}"
     return curve
-
-
-def fitting_dims(samples: list[fitting.Sample]) -> int:
-    return len(samples[0].state)
 
 
 def _calibrated(train: list[fitting.Sample], n_options: int) -> fitting.Head:
@@ -248,11 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[eval-adapters] {model}: not fetched (scripts/setup_env.py --model {model}); skipped", file=sys.stderr)
             continue
         engine = Engine(model)
-        sha256 = engine.sha256
         zero_shot_only = model in args.zero_shot_only and model not in args.models
         for catalog in catalogs:
             measured = sampled(catalog, args.zero_shot_items) if zero_shot_only else catalog
-            rows = read_features(engine, sha256, measured, model)
+            rows = read_features(engine, measured)
             sizes = (0,) if zero_shot_only else SIZES
             curve = learning_curve(rows, len(catalog.options), sizes)
             seconds = float(np.median([r["seconds"] for r in rows]))
