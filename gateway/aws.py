@@ -51,7 +51,38 @@ def session() -> Any:
             import botocore.session
 
             _SESSION = botocore.session.get_session()
+            _SESSION.register_component("data_loader", _known_services_loader(_SESSION.get_config_variable("data_path")))
         return _SESSION
+
+
+# Every service a client is made for, in the gateway, its functions and its tools. Checked
+# by tests/unit/gateway/test_aws_clients.py against every client the code makes.
+SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway", "sagemaker-runtime"})
+
+
+def _known_services_loader(data_path: str | None) -> Any:
+    """botocore's loader, less its census. To check a service's name before loading its
+    model, botocore lists every service folder it ships (about 450, and the API versions in
+    each): about 1,000 directory reads for each kind of file a client loads, on a cold
+    start's cold file cache. This one answers that check from SERVICES, each name confirmed
+    by its own folder; a name outside it is botocore's UnknownServiceError."""
+    from botocore.exceptions import DataNotFoundError
+    from botocore.loaders import Loader
+
+    class KnownServicesLoader(Loader):
+        def list_available_services(self, type_name: str) -> list[str]:
+            found = []
+            for name in sorted(SERVICES):
+                try:
+                    self.list_api_versions(name, type_name)
+                except DataNotFoundError:
+                    continue
+                found.append(name)
+            return found
+
+    # As botocore's create_loader: AWS_DATA_PATH's folders are searched before its own.
+    extra = [os.path.expanduser(os.path.expandvars(p)) for p in data_path.split(os.pathsep)] if data_path else []
+    return KnownServicesLoader(extra_search_paths=extra)
 
 
 def reset_session() -> None:
