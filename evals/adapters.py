@@ -92,6 +92,9 @@ class Engine:
         self.path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
         self.manifest = verify_model(self.path)
         self.sha256 = self.manifest.sha256
+        # What an answer depends on besides the file: the manifest's settings (readout,
+        # listings, prior, temperatures, framing), which `make eval` may choose again.
+        self.settings = hash_text((self.path.parent / "model-manifest.json").read_text())
         self._engine: DecisionEngine | None = None
 
     def answer(self, request: DecisionRequest) -> dict[str, Any]:
@@ -107,7 +110,7 @@ class Engine:
 
 
 def read_features(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:
-    """Each item's features, decided once (cached by model file, prompt and item text)."""
+    """Each item's features, decided once (cached by model file, its settings, prompt and item text)."""
     model = engine.name
     cache_path = REPORTS / f"features-{model}-{catalog.name}.jsonl"
     cached: dict[str, dict[str, Any]] = {}
@@ -118,7 +121,7 @@ def read_features(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:
     rows, started, decided = [], time.monotonic(), 0
     with cache_path.open("a") as sink:
         for i, item in enumerate(catalog.items, 1):
-            key = f"{engine.sha256}:{item['id']}:{hash_text(item['state'] + json.dumps(catalog.question, sort_keys=True))}"
+            key = f"{engine.sha256}:{engine.settings}:{item['id']}:{hash_text(item['state'] + json.dumps(catalog.question, sort_keys=True))}"
             if key not in cached:
                 t0 = time.perf_counter()
                 request = parse(DecisionRequest, {"model": model, "state": item["state"], "questions": {"q": catalog.question},

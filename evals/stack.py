@@ -74,6 +74,19 @@ def interval(values: np.ndarray, base: np.ndarray, seed: int = 0) -> tuple[float
     return float(values.mean() / base.mean() - 1), float(low), float(high)
 
 
+def by_kind(answered: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Accuracy, NLL and Brier against uniform for each question type's items."""
+    out = {}
+    for kind in sorted({a["kind"] for a in answered}):
+        rows = [a for a in answered if a["kind"] == kind]
+        nll = np.mean([-np.log(a["p"][a["gold"]] or 1e-12) for a in rows]) / np.mean([np.log(len(a["p"])) for a in rows])
+        brier = (np.mean([((np.asarray(a["p"]) - np.eye(len(a["p"]))[a["gold"]]) ** 2).sum() for a in rows])
+                 / np.mean([1 - 1 / len(a["p"]) for a in rows]))
+        out[kind] = {"n": len(rows), "accuracy": float(np.mean([int(np.argmax(a["p"]) == a["gold"]) for a in rows])),
+                     "nll_vs_uniform": float(nll - 1), "brier_vs_uniform": float(brier - 1)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.stack", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("DG_URL", "http://127.0.0.1:3000"))
@@ -90,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     served: dict[str, Any] = {}
     started = time.monotonic()
     refused: list[str] = []
+    answered: list[dict[str, Any]] = []  # each answer as given, for a per-type reading (not for choosing settings)
     for i, item in enumerate(items, 1):
         try:
             p, took, served = decide(client, item)
@@ -104,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         uniform_brier.append(1 - 1 / n)
         correct.append(int(np.argmax(p) == item.gold))
         seconds.append(took)
+        answered.append({"id": item.id, "kind": item.kind, "gold": item.gold, "p": [round(float(x), 6) for x in p]})
         if i % 10 == 0 or i == len(items):
             print(f"  {i}/{len(items)} decided ({(time.monotonic() - started) / i:.1f} s each)", file=sys.stderr, flush=True)
     nll_ratio = interval(np.array(nll), np.array(uniform_nll))
@@ -114,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy": float(np.mean(correct)), "best_constant_accuracy": best_constant(items),
         "nll_vs_uniform": nll_ratio, "brier_vs_uniform": brier_ratio,
         "seconds_per_decision": {"median": float(np.median(seconds)), "p90": float(np.percentile(seconds, 90))},
+        "by_kind": by_kind(answered), "answers": answered,
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
@@ -121,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  accuracy {report['accuracy']:.3f} (best constant answer per question type: {report['best_constant_accuracy']:.3f})")
     for name, (mid, low, high) in (("NLL", nll_ratio), ("Brier", brier_ratio)):
         print(f"  {name} vs uniform {mid:+.1%} (95% interval {low:+.1%} to {high:+.1%})")
+    for kind, row in report["by_kind"].items():
+        print(f"  {kind:<7} n={row['n']:<4} accuracy {row['accuracy']:.3f}  NLL vs uniform {row['nll_vs_uniform']:+.1%}"
+              f"  Brier vs uniform {row['brier_vs_uniform']:+.1%}")
     print(f"  {report['seconds_per_decision']['median']:.2f} s a decision (median), wrote {OUT}")
     return 0
 
