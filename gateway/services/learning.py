@@ -4,10 +4,13 @@ A record can train the entry when its question named the entry, it kept the answ
 features (the entry's `learning.keep_features`), and its outcome was attached by a
 credential holding `outcomes:train` with a `source` (review, audit, downstream): an
 outcome is a write to the entry's behaviour, so whoever may only decide cannot steer it.
-Only the records of the model, prompt template, readout, listing and sketch answering now
-(the newest such record's, which the reply names: `fitted_on`) are used: an adapter
-belongs to them. Folds are grouped by the state's sketch, so answers about one text never
-straddle train and test.
+Only the records of one model, prompt template, readout, listing and sketch are used (an
+adapter belongs to them, and the reply names them: `fitted_on`): those with the most
+training outcomes among the records read, the newest on a tie. Not simply the newest
+record's: a caller who may only decide can choose a readout or listing on an advisory
+entry, and one such decision must not decide what the entry learns. After a model change
+the refit follows once the new model's outcomes outnumber the old one's. Folds are
+grouped by the state's sketch, so answers about one text never straddle train and test.
 
 A fitted adapter is kept only where it beats the calibrated zero-shot answer out of fold
 (gateway.catalogs.fitting); then it is written as a new version of the entry, unless the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import time
@@ -38,6 +42,9 @@ TRAINING_SCOPE = "outcomes:train"
 # The newest records a refit reads: about 10 MB of records with features; older outcomes
 # add little to a head of a few thousand numbers.
 MAX_REFIT_RECORDS = 5000
+# The keys (model, template, readout, listing, sketch) a refit's read counts outcomes for:
+# their samples are held until one is chosen, so their number is bounded.
+MAX_KEYS = 4
 # The training outcomes a refit asked over the API fits on (the newest): about 1.6 s of one
 # core here, so that a 256 MB function (a sixth of a core) answers within API Gateway's
 # 29 s. The scheduled refit (gateway.refits, a function of its own) fits on up to
@@ -112,13 +119,13 @@ class LearningService:
 
     def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int, max_read_bytes: int
                  ) -> tuple[list[tuple[Any, str, str]], dict | None, dict[str, int]]:
-        """((sample, its outcome's source) of the records answering as the newest did, that key,
-        counts of what was read and why records were left out)."""
+        """((sample, its outcome's source, record id) of the key with the most training
+        outcomes, that key, counts of what was read and why records were left out)."""
         from gateway.catalogs.fitting import Sample
 
         found: Counter[str] = Counter()
-        samples: list[tuple[Sample, str, str]] = []
-        key: dict[str, Any] | None = None
+        by_key: dict[str, list[tuple[tuple, str, str]]] = {}  # newest first, each at most `limit`
+        counts: Counter[str] = Counter()
         scanned = self.records.scan_records(tenant_id, catalog=name)  # type: ignore[union-attr]
         read_bytes = 0
         with contextlib.closing(scanned):
@@ -138,21 +145,36 @@ class LearningService:
                         found[read] += 1
                         continue
                     sample_key, sample, source = read
-                    key = key or sample_key  # the newest record's: what answers now
-                    if sample_key != key:
-                        found["another_model"] += 1
-                    elif len(samples) >= limit:
-                        found["beyond_limit"] += 1
-                    else:
-                        samples.append((sample, source, item.record["id"]))
+                    tag = json_key(sample_key)
+                    if tag not in by_key and len(by_key) >= MAX_KEYS:
+                        found["another_model"] += 1  # bounded memory: the first MAX_KEYS keys met compete
+                        continue
+                    counts[tag] += 1
+                    kept = by_key.setdefault(tag, [])
+                    if len(kept) < limit:
+                        kept.append((sample, source, item.record["id"]))
+        if not by_key:
+            found["used"] = 0
+            return [], None, dict(found)
+        # Most outcomes wins; on a tie, the key met first (the newest record's).
+        chosen = max(by_key, key=lambda tag: (counts[tag], -list(by_key).index(tag)))
+        others = sum(n for tag, n in counts.items() if tag != chosen)
+        if others:
+            found["another_model"] += others
+        if counts[chosen] > len(by_key[chosen]):
+            found["beyond_limit"] = counts[chosen] - len(by_key[chosen])
+        samples = [(Sample(orders, decode_state(state), label, group), source, record_id)
+                   for (orders, state, label, group), source, record_id in by_key[chosen]]
         found["used"] = len(samples)
-        return samples, key, dict(found)
+        return samples, json.loads(chosen), dict(found)
+
+
+def json_key(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True)
 
 
 def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: list[str]) -> tuple | str:
-    """(the key it was answered under, the sample, the outcome's source), or why it cannot train."""
-    from gateway.catalogs.fitting import Sample
-
+    """(the key it was answered under, the sample's parts, the outcome's source), or why it cannot train."""
     outcome = record.get("outcome") or {}
     if not outcome.get("trains"):
         return "no_training_outcome"
@@ -164,8 +186,8 @@ def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: lis
     if not features:
         return "no_features"
     try:
-        state = decode_state(features["state"])
-    except (KeyError, ValueError):
+        decode_state(features["state"])  # checked here; decoded again for the key chosen only
+    except (KeyError, ValueError, TypeError):
         return "no_features"
     orders = features.get("orders") or []
     # The same options in the same order: a version that reordered them lists other features.
@@ -183,7 +205,7 @@ def _training_sample(record: dict[str, Any], question: dict[str, Any], keys: lis
     # Grouped by what the model read: answers about one text share a sketch, whatever key
     # hashed their state (so the folds never split a text, even across a key rotation).
     group = hashlib.sha256(features["state"].encode()).hexdigest()
-    return key, Sample(orders, state, label, group), outcome.get("source") or "downstream"
+    return key, (orders, features["state"], label, group), outcome.get("source") or "downstream"
 
 
 def _valid_key(key: dict[str, Any]) -> bool:

@@ -467,6 +467,30 @@ def test_outcomes_that_train_need_their_scope_and_a_refit_of_an_enforcing_entry_
     assert status == 200 and refit["applied"] is True and refit["version"] == 2
 
 
+def test_the_newest_decisions_listed_another_way_do_not_choose_what_the_entry_learns(store):
+    # Given an advisory entry with training outcomes under the default listing, when a caller
+    # who may only decide sends the newest decisions asking for the prior (and they are
+    # labelled too, as a downstream system labels everything), then the refit still fits the
+    # listing most outcomes were answered under, and counts the others as another model's.
+    learning_stack(store)
+    put(FRUIT, name="fruit")
+    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
+        for variant in (text, text + " today"):
+            decision_id = _decide_state(variant)[2]["x_decision_id"]
+            call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": truth}, "source": "review"},
+                       principal=TRAINER))
+    for text in FRUITY[:3]:
+        steered = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": text, "x_prior": True,
+                                                       "questions": {"fruit": {"catalog": "fruit"}}}, principal=DECIDER))
+        assert steered[0] == 200
+        call(event("POST", f"/v1/decisions/{steered[2]['x_decision_id']}/outcome",
+                   {"answers": {"fruit": True}, "source": "downstream"}, principal=TRAINER))
+    status, _, refit = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
+    assert status == 200 and refit["fitted_on"]["listing"] == "canonical/reversal/raw", refit
+    assert refit["outcomes"]["another_model"] == 3 and refit["samples"] == 40
+    assert refit["applied"] is True
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
