@@ -59,7 +59,7 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
                              spending=spending),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
         catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending,
-        learning=LearningService(catalogs, records))
+        learning=LearningService(catalogs, records, throttle=throttle))
 
 
 def longest_request_s(settings: GatewaySettings) -> float:

@@ -36,6 +36,7 @@ from gateway.catalogs.policy import answered_by, listing_of
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.records import RecordStore
 from gateway.errors import InvalidRequest, NotFound
+from gateway.services.throttle import TenantThrottle
 from systemone.features import decode_state
 
 TRAINING_SCOPE = "outcomes:train"
@@ -63,10 +64,11 @@ MAX_SCHEDULED_READ_BYTES = 32 * MAX_REQUEST_READ_BYTES
 
 class LearningService:
     def __init__(self, catalogs: CatalogService | None, records: RecordStore | None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, throttle: TenantThrottle | None = None) -> None:
         self.catalogs = catalogs
         self.records = records
         self.clock = clock
+        self.throttle = throttle  # one refit at a time per tenant, where refits share the decisions' function
 
     def refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int = MAX_REQUEST_SAMPLES,
               max_read_bytes: int = MAX_REQUEST_READ_BYTES) -> dict[str, Any]:
@@ -74,6 +76,12 @@ class LearningService:
         new version where it is kept and may move the entry (see the module's docstring)."""
         if self.catalogs is None or self.records is None:
             raise NotFound("catalogs and decision records are not both configured on this gateway")
+        with self.throttle.one_refit(tenant_id) if self.throttle is not None else contextlib.nullcontext():
+            return self._refit(tenant_id, name, apply, max_samples, max_read_bytes)
+
+    def _refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int, max_read_bytes: int
+               ) -> dict[str, Any]:
+        assert self.catalogs is not None and self.records is not None
         latest = self.catalogs.get(tenant_id, name)
         entry = latest.entry()
         keys = entry.option_keys()

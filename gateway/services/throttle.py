@@ -80,6 +80,13 @@ class TenantThrottle:
             yield
 
     @contextmanager
+    def one_refit(self, tenant_id: str) -> Iterator[None]:
+        """Hold the tenant's one place for a refit, or RateLimited (429): a refit reads
+        megabytes of records and fits for seconds in the function that answers decisions."""
+        with self._held(f"refit:{tenant_id}", 1, tenant_id, "this tenant may run one refit at a time"):
+            yield
+
+    @contextmanager
     def _held(self, name: str, limit: int, tenant_id: str, refusal: str) -> Iterator[None]:
         holder, now = uuid.uuid4().hex, self.clock()
         if not self._store(lambda: self.store.hold(name, holder, limit, now + self.hold_s, now)):

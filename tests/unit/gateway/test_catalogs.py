@@ -491,6 +491,24 @@ def test_the_newest_decisions_listed_another_way_do_not_choose_what_the_entry_le
     assert refit["applied"] is True
 
 
+def test_a_tenant_runs_one_refit_at_a_time(store):
+    # A refit reads megabytes and fits for seconds in the function that answers decisions:
+    # while one holds the tenant's place, another is refused (429, saying why), and another
+    # tenant's refit is not.
+    import time
+
+    learning_stack(store)
+    put(FRUIT, name="fruit")
+    put(FRUIT, name="fruit", principal=GLOBEX)
+    now = time.time()
+    assert store.hold("refit:acme", "another-instance", 1, now + 60, now)
+    status, headers, body = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
+    assert status == 429 and "one refit at a time" in body["detail"]["message"] and headers.get("retry-after")
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=GLOBEX))[0] != 429
+    store.release("refit:acme", "another-instance")
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[0] == 200
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
