@@ -25,6 +25,7 @@ from typing import Any
 from gateway.auth.store import DEFAULT_LIMITS, TenantLimits
 from gateway.decisions.model import Decision, Question, Text, render_json
 from gateway.errors import PayloadTooLarge
+from systemone.limits import STATE_FEATURE_DIMS
 
 BYTES_PER_TOKEN = 4
 # Chat template, "Task:", "Options:", the reply hint and the answer cue of one probe.
@@ -63,8 +64,9 @@ def check_budget(decision: Decision, max_tokens: int, limits: TenantLimits = DEF
                               f" {limits.max_text_bytes} per request: shorten the state or split the questions")
     record = record_bytes(questions)
     if record > MAX_RECORD_BYTES:
-        raise PayloadTooLarge(f"this decision's audit record would take about {record} bytes (its question names and"
-                              f" option keys); a record holds at most {MAX_RECORD_BYTES}: use shorter names or fewer options")
+        raise PayloadTooLarge(f"this decision's audit record would take about {record} bytes (its question names,"
+                              f" option keys and any features kept for refits); a record holds at most"
+                              f" {MAX_RECORD_BYTES}: use shorter names, fewer options or fewer questions")
     if limits.max_request_tokens is not None:
         max_tokens = min(max_tokens, limits.max_request_tokens)
     tokens = estimated_tokens(decision)
@@ -88,7 +90,19 @@ def record_bytes(questions: list[Question]) -> int:
         total += 2 * max(keys, default=0)
         if question.binding is not None:
             total += len(json.dumps(question.binding.ref)) + 600  # catalog ref, hash, temperature, policy
+            if question.binding.keep_features:
+                total += features_bytes(len(keys))
     return total
+
+
+# A kept answer's features (decisions/records.py): the state's sketch (STATE_FEATURE_DIMS
+# float16 numbers in base64) and its name, then one distribution per listing, each float
+# written in at most 26 characters. Listings are at most the options' count (rotations) or 2.
+FEATURES_FIXED_BYTES = 4 * math.ceil(2 * STATE_FEATURE_DIMS / 3) + 120
+
+
+def features_bytes(options: int) -> int:
+    return FEATURES_FIXED_BYTES + 26 * options * max(2, options)
 
 
 def _question_tokens(question: Question) -> int:

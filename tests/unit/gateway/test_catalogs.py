@@ -509,6 +509,30 @@ def test_a_tenant_runs_one_refit_at_a_time(store):
     assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[0] == 200
 
 
+def test_the_features_an_entry_keeps_count_in_the_records_size_before_the_model_runs(store):
+    # 250 questions naming an entry that keeps features: without them the record would fit,
+    # with them it cannot, so the request is refused with the figures before any backend call
+    # (not after the scorer's work, when the record is written). 120 fit, features and all.
+    from gateway.decisions.budget import MAX_RECORD_BYTES, features_bytes
+
+    backend = learning_stack(store)
+    put(FRUIT, name="fruit")
+
+    def many(n):
+        return call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": "apples and pears", "questions": {
+            f"q{i:03d}": {"catalog": "fruit"} for i in range(n)}}, principal=ACME))
+
+    status, _, body = many(250)
+    assert status == 413 and "features kept for refits" in body["detail"]["message"] and not backend.calls
+    estimate = int(body["detail"]["message"].split("about ")[1].split(" bytes")[0])
+    assert estimate > MAX_RECORD_BYTES > estimate - 250 * features_bytes(2)
+    status, _, body = many(120)
+    assert status == 200, body
+    stored = store.get_record("acme", body["x_decision_id"])
+    assert all(q.get("features") for q in stored["questions"])
+    assert len(json.dumps(stored)) < MAX_RECORD_BYTES
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
