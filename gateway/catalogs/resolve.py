@@ -40,7 +40,8 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
             continue
         version = _version(catalogs, tenant_id, question)
         entry = version.entry()
-        questions.append(from_entry(question.id, question.name, version, entry))
+        keep = _keeps_features(catalogs, tenant_id, version, entry) if question.version is not None else None
+        questions.append(from_entry(question.id, question.name, version, entry, keep_features=keep))
         if not may_override_policy and _held_to_policy(catalogs, tenant_id, decision, version, entry):
             enforcing.append((version.name, entry))
         for field, option in _READOUT_FIELDS.items():
@@ -73,6 +74,17 @@ def _version(catalogs: CatalogService | None, tenant_id: str, question: CatalogR
         return catalogs.get(tenant_id, question.catalog, question.version)
     except NotFound as exc:
         raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
+
+
+def _keeps_features(catalogs: CatalogService | None, tenant_id: str, version: CatalogVersion, entry: Entry) -> bool:
+    """Whether a pinned version's records keep features: only while the entry's latest version
+    still says so. Features are a representation of the state, kept at the tenant's choice;
+    a caller naming an earlier version must not keep what the tenant has since switched off."""
+    if catalogs is None or entry.learning is None or not entry.learning.keep_features:
+        return False
+    latest = catalogs.get(tenant_id, version.name)
+    learning = latest.entry().learning
+    return latest.version == version.version or (learning is not None and learning.keep_features)
 
 
 def _enforcing(entry: Entry) -> bool:
@@ -115,7 +127,8 @@ def _hold_to_readout(name: str, entry: Entry, engine: dict[str, Any], asked: dic
 
 
 def from_entry(question_id: str, name: str | None, version: CatalogVersion,
-               entry: NoulEntry | ChoiceEntry | ScoreEntry) -> Question:
+               entry: NoulEntry | ChoiceEntry | ScoreEntry, keep_features: bool | None = None) -> Question:
+    """The entry's question, bound to it; `keep_features` overrides the entry's own setting."""
     abstain = None
     if isinstance(entry, ChoiceEntry):
         options = tuple(Option(o.name, o.name, o.description) for o in entry.options)
@@ -127,7 +140,7 @@ def from_entry(question_id: str, name: str | None, version: CatalogVersion,
         options = tuple(Option(side, side == "true", text) for side, text in (entry.criteria or {}).items() if text is not None)
     fit = entry.calibration.fit
     fitted_on = FitKey(fit.model_sha256, fit.prompt_version, fit.readout) if fit is not None else None
-    keep = entry.learning is not None and entry.learning.keep_features
+    keep = entry.learning is not None and entry.learning.keep_features if keep_features is None else keep_features
     binding = CatalogBinding(version.name, version.version, version.content_hash, entry.calibration.temperature, entry.policy,
                              abstain, fitted_on, entry.adapter, keep)
     return Question(question_id, entry.type, entry.instructions, options, name=name or version.name, binding=binding)

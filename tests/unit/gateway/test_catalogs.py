@@ -533,6 +533,22 @@ def test_the_features_an_entry_keeps_count_in_the_records_size_before_the_model_
     assert len(json.dumps(stored)) < MAX_RECORD_BYTES
 
 
+def test_a_caller_naming_an_earlier_version_keeps_no_features_the_tenant_switched_off(store):
+    backend = learning_stack(store)
+    put(FRUIT, name="fruit")
+    put({**FRUIT, "learning": None}, name="fruit")  # version 2: the tenant stops keeping features
+
+    def stored(reference):
+        body = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": "a ripe mango",
+                                                    "questions": {"fruit": reference}}, principal=DECIDER))[2]
+        return store.get_record("acme", body["x_decision_id"])["questions"][0]
+
+    assert "features" not in stored({"catalog": "fruit", "version": 1}) and backend.calls[-1][1].get("x_features") is None
+    assert "features" not in stored({"catalog": "fruit"})
+    put(FRUIT, name="fruit")  # version 3 keeps them again: so may a pinned earlier version that did
+    assert stored({"catalog": "fruit", "version": 1})["features"]["sketch"]
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
