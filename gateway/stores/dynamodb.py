@@ -390,14 +390,18 @@ class DynamoDBStore:
                 return sorted(found)
 
     def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
+        """Each entry's latest version. The tenant's versions are listed by name and number
+        alone, then each latest is read: an entry refitted daily gains a version of up to
+        ~48 KB a day, and reading every version's content made this list (and the 256 MB
+        function that serves it) grow without bound."""
         items = self._query_all(TableName=self.catalogs_table, IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
+                                ProjectionExpression="#n, #v", ExpressionAttributeNames={"#n": "name", "#v": "version"},
                                 ExpressionAttributeValues={":t": {"S": tenant_id}})
-        latest: dict[str, CatalogVersion] = {}
+        newest: dict[str, int] = {}
         for item in items:
-            version = _catalog_version(item)
-            if version.name not in latest or version.version > latest[version.name].version:
-                latest[version.name] = version
-        return [latest[name] for name in sorted(latest)]
+            newest[item["name"]] = max(int(item["version"]), newest.get(item["name"], 0))
+        found = (self.get_catalog_version(tenant_id, name, version) for name, version in sorted(newest.items()))
+        return [version for version in found if version is not None]
 
     # -- decision records ---------------------------------------------------------------
 

@@ -190,6 +190,7 @@ def test_catalog_versions_are_immutable_and_scoped_by_tenant(store):
     assert store.get_catalog_version("globex", "routing", 2) is None
     assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [1, 2]
     assert [(v.name, v.version) for v in store.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
+    assert store.list_catalogs("acme")[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
     assert [(v.name, v.version) for v in store.list_catalogs("globex")] == [("routing", 1)]
     assert store.latest_catalog_version("acme", "nothing") is None
     assert store.list_catalog_tenants() == ["acme", "globex"]  # each once, however many entries and versions
