@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 # state, and sees the probabilities) moves a logit no further than the states it learned
 # from did.
 STATE_CLIP = 4.0
+# The zero-shot answer's least weight in a head (a temperature of at most 20): a head never
+# reads its model backwards. The fit keeps to it; an adapter written by hand is held to it.
+MIN_SCALE = 1 / 20
 
 
 def encode_vector(values: Sequence[float]) -> str:
@@ -113,17 +117,21 @@ def adapted(adapter: Adapter, features: ReadFeatures | None, answered: FitKey,
 
 _HEADS: dict[tuple[object, ...], Head] = {}
 _MAX_HEADS = 64  # decoded heads kept (about 10 KB an option each): bounded, whatever the tenants
+_HEADS_LOCK = threading.Lock()  # the local runner serves requests on threads
 
 
 def _head(adapter: Adapter) -> Head:
     """The decoded head, cached by the adapter's numbers themselves (compared whole, never
     by a name or a short hash that another tenant's adapter could share)."""
     key = (adapter.scale, tuple(adapter.bias), adapter.center, adapter.spread, adapter.weights)
-    head = _HEADS.get(key)
+    with _HEADS_LOCK:
+        head = _HEADS.get(key)
     if head is None:
-        if len(_HEADS) >= _MAX_HEADS:
-            _HEADS.pop(next(iter(_HEADS)))
-        head = _HEADS[key] = Head.of(adapter)
+        head = Head.of(adapter)
+        with _HEADS_LOCK:
+            while len(_HEADS) >= _MAX_HEADS:
+                _HEADS.pop(next(iter(_HEADS)))
+            _HEADS[key] = head
     return head
 
 

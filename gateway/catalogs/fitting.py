@@ -24,13 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.catalogs.adapters import STATE_CLIP  # the decision-time head's: one figure for both
+from gateway.catalogs.adapters import MIN_SCALE, STATE_CLIP  # the decision-time head's: one figure for both
 
 L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 MAX_FOLDS = 5
 MIN_SAMPLES = 10  # fewer outcomes than this: no adapter is fitted (nothing to tell apart out of fold)
 SURE = 1.645  # standard errors: the one-sided 95% point of a normal
-MIN_SCALE = 1 / 20  # the zero-shot answer's weight: a temperature of at most 20
 MIN_SPREAD = 1e-3
 _STEPS = 300
 _LEARNING_RATE = 0.05

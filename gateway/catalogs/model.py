@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from gateway.catalogs.adapters import MIN_SCALE
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
 from systemone.limits import STATE_FEATURE_DIMS
 
@@ -163,7 +164,7 @@ class Adapter(_Strict):
     # How the answers it learned from were listed and debiased (policy.listing_of).
     listing: str = Field(min_length=1, max_length=64)
     options: list[str] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
-    scale: float = Field(ge=1 / 20, le=100)  # fitting.MIN_SCALE: a head never reads its model backwards
+    scale: float = Field(ge=MIN_SCALE, le=100)
     bias: list[float] = Field(min_length=2, max_length=MAX_ADAPTER_OPTIONS)
     center: str = Field(max_length=MAX_VECTOR_CHARS)
     spread: str = Field(max_length=MAX_VECTOR_CHARS)
