@@ -74,6 +74,10 @@ MAX_RECORD_ITEM_BYTES = 400_000
 RECORD_ITEM_FIXED_BYTES = 256
 
 
+class OutcomeTrains(Exception):
+    """The record's outcome trains catalog adapters, and the write was to leave such an outcome as it is."""
+
+
 class RecordTooLarge(PayloadTooLarge):
     """A record, with its outcome, larger than one stored item may be (413, with the figures)."""
 
@@ -127,9 +131,11 @@ class RecordStore(Protocol):
         """The record body with its `outcome` (or None), only if it belongs to the tenant."""
         ...
 
-    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any], *, keep_training: bool = False) -> bool:
         """Attach (or replace) the outcome; False when the tenant has no such record;
-        RecordTooLarge (the record unchanged) when the record with it would pass MAX_RECORD_ITEM_BYTES."""
+        RecordTooLarge (the record unchanged) when the record with it would pass MAX_RECORD_ITEM_BYTES.
+        With `keep_training`, an outcome that trains (`trains`) is left as it is (OutcomeTrains),
+        checked in the same write: a check before it could be raced by the write it guards."""
         ...
 
     def scan_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,

@@ -24,7 +24,7 @@ from typing import Any
 from gateway.auth.credentials import Principal
 from gateway.catalogs.drift import drift
 from gateway.catalogs.store import CatalogStore
-from gateway.decisions.records import ListedRecord, RecordStore, without_features
+from gateway.decisions.records import ListedRecord, OutcomeTrains, RecordStore, without_features
 from gateway.errors import Forbidden, InvalidRequest, NotFound
 from gateway.services.learning import TRAINING_SCOPE
 
@@ -110,7 +110,14 @@ class RecordsService:
         outcome = {"answers": answers, "override": override, "note": note, "recorded_at": self.clock(),
                    "recorded_by": principal.credential_id, **({"source": source} if source else {}),
                    "trains": source is not None}
-        if not self._records().set_outcome(principal.tenant_id, record_id(decision_id), outcome):
+        may_train = TRAINING_SCOPE in principal.scopes
+        try:
+            written = self._records().set_outcome(principal.tenant_id, record_id(decision_id), outcome,
+                                                  keep_training=not may_train)
+        except OutcomeTrains:  # attached by a trainer between the read above and this write
+            raise Forbidden(f"this decision's outcome trains catalog adapters: replacing it needs the"
+                            f" {TRAINING_SCOPE!r} scope") from None
+        if not written:
             raise NotFound(f"no decision {decision_id!r}")  # expired between the read and the write
         return outcome
 

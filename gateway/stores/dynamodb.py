@@ -34,6 +34,7 @@ from gateway.decisions.idempotency import Entry
 from gateway.decisions.records import (
     MAX_RECORD_ITEM_BYTES,
     ListedRecord,
+    OutcomeTrains,
     RecordTooLarge,
     check_record_item,
     record_item_bytes,
@@ -432,32 +433,41 @@ class DynamoDBStore:
         item = _plain(reply["Item"])
         return item if item["expires_at"] > time.time() else None  # TTL deletion lags; expiry does not
 
-    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any], *, keep_training: bool = False) -> bool:
         text = json.dumps(outcome)
         room = MAX_RECORD_ITEM_BYTES - len(text.encode("utf-8", "surrogatepass"))
+        # Records written before item_bytes are held to the limit by DynamoDB itself (below).
+        condition = ("attribute_exists(record_id) AND expires_at > :now"
+                     " AND (attribute_not_exists(item_bytes) OR item_bytes <= :room)")
+        values = {":o": {"S": text}, ":now": _value(time.time()), ":room": _value(room),
+                  ":trains": _value(bool(outcome.get("trains")))}
+        if keep_training:
+            condition += " AND (attribute_not_exists(outcome_trains) OR outcome_trains = :no)"
+            values[":no"] = _value(False)
         try:
             self.client.update_item(
                 TableName=self.records_table, Key=_item({"tenant_id": tenant_id, "record_id": record_id}),
-                UpdateExpression="SET outcome = :o",
-                # Records written before item_bytes are held to the limit by DynamoDB itself (below).
-                ConditionExpression="attribute_exists(record_id) AND expires_at > :now"
-                                    " AND (attribute_not_exists(item_bytes) OR item_bytes <= :room)",
-                ExpressionAttributeValues={":o": {"S": text}, ":now": _value(time.time()), ":room": _value(room)},
+                UpdateExpression="SET outcome = :o, outcome_trains = :trains", ConditionExpression=condition,
+                ExpressionAttributeValues=values,
             )
         except self.client.exceptions.ConditionalCheckFailedException:
-            return self._outcome_refused(tenant_id, record_id, text, None)
+            return self._outcome_refused(tenant_id, record_id, text, None, keep_training)
         except self.client.exceptions.ClientError as exc:
             if _item_too_large(exc):
-                return self._outcome_refused(tenant_id, record_id, text, exc)
+                return self._outcome_refused(tenant_id, record_id, text, exc, keep_training)
             raise
         return True
 
-    def _outcome_refused(self, tenant_id: str, record_id: str, outcome: str, error: Exception | None) -> bool:
-        """Why the outcome was not written: no such live record (False), or the record would pass
-        the item limit with it (RecordTooLarge, with the figure)."""
+    def _outcome_refused(self, tenant_id: str, record_id: str, outcome: str, error: Exception | None,
+                         keep_training: bool = False) -> bool:
+        """Why the outcome was not written: no such live record (False), an outcome that trains
+        where it was to be kept (OutcomeTrains), or the record would pass the item limit with it
+        (RecordTooLarge, with the figure)."""
         item = self._live_record(tenant_id, record_id)
         if item is None:
             return False
+        if keep_training and item.get("outcome_trains"):
+            raise OutcomeTrains(record_id)
         size = record_item_bytes(tenant_id, record_id, item.get("catalogs") or [], item["body"], outcome)
         raise RecordTooLarge(size if size > MAX_RECORD_ITEM_BYTES else None, outcome=True) from error
 

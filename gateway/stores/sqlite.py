@@ -18,7 +18,7 @@ from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant, TenantLimits
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import VersionTaken
 from gateway.decisions.idempotency import Entry
-from gateway.decisions.records import ListedRecord, check_record_item, record_item_bytes
+from gateway.decisions.records import ListedRecord, OutcomeTrains, check_record_item, record_item_bytes
 from gateway.stores import Stores
 
 _SCHEMA = """
@@ -373,7 +373,7 @@ class SQLiteStore:
                                       (tenant_id, record_id, time.time())).fetchone()
         return None if row is None else _record(row)
 
-    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any]) -> bool:
+    def set_outcome(self, tenant_id: str, record_id: str, outcome: dict[str, Any], *, keep_training: bool = False) -> bool:
         text = json.dumps(outcome)
         with self._connect() as db:
             # The body and catalogs never change once written: the figure holds until the update.
@@ -383,8 +383,15 @@ class SQLiteStore:
                 return False
             check_record_item(record_item_bytes(tenant_id, record_id, row["catalogs"].split(), row["body"], text),
                               outcome=True)
-            cursor = db.execute("UPDATE records SET outcome = ? WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",
-                                (text, tenant_id, record_id, time.time()))
+            # The outcome that trains is checked in the update itself: another writer may have
+            # attached one since the read above.
+            cursor = db.execute("UPDATE records SET outcome = ? WHERE tenant_id = ? AND record_id = ? AND expires_at > ?"
+                                " AND (? = 0 OR outcome IS NULL OR coalesce(json_extract(outcome, '$.trains'), 0) = 0)",
+                                (text, tenant_id, record_id, time.time(), int(keep_training)))
+            if cursor.rowcount == 0 and keep_training and db.execute(
+                    "SELECT 1 FROM records WHERE tenant_id = ? AND record_id = ? AND json_extract(outcome, '$.trains') = 1",
+                    (tenant_id, record_id)).fetchone():
+                raise OutcomeTrains(record_id)
         return cursor.rowcount == 1
 
     def scan_records(self, tenant_id: str, *, catalog: str | None = None, since: float | None = None,

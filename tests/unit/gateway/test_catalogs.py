@@ -549,6 +549,23 @@ def test_a_caller_naming_an_earlier_version_keeps_no_features_the_tenant_switche
     assert stored({"catalog": "fruit", "version": 1})["features"]["sketch"]
 
 
+def test_a_decide_only_outcome_racing_a_trainers_cannot_replace_it(store, monkeypatch):
+    # The service reads the record before writing; a trainer's outcome attached in between
+    # (the read saw none) is still kept, by the write's own condition: 403, and it stands.
+    learning_stack(store)
+    put(FRUIT, name="fruit")
+    decision_id = _decide_state("a ripe mango")[2]["x_decision_id"]
+    trained = call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": True}, "source": "review"},
+                         principal=TRAINER))
+    assert trained[0] == 200
+    read = store.get_record
+    monkeypatch.setattr(store, "get_record", lambda tenant, rid: {**read(tenant, rid), "outcome": None})
+    raced = call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": False}}, principal=DECIDER))
+    assert raced[0] == 403 and "outcomes:train" in raced[2]["detail"]["message"]
+    monkeypatch.undo()
+    assert store.get_record("acme", decision_id.removeprefix("dec_"))["outcome"]["trains"] is True
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")

@@ -226,6 +226,16 @@ def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(stor
     sizes = {r.record_id: r.size for r in store.scan_records("acme") if r.record_id != "old"}
     assert sizes == {"r3": len('{"id": "r3"}'), "r2": len('{"id": "r2"}'),
                      "r1": len('{"id": "r1"}') + len('{"expected": {"q": "billing"}}')}
+    # An outcome that trains is left as it is by a write told to keep it, in that write itself.
+    from gateway.decisions.records import OutcomeTrains
+
+    assert store.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": False}, keep_training=True)
+    assert store.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": True}, keep_training=True)
+    with pytest.raises(OutcomeTrains):
+        store.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": False}, keep_training=True)
+    assert store.get_record("acme", "r2")["outcome"] == {"answers": {"q": True}, "trains": True}
+    assert not store.set_outcome("acme", "nope", {}, keep_training=True)
+    assert store.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": True})  # a trainer's write
 
 
 def _outcome_of(size: int, body: dict, catalogs: list[str], record_id: str = "big") -> dict:
