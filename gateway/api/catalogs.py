@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.context import caller
 from gateway.api.docs import UNDOCUMENTED, Documentation
 from gateway.api.responses import json_response
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
-from gateway.catalogs.service import CatalogService
+from gateway.catalogs.service import VERSIONS_PAGE, CatalogService
 from gateway.errors import NotFound
 from gateway.services.learning import LearningService
 
@@ -54,12 +54,18 @@ def router(service: CatalogService | None, doc: Documentation = UNDOCUMENTED,
         version, created = catalogs().put(tenant_id, name, content)
         return json_response(201 if created else 200, {**version.as_dict(), "created": created})
 
-    @routes.get("/v1/catalogs/<name>/versions", summary="Every version of a catalog entry", tags=["Catalogs"],
-                responses=doc("VersionList", "Every version, oldest first"))
-    def list_versions(name: Name):
+    @routes.get("/v1/catalogs/<name>/versions", summary="The versions of a catalog entry, oldest first, a page at a time",
+                tags=["Catalogs"], responses=doc("VersionList", "A page of versions, oldest first; next_after when"
+                                                 " there are more"))
+    def list_versions(name: Name,
+                      after: Annotated[int, Query(ge=0, le=MAX_VERSION, description="Only versions numbered above"
+                                                  " this (the last page's next_after)")] = 0,
+                      limit: Annotated[int, Query(ge=1, le=VERSIONS_PAGE, description="At most this many versions; a"
+                                                  " page also ends before 4 MB of content")] = VERSIONS_PAGE):
         tenant_id = caller(routes, "catalogs:read").tenant_id
-        found = catalogs().versions(tenant_id, name)
-        return json_response(200, {"versions": [v.as_dict() for v in found]})
+        found, next_after = catalogs().versions(tenant_id, name, after, limit)
+        return json_response(200, {"versions": [v.as_dict() for v in found],
+                                   **({"next_after": next_after} if next_after is not None else {})})
 
     @routes.get("/v1/catalogs/<name>/versions/<version>", summary="One version of a catalog entry", tags=["Catalogs"],
                 responses=doc("CatalogEntry", "The version"))

@@ -22,6 +22,12 @@ MAX_CONTENT_BYTES = 256 * 1024
 MAX_CONTENT_DEPTH = MAX_JSON_DEPTH - 2
 
 
+# A page of an entry's versions: at most this many, and this much content (a Lambda response
+# holds 6 MB, JSON-escaped).
+VERSIONS_PAGE = 100
+MAX_VERSIONS_PAGE_BYTES = 4 * 1024 * 1024
+
+
 class CatalogService:
     def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -65,11 +71,22 @@ class CatalogService:
             raise NotFound(f"the catalog entry {what!r} does not exist")
         return found
 
-    def versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
-        found = self.store.list_catalog_versions(tenant_id, name)
-        if not found:
+    def versions(self, tenant_id: str, name: str, after: int = 0, limit: int = VERSIONS_PAGE
+                 ) -> tuple[list[CatalogVersion], int | None]:
+        """A page of the entry's versions numbered above `after`, oldest first, and the
+        number to pass as `after` for the next page (None at the end). A page ends at `limit`
+        versions or at MAX_VERSIONS_PAGE_BYTES of content, whichever comes first: an entry
+        refitted daily gains a version a day, each up to the item limit."""
+        found = self.store.list_catalog_versions(tenant_id, name, after, limit + 1)
+        if not found and (after == 0 or self.store.latest_catalog_version(tenant_id, name) is None):
             raise NotFound(f"the catalog entry {name!r} does not exist")
-        return found
+        page, used = [], 0
+        for version in found[:limit]:
+            used += len(version.content)
+            if page and used > MAX_VERSIONS_PAGE_BYTES:
+                break
+            page.append(version)
+        return page, (page[-1].version if len(page) < len(found) else None)
 
     def list(self, tenant_id: str) -> list[CatalogVersion]:
         return self.store.list_catalogs(tenant_id)

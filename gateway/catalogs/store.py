@@ -20,7 +20,10 @@ class CatalogStore(Protocol):
 
     def latest_catalog_version(self, tenant_id: str, name: str) -> CatalogVersion | None: ...
 
-    def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]: ...
+    def list_catalog_versions(self, tenant_id: str, name: str, after: int = 0, limit: int | None = None
+                              ) -> list[CatalogVersion]:
+        """The versions numbered above `after`, oldest first, at most `limit` of them."""
+        ...
 
     def list_catalog_tenants(self) -> list[str]:
         """The ids of the tenants that have a catalog entry (the scheduled refit walks them;

@@ -372,10 +372,22 @@ class DynamoDBStore:
                                   Limit=1, ConsistentRead=True, ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
         return _catalog_version(_plain(reply["Items"][0])) if reply["Items"] else None
 
-    def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
-        items = self._query_all(TableName=self.catalogs_table, KeyConditionExpression="pk = :p", ConsistentRead=True,
-                                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
-        return [_catalog_version(item) for item in items]
+    def list_catalog_versions(self, tenant_id: str, name: str, after: int = 0, limit: int | None = None
+                              ) -> list[CatalogVersion]:
+        found: list[CatalogVersion] = []
+        start = None
+        while limit is None or len(found) < limit:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            if limit is not None:
+                extra["Limit"] = limit - len(found)
+            reply = self.client.query(TableName=self.catalogs_table, KeyConditionExpression="pk = :p AND version > :a",
+                                      ConsistentRead=True, ExpressionAttributeValues={
+                                          ":p": {"S": f"{tenant_id}#{name}"}, ":a": _value(after)}, **extra)
+            found.extend(_catalog_version(_plain(item)) for item in reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                break
+        return found
 
     def list_catalog_tenants(self) -> list[str]:
         """A Scan of the catalogs table for its items' tenant ids alone (IAM grants the scheduled

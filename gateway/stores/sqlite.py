@@ -341,9 +341,10 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else _catalog_version(row)
 
-    def list_catalog_versions(self, tenant_id: str, name: str) -> list[CatalogVersion]:
-        rows = self._connect().execute("SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? ORDER BY version",
-                                       (tenant_id, name))
+    def list_catalog_versions(self, tenant_id: str, name: str, after: int = 0, limit: int | None = None
+                              ) -> list[CatalogVersion]:
+        rows = self._connect().execute("SELECT * FROM catalog_versions WHERE tenant_id = ? AND name = ? AND version > ?"
+                                       " ORDER BY version LIMIT ?", (tenant_id, name, after, -1 if limit is None else limit))
         return [_catalog_version(row) for row in rows]
 
     def list_catalog_tenants(self) -> list[str]:

@@ -182,6 +182,7 @@ class CatalogList(Strict):
 
 class VersionList(Strict):
     versions: list[CatalogEntry]
+    next_after: int | None = None  # more versions: pass it back as ?after=
 
 
 class RecordList(Strict):

@@ -566,6 +566,30 @@ def test_a_decide_only_outcome_racing_a_trainers_cannot_replace_it(store, monkey
     assert store.get_record("acme", decision_id.removeprefix("dec_"))["outcome"]["trains"] is True
 
 
+def test_an_entrys_versions_come_a_page_at_a_time(store, monkeypatch):
+    # An entry refitted daily gains a version a day: its list is paged by count and by size.
+    from urllib.parse import urlencode
+
+    from gateway.catalogs import service
+
+    stack(store)
+    for i in range(5):
+        put({**FRUIT, "instructions": f"Is the message about fruit? ({i})"}, name="fruit")
+
+    def page(query):
+        status, _, body = call(event("GET", "/v1/catalogs/fruit/versions?" + urlencode(query), principal=READER))
+        assert status == 200, body
+        return [v["version"] for v in body["versions"]], body.get("next_after")
+
+    assert page({}) == ([1, 2, 3, 4, 5], None)
+    assert page({"limit": "2"}) == ([1, 2], 2) and page({"limit": "2", "after": "2"}) == ([3, 4], 4)
+    assert page({"limit": "2", "after": "4"}) == ([5], None) and page({"after": "5"}) == ([], None)
+    monkeypatch.setattr(service, "MAX_VERSIONS_PAGE_BYTES", 1)  # one version is always a page's
+    assert page({}) == ([1], 1)
+    assert call(event("GET", "/v1/catalogs/fruit/versions?limit=0", principal=READER))[0] == 422
+    assert call(event("GET", "/v1/catalogs/nothing/versions?after=3", principal=READER))[0] == 404
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")

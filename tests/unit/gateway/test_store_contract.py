@@ -189,6 +189,9 @@ def test_catalog_versions_are_immutable_and_scoped_by_tenant(store):
     assert store.latest_catalog_version("acme", "routing").version == 2
     assert store.get_catalog_version("globex", "routing", 2) is None
     assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [1, 2]
+    assert [v.version for v in store.list_catalog_versions("acme", "routing", after=1)] == [2]
+    assert [v.version for v in store.list_catalog_versions("acme", "routing", limit=1)] == [1]
+    assert store.list_catalog_versions("acme", "routing", after=2) == []
     assert [(v.name, v.version) for v in store.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
     assert store.list_catalogs("acme")[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
     assert [(v.name, v.version) for v in store.list_catalogs("globex")] == [("routing", 1)]
