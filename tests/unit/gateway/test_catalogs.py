@@ -386,6 +386,15 @@ def _decide_state(state, principal=ACME):
                                                 "questions": {"fruit": {"catalog": "fruit"}}}, principal=principal))
 
 
+def _label_fruit(suffixes):
+    """Decide each text (with each suffix) on the fruit entry and attach its truth as a reviewer."""
+    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
+        for suffix in suffixes:
+            decision_id = _decide_state(text + suffix)[2]["x_decision_id"]
+            call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": truth}, "source": "review"},
+                       principal=TRAINER))
+
+
 def test_an_adapter_learns_from_training_outcomes_and_answers_the_entrys_decisions(store):
     # Given an entry that keeps features and a backend whose zero-shot answer is a coin
     # (0.5), when decisions get outcomes from a credential allowed to train and the entry
@@ -474,11 +483,7 @@ def test_the_newest_decisions_listed_another_way_do_not_choose_what_the_entry_le
     # listing most outcomes were answered under, and counts the others as another model's.
     learning_stack(store)
     put(FRUIT, name="fruit")
-    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
-        for variant in (text, text + " today"):
-            decision_id = _decide_state(variant)[2]["x_decision_id"]
-            call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": truth}, "source": "review"},
-                       principal=TRAINER))
+    _label_fruit(["", " today"])
     for text in FRUITY[:3]:
         steered = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": text, "x_prior": True,
                                                        "questions": {"fruit": {"catalog": "fruit"}}}, principal=DECIDER))
@@ -593,11 +598,7 @@ def test_an_entrys_versions_come_a_page_at_a_time(store, monkeypatch):
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
-    for text, truth in [(t, True) for t in FRUITY] + [(t, False) for t in OTHER]:
-        for variant in (text, text + " today"):
-            decision_id = _decide_state(variant)[2]["x_decision_id"]
-            call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": truth}, "source": "review"},
-                       principal=TRAINER))
+    _label_fruit(["", " today"])
     assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[2]["applied"] is True
     entry = call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]
     content = {k: v for k, v in entry.items() if k not in ("name", "version", "hash", "created_at")}
