@@ -379,7 +379,16 @@ def render_eval_stack(report: dict) -> list[str]:
                  f"{pct(nll[0], True)} ({pct(nll[1], True)} to {pct(nll[2], True)})",
                  f"{pct(brier[0], True)} ({pct(brier[1], True)} to {pct(brier[2], True)})",
                  f"{num(report['seconds_per_decision']['median'])}, {num(report['seconds_per_decision']['p90'])}"]]),
-        "The best constant answer saw the answers: for each question type, its most common gold position.", ""]
+        "The best constant answer saw the answers: for each question type, its most common gold position.", "",
+        *by_kind_table(report.get("by_kind", {}))]
+
+
+def by_kind_table(by_kind: dict) -> list[str]:
+    if not by_kind:
+        return []
+    return ["By question type:", "", *table(["type", "items", "accuracy", "NLL vs uniform", "Brier vs uniform"],
+                                             [[k, str(r["n"]), pct(r["accuracy"]), pct(r["nll_vs_uniform"], True),
+                                               pct(r["brier_vs_uniform"], True)] for k, r in by_kind.items()])]
 
 
 def render_eval_adapters(report: dict) -> list[str]:
