@@ -52,6 +52,15 @@ MAX_VECTOR_CHARS = 4 * ((4 * STATE_FEATURE_DIMS + 2) // 3)
 # The most options an adapter answers over: its weights (options x 256 float32) stay within
 # an entry's size (gateway.catalogs.service.MAX_CONTENT_BYTES) with room for the rest.
 MAX_ADAPTER_OPTIONS = 32
+
+
+def adapter_bytes_bound(options: int) -> int:
+    """An upper bound on an adapter's size in an entry's canonical JSON: its weights, center
+    and spread, per option a bias (at most 26 characters) and a name (at most 200),
+    the key and the refit's figures."""
+    return MAX_VECTOR_CHARS * (options + 2) + 240 * options + 3000
+
+
 # Where an outcome that trains adapters came from: a person's review, an audit sample, or a
 # downstream system that learned the truth.
 OutcomeSource = Literal["review", "audit", "downstream"]

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.catalogs.adapters import adapter_id, encode_vector
-from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit
+from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit, adapter_bytes_bound
 from gateway.catalogs.policy import answered_by, listing_of
-from gateway.catalogs.service import CatalogService
+from gateway.catalogs.service import MAX_CONTENT_BYTES, CatalogService
 from gateway.decisions.records import RecordStore
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, PayloadTooLarge
 from gateway.services.throttle import TenantThrottle
 from systemone.features import decode_state
 
@@ -92,6 +92,13 @@ class LearningService:
             raise InvalidRequest.at([], "this entry keeps no features for refits: set learning.keep_features true,"
                                     " decide, attach outcomes (scope outcomes:train, with a source), then refit",
                                     "nothing_to_learn")
+        # An entry near its size limit cannot take an adapter: refused before any work.
+        held = len(json.dumps(entry.adapter.model_dump())) if entry.adapter is not None else 0
+        room = MAX_CONTENT_BYTES - len(latest.content.encode("utf-8")) + held
+        if adapter_bytes_bound(len(keys)) > room:
+            raise PayloadTooLarge(f"an adapter of {len(keys)} options takes up to {adapter_bytes_bound(len(keys))} bytes"
+                                  f" and this entry has room for {room} (an entry holds at most {MAX_CONTENT_BYTES}):"
+                                  " shorten its descriptions to let it learn")
         # The fit's work grows with outcomes x options: the cap is on their product.
         limit = max(MIN_SAMPLES_CAP, max_samples * REFERENCE_OPTIONS // max(len(keys), REFERENCE_OPTIONS))
         samples, key, found = self._samples(tenant_id, name, keys, limit, max_read_bytes)

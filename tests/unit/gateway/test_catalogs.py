@@ -595,6 +595,23 @@ def test_an_entrys_versions_come_a_page_at_a_time(store, monkeypatch):
     assert call(event("GET", "/v1/catalogs/nothing/versions?after=3", principal=READER))[0] == 404
 
 
+def test_an_entry_with_no_room_for_an_adapter_is_refused_before_any_work(store):
+    # An entry near the 256 KiB limit could never be written with an adapter: the refit says
+    # so with the figures (413) before it reads a record; one with room is fitted as ever,
+    # and the adapter it writes is within the bound the check used.
+    from gateway.catalogs.model import adapter_bytes_bound
+
+    learning_stack(store)
+    assert put({**FRUIT, "instructions": "Is the message about fruit? " + "x" * 256_000}, name="big")[0] == 201
+    status, _, body = call(event("POST", "/v1/catalogs/big/refit", {}, principal=TRAINER))
+    assert status == 413 and "room for" in body["detail"]["message"], body
+    put(FRUIT, name="fruit")
+    _label_fruit(["", " today"])
+    assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[2]["applied"] is True
+    adapter = call(event("GET", "/v1/catalogs/fruit", principal=READER))[2]["adapter"]
+    assert len(json.dumps(adapter)) <= adapter_bytes_bound(2)
+
+
 def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answers(store):
     learning_stack(store)
     put(FRUIT, name="fruit")
