@@ -99,24 +99,24 @@ class RecordsService:
         """The outcome as stored (replacing any earlier one). With a `source` (review, audit,
         downstream) it trains the entries' adapters (`trains`), which needs the outcomes:train
         scope as well: an outcome that trains is a write to an entry's behaviour."""
-        if source is not None and TRAINING_SCOPE not in principal.scopes:
+        may_train = TRAINING_SCOPE in principal.scopes
+        if source is not None and not may_train:
             raise Forbidden(f"an outcome with a source trains catalog adapters: it needs the {TRAINING_SCOPE!r} scope"
                             " (leave source out to record an outcome for drift only)")
+        replacing_training = Forbidden(f"this decision's outcome trains catalog adapters: replacing it needs the"
+                                       f" {TRAINING_SCOPE!r} scope")
         record = self._stored(principal, decision_id)
-        if (record.get("outcome") or {}).get("trains") and TRAINING_SCOPE not in principal.scopes:
-            raise Forbidden(f"this decision's outcome trains catalog adapters: replacing it needs the {TRAINING_SCOPE!r}"
-                            " scope")
+        if (record.get("outcome") or {}).get("trains") and not may_train:
+            raise replacing_training
         check_outcome_answers(record, answers)
         outcome = {"answers": answers, "override": override, "note": note, "recorded_at": self.clock(),
                    "recorded_by": principal.credential_id, **({"source": source} if source else {}),
                    "trains": source is not None}
-        may_train = TRAINING_SCOPE in principal.scopes
         try:
             written = self._records().set_outcome(principal.tenant_id, record_id(decision_id), outcome,
                                                   keep_training=not may_train)
         except OutcomeTrains:  # attached by a trainer between the read above and this write
-            raise Forbidden(f"this decision's outcome trains catalog adapters: replacing it needs the"
-                            f" {TRAINING_SCOPE!r} scope") from None
+            raise replacing_training from None
         if not written:
             raise NotFound(f"no decision {decision_id!r}")  # expired between the read and the write
         return outcome
