@@ -380,8 +380,9 @@ class DynamoDBStore:
             extra = {"ExclusiveStartKey": start} if start else {}
             if limit is not None:
                 extra["Limit"] = limit - len(found)
-            reply = self.client.query(TableName=self.catalogs_table, KeyConditionExpression="pk = :p AND version > :a",
-                                      ConsistentRead=True, ExpressionAttributeValues={
+            reply = self.client.query(TableName=self.catalogs_table, KeyConditionExpression="pk = :p AND #v > :a",
+                                      ConsistentRead=True, ExpressionAttributeNames={"#v": "version"},
+                                      ExpressionAttributeValues={
                                           ":p": {"S": f"{tenant_id}#{name}"}, ":a": _value(after)}, **extra)
             found.extend(_catalog_version(_plain(item)) for item in reply["Items"])
             start = reply.get("LastEvaluatedKey")
