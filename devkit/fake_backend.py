@@ -20,8 +20,9 @@ from typing import Any
 
 from gateway.backends.base import Endpoint, StreamedAnswer
 from gateway.wire.openai_chat import as_event_stream
-from scorer_container.sagemaker_runtime import EVENT_STREAM, payload_part
+from scorer_container.sagemaker_runtime import EVENT_STREAM
 from systemone import answers as formulas
+from systemone.eventstream import payload_part
 from systemone.models import ChoiceAnswer, DecisionRequest, DecisionResponse, NoulAnswer, Question, ScoreAnswer, Usage
 
 MODEL = "instant-fake"

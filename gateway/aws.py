@@ -4,8 +4,9 @@ Secrets Manager, SSM, API Gateway), made in one place.
 `GATEWAY_AWS_ENDPOINT_URL` points all of them at one endpoint instead of AWS's: under
 `sam local` the function reaches a local stand-in for those services (moto's server) that
 way, since the SAM CLI passes a function only the variables its template declares. Empty
-in AWS. SageMaker endpoints are not among them: each carries its own `endpoint_url` in
-the model settings.
+in AWS. SageMaker endpoints are not among them: the gateway calls them with its own client
+(`gateway.backends.sagemaker_runtime`), each with its own `endpoint_url` in the model
+settings.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def session() -> Any:
 
 # Every service a client is made for, in the gateway, its functions and its tools. Checked
 # by tests/unit/gateway/test_aws_clients.py against every client the code makes.
-SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway", "sagemaker-runtime"})
+SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway"})
 
 
 def _known_services_loader(data_path: str | None) -> Any:

@@ -2,24 +2,23 @@
 
 The scorer serves `/endpoints/{name}/invocations` (InvokeEndpoint) and
 `/endpoints/{name}/invocations-response-stream` (InvokeEndpointWithResponseStream) so
-that botocore's sagemaker-runtime client, pointed here with `endpoint_url`, works
-unchanged in development and tests; this module gives both their shape in AWS: a
+that a SageMaker runtime client (the gateway's own, or botocore's), pointed here with
+`endpoint_url`, works unchanged in development and tests; this module gives both their shape in AWS: a
 container's error as `ModelError`, and a stream as AWS event-stream messages, each piece
 the container wrote in a `PayloadPart` event (pieces do not align with lines or events:
 SageMaker forwards what the container flushed), and a failure after the stream began as a
-`ModelStreamError` exception message.
+`ModelStreamError` exception message (the codec is `systemone.eventstream`, which the
+gateway reads with).
 """
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from collections.abc import AsyncIterator
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from scorer_container.streaming import ClosingStreamingResponse
+from systemone.eventstream import model_stream_error, payload_part
 from systemone.sidechannel import ORIGINAL_MESSAGE, ORIGINAL_STATUS
 
 
@@ -43,32 +42,7 @@ def as_sagemaker_runtime(response: Response, endpoint: str) -> Response:
     return JSONResponse(body, status_code=424, headers=headers)
 
 
-
-
 EVENT_STREAM = "application/vnd.amazon.eventstream"
-_STRING = 7  # the event-stream header value type of a UTF-8 string
-
-
-def event_message(headers: dict[str, str], payload: bytes) -> bytes:
-    """One AWS event-stream message: a prelude (total length, headers length, their CRC32),
-    the headers (name, type 7, value), the payload, and the CRC32 of all that came before."""
-    encoded = b"".join(
-        struct.pack("!B", len(name.encode())) + name.encode() + struct.pack("!BH", _STRING, len(value.encode()))
-        + value.encode() for name, value in headers.items())
-    prelude = struct.pack("!II", 12 + len(encoded) + len(payload) + 4, len(encoded))
-    message = prelude + struct.pack("!I", zlib.crc32(prelude)) + encoded + payload
-    return message + struct.pack("!I", zlib.crc32(message))
-
-
-def payload_part(data: bytes) -> bytes:
-    return event_message({":event-type": "PayloadPart", ":content-type": "application/octet-stream",
-                          ":message-type": "event"}, data)
-
-
-def model_stream_error(message: str, code: str = "ModelStreamError") -> bytes:
-    body = json.dumps({"Message": message, "ErrorCode": code}).encode()
-    return event_message({":exception-type": "ModelStreamError", ":content-type": "application/json",
-                          ":message-type": "exception"}, body)
 
 
 def as_response_stream(response: Response) -> Response:

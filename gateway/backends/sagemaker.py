@@ -1,22 +1,25 @@
-"""The SageMaker invoker: botocore `sagemaker-runtime` InvokeEndpoint, and
-InvokeEndpointWithResponseStream for answers that stream.
+"""The SageMaker invoker: InvokeEndpoint, and InvokeEndpointWithResponseStream for
+answers that stream, through the gateway's own runtime client
+(`gateway.backends.sagemaker_runtime`: one attempt, explicit timeouts, so the gateway owns
+the retry budget).
 
-botocore's own retries are off (one attempt) and timeouts are explicit, so the gateway
-owns the retry budget. Errors are classified as SageMaker documents them:
-a container 503 arrives as ModelError (HTTP 424) with OriginalStatusCode 503, a
-container timeout as ModelError with OriginalStatusCode 0; ThrottlingException is an
-HTTP 400 that means "busy", not "bad request". What the scorer says of its own errors
-(`x_state`, `x_retry_after`: systemone.sidechannel) decides between "busy" (another
-endpoint, or later) and "out of time" (never re-sent).
+Errors are classified as SageMaker documents them: a container 503 arrives as ModelError
+(HTTP 424) with OriginalStatusCode 503, a container timeout as ModelError with
+OriginalStatusCode 0; ThrottlingException is an HTTP 400 that means "busy", not "bad
+request". What the scorer says of its own errors (`x_state`, `x_retry_after`:
+systemone.sidechannel) decides between "busy" (another endpoint, or later) and "out of
+time" (never re-sent).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from gateway.backends import sagemaker_runtime as runtime
 from gateway.backends.base import (
     Endpoint,
     EndpointBusy,
@@ -27,10 +30,13 @@ from gateway.backends.base import (
     StreamBroken,
     StreamedAnswer,
 )
-from systemone.sidechannel import attributes, hints_of, original_error, safe_request_id
+from gateway.backends.sagemaker_runtime import SageMakerRuntime
+from systemone.sidechannel import CUSTOM_ATTRIBUTES, attributes, hints_of, original_error, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
+# An error with no code (a proxy or load balancer's): its HTTP status alone says busy.
+_BUSY_STATUSES = {"429", "503"}
 # Original container statuses that mean the same.
 _BUSY_ORIGINAL = {429, 503}
 # The container did not answer within SageMaker's limit.
@@ -44,11 +50,11 @@ _DEADLINE_MARGIN_S = 0.25
 
 
 class SageMakerInvoker:
-    """Creates one client per endpoint configuration, lazily: no I/O at import or construction."""
+    """Creates one runtime client per endpoint configuration, lazily: no I/O at import or construction."""
 
-    def __init__(self, client_factory: Any = None) -> None:
+    def __init__(self, client_factory: Callable[[Endpoint], SageMakerRuntime] | None = None) -> None:
         self._client_factory = client_factory or _default_client
-        self._clients: dict[tuple, Any] = {}
+        self._clients: dict[tuple, SageMakerRuntime] = {}
         self._lock = threading.Lock()
 
     def prepare(self, endpoints: Iterable[Endpoint]) -> None:
@@ -56,7 +62,7 @@ class SageMakerInvoker:
         for endpoint in endpoints:
             self.client_for(endpoint)
 
-    def client_for(self, endpoint: Endpoint) -> Any:
+    def client_for(self, endpoint: Endpoint) -> SageMakerRuntime:
         key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
         with self._lock:
             client = self._clients.get(key)
@@ -67,97 +73,79 @@ class SageMakerInvoker:
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
         client = self.client_for(endpoint)
         with _translated(endpoint.name):
-            response = client.invoke_endpoint(**_request(endpoint, body, route, request_id, deadline_ms(endpoint)))
-            return response["Body"].read()
+            return client.invoke_endpoint(endpoint.name, body, _headers(route, request_id, deadline_ms(endpoint)))
 
     def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str,
                       deadline_s: float) -> StreamedAnswer:
-        """InvokeEndpointWithResponseStream: each `PayloadPart` is a piece of the container's
-        answer. The read timeout bounds each wait between pieces; the scorer is given the
-        stream's whole deadline. Errors before the first piece are classified as `invoke`'s."""
+        """Each `PayloadPart` is a piece of the container's answer. The read timeout bounds
+        each wait between pieces; the scorer is given the stream's whole deadline. Errors
+        before the first piece are classified as `invoke`'s."""
         client = self.client_for(endpoint)
         timeout_ms = max(100, int((deadline_s - _DEADLINE_MARGIN_S) * 1000))
         with _translated(endpoint.name):
-            response = client.invoke_endpoint_with_response_stream(
-                **_request(endpoint, body, route, request_id, timeout_ms))
-        events = response["Body"]
-        stream = iter(events)
+            events = client.invoke_endpoint_with_response_stream(
+                endpoint.name, body, _headers(route, request_id, timeout_ms, accept="X-Amzn-SageMaker-Accept"))
+        parts = _payload_parts(events)
         try:
             with _translated(endpoint.name):  # until the first piece, errors are classified as invoke's
-                first = _first_part(endpoint.name, stream)
+                first = next(parts, None)
         except BaseException:
             events.close()
             raise
-        return StreamedAnswer(first, _payload_parts(endpoint.name, stream), events.close)
+        if first is None:
+            raise EndpointFailed(endpoint.name, "empty_stream")
+        return StreamedAnswer(first, _broken_as_stream_errors(endpoint.name, parts), events.close)
 
 
-def _request(endpoint: Endpoint, body: bytes, route: Route, request_id: str, timeout_ms: int) -> dict[str, Any]:
+def _headers(route: Route, request_id: str, timeout_ms: int, accept: str = "Accept") -> dict[str, str]:
     # The scorer abandons the job when this attempt's time is up, instead of finishing
     # work nobody reads while the request moves to another endpoint; and it logs the
     # gateway's request id, so one id follows a request through both deployables.
     request_id = safe_request_id(request_id)
-    # SageMaker's own logs and data capture key on the inference id.
-    extra = {"InferenceId": request_id} if request_id else {}
-    return {"EndpointName": endpoint.name, "Body": body, "ContentType": "application/json",
-            "Accept": "application/json", "CustomAttributes": attributes(route, timeout_ms, request_id), **extra}
+    headers = {"Content-Type": "application/json", accept: "application/json",
+               CUSTOM_ATTRIBUTES: attributes(route, timeout_ms, request_id)}
+    if request_id:  # SageMaker's own logs and data capture key on the inference id
+        headers["X-Amzn-SageMaker-Inference-Id"] = request_id
+    return headers
 
 
 @contextlib.contextmanager
 def _translated(name: str) -> Iterator[None]:
-    """botocore's exceptions as the backend's errors (the domain never sees botocore)."""
-    from botocore.exceptions import (
-        ClientError,
-        ConnectionClosedError,
-        ConnectTimeoutError,
-        EndpointConnectionError,
-        ReadTimeoutError,
-    )
-
+    """The runtime client's exceptions as the backend's errors."""
     try:
         yield
-    except ClientError as exc:
+    except runtime.ServiceError as exc:
         raise _classify(name, exc.response) from None
-    except (ConnectTimeoutError, EndpointConnectionError) as exc:
+    except runtime.ConnectFailed as exc:
         raise EndpointBusy(name, "connect_failed") from exc
-    except ReadTimeoutError as exc:
+    except runtime.ReadTimedOut as exc:
         # The work may still be running there: sending it elsewhere would double it.
         raise EndpointTimedOut(name, "read_timeout", answered=False) from exc
-    except ConnectionClosedError as exc:
+    except runtime.ConnectionClosed as exc:
         raise EndpointBusy(name, "connection_closed") from exc
-
-
-def _first_part(name: str, events: Iterator[dict[str, Any]]) -> bytes:
-    from botocore.eventstream import ParserError
-
-    try:
-        for event in events:
-            part = event.get("PayloadPart")
-            if part and part.get("Bytes"):
-                return part["Bytes"]
-    except ParserError:
+    except runtime.BrokenEventStream:
         raise EndpointFailed(name, "bad_event_stream") from None
-    raise EndpointFailed(name, "empty_stream")
+    except runtime.StreamException as exc:  # an exception event before the first piece
+        raise EndpointFailed(name, exc.code) from None
+    except runtime.AnswerTooLarge:
+        raise EndpointFailed(name, "answer_too_large") from None
 
 
-def _payload_parts(name: str, events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-    """The bytes of each `PayloadPart`; anything that ends the stream early is StreamBroken
-    (a `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped connection)."""
-    from botocore.eventstream import ParserError
-    from botocore.exceptions import BotoCoreError, ClientError
-    from urllib3.exceptions import HTTPError
+def _payload_parts(events: runtime.EventStream) -> Iterator[bytes]:
+    for message in events:
+        if message.event_type == "PayloadPart" and message.payload:
+            yield message.payload
 
-    while True:
-        try:
-            event = next(events)
-        except StopIteration:
-            return
-        except ClientError as exc:  # botocore's EventStreamError: an exception event in the stream
-            raise StreamBroken(name, exc.response.get("Error", {}).get("Code") or "stream_error") from None
-        except (BotoCoreError, ParserError, HTTPError, OSError) as exc:
-            raise StreamBroken(name, type(exc).__name__) from None
-        part = event.get("PayloadPart")
-        if part and part.get("Bytes"):
-            yield part["Bytes"]
+
+def _broken_as_stream_errors(name: str, parts: Iterator[bytes]) -> Iterator[bytes]:
+    """After the first piece, anything that ends the stream early is StreamBroken (a
+    `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped connection)."""
+    try:
+        yield from parts
+    except runtime.StreamException as exc:
+        raise StreamBroken(name, exc.code) from None
+    except runtime.RuntimeCallError as exc:
+        raise StreamBroken(name, type(exc).__name__) from None
 
 
 def deadline_ms(endpoint: Endpoint) -> int:
@@ -182,7 +170,7 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
         if 400 <= status < 500:
             return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
         return EndpointFailed(name, f"container_{status}")
-    if code in _BUSY_CODES:
+    if code in _BUSY_CODES or code in _BUSY_STATUSES:  # a code, or only the status of a busy answer
         return EndpointBusy(name, code)
     # ValidationError here means the gateway or its configuration is wrong (an endpoint
     # that does not exist, a body the gateway should have refused): not the caller's fault,
@@ -190,19 +178,11 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     return EndpointFailed(name, code or "unknown_error")
 
 
-def _default_client(endpoint: Endpoint) -> Any:
-    from botocore.config import Config
-
-    config = Config(
-        # One attempt: the pool decides what happens next (the next endpoint, within the
-        # request's deadline). botocore reads `max_attempts` as retries, so 1 meant two calls.
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        connect_timeout=endpoint.connect_timeout_s,
-        read_timeout=endpoint.read_timeout_s,
-        tcp_keepalive=True,
-        max_pool_connections=16,
-    )
-    from gateway import aws
-
-    return aws.session().create_client("sagemaker-runtime", region_name=endpoint.region,
-                                       endpoint_url=endpoint.endpoint_url, config=config)
+def _default_client(endpoint: Endpoint) -> SageMakerRuntime:
+    region = endpoint.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        if not endpoint.endpoint_url:
+            raise ValueError(f"endpoint {endpoint.name!r}: no region (set it, or AWS_REGION) and no endpoint_url")
+        region = "us-east-1"  # a local stand-in: only the signature names it
+    return SageMakerRuntime(region, endpoint.endpoint_url, connect_timeout_s=endpoint.connect_timeout_s,
+                            read_timeout_s=endpoint.read_timeout_s)

@@ -1,34 +1,112 @@
-"""The SageMaker invoker classifies what InvokeEndpoint raises (botocore Stubber, no network)."""
+"""The SageMaker invoker over real HTTP: what it sends (signed, the route and deadline in
+custom attributes), how it classifies what SageMaker answers, and its connections (one
+attempt, kept alive, never a dropped one reused). A local server plays SageMaker's runtime
+API, answering what each test scripts."""
 
 from __future__ import annotations
 
-import io
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import boto3
 import pytest
-from botocore.exceptions import ConnectionClosedError, ConnectTimeoutError, ReadTimeoutError
-from botocore.stub import Stubber
 
+from gateway.backends import sagemaker_runtime
 from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
 from gateway.backends.sagemaker import SageMakerInvoker
+from gateway.backends.sagemaker_runtime import SageMakerRuntime, default_base_url
 
-ENDPOINT = Endpoint("dg-cpu", region="us-east-1")
+
+class Runtime:
+    """A local SageMaker runtime API: each request gets the next scripted answer
+    (status, headers, body, and a delay or a cut), and is recorded with its connection."""
+
+    def __init__(self) -> None:
+        self.answers: list[dict] = []
+        self.requests: list[dict] = []
+        self.connections: set[int] = set()
+        runtime = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # kept alive, as SageMaker's are
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                runtime.connections.add(self.client_address[1])
+                runtime.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                answer = runtime.answers.pop(0) if runtime.answers else {}
+                time.sleep(answer.get("delay", 0))
+                data = answer.get("body", b'{"ok": 1}')
+                self.send_response(answer.get("status", 200))
+                for name, value in answer.get("headers", {"Content-Type": "application/json"}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if answer.get("cut"):  # the connection drops halfway through the answer
+                    self.wfile.write(data[:len(data) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+                if answer.get("close"):
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True  # kept-alive connections of earlier tests do not hold its closing
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 @pytest.fixture
-def stubbed():
-    client = boto3.client("sagemaker-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    with Stubber(client) as stubber:
-        yield SageMakerInvoker(client_factory=lambda endpoint: client), stubber
+def aws(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
 
 
-def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_attributes(stubbed):
+@pytest.fixture(scope="module")
+def _server():
+    server = Runtime()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def runtime(aws, _server):
+    _server.answers.clear()
+    _server.requests.clear()
+    _server.connections.clear()
+    return _server
+
+
+def endpoint(server: Runtime, **options) -> Endpoint:
+    return Endpoint("dg-cpu", region="us-east-1", endpoint_url=server.url, **options)
+
+
+def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_attributes(runtime):
     # The endpoint's read timeout is 25 s (the default): the scorer gets it less a 250 ms margin.
-    invoker, stubber = stubbed
-    stubber.add_response("invoke_endpoint", {"Body": io.BytesIO(b'{"ok": 1}'), "ContentType": "application/json"},
-                         {"EndpointName": "dg-cpu", "Body": b"{}", "ContentType": "application/json",
-                          "Accept": "application/json", "CustomAttributes": "route=systemone;timeout_ms=24750"})
-    assert invoker.invoke(ENDPOINT, b"{}", "systemone") == b'{"ok": 1}'
+    runtime.answers.append({"body": b'{"ok": 1}'})
+    assert SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 1}'
+    (sent,) = runtime.requests
+    assert sent["path"] == "/endpoints/dg-cpu/invocations" and sent["body"] == b"{}"
+    assert sent["headers"]["X-Amzn-SageMaker-Custom-Attributes"] == "route=systemone;timeout_ms=24750"
+    assert sent["headers"]["Content-Type"] == sent["headers"]["Accept"] == "application/json"
+    assert "X-Amzn-SageMaker-Inference-Id" not in sent["headers"]
+    # Signed for SageMaker in the endpoint's region, every header that carries a member signed
+    authorization = sent["headers"]["Authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/us-east-1/sagemaker/aws4_request" in authorization
+    assert "SignedHeaders=accept;content-type;host;x-amz-date;x-amzn-sagemaker-custom-attributes," in authorization
 
 
 @pytest.mark.parametrize(("given", "sent"), [
@@ -36,13 +114,21 @@ def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_
     ("id;route=chat\nforged", "idroutechatforged"),  # never a second attribute, never a second log line
     ("x" * 100, "x" * 64),
 ])
-def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(stubbed, given, sent):
-    invoker, stubber = stubbed
-    stubber.add_response("invoke_endpoint", {"Body": io.BytesIO(b"{}"), "ContentType": "application/json"},
-                         {"EndpointName": "dg-cpu", "Body": b"{}", "ContentType": "application/json",
-                          "Accept": "application/json", "InferenceId": sent,
-                          "CustomAttributes": f"route=systemone;timeout_ms=24750;request_id={sent}"})
-    invoker.invoke(ENDPOINT, b"{}", "systemone", given)
+def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(runtime, given, sent):
+    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone", given)
+    headers = runtime.requests[0]["headers"]
+    assert headers["X-Amzn-SageMaker-Inference-Id"] == sent
+    assert headers["X-Amzn-SageMaker-Custom-Attributes"] == f"route=systemone;timeout_ms=24750;request_id={sent}"
+
+
+def _error(code: str | None, status: int, fields: dict, *, in_body: bool = False) -> dict:
+    body = {"message": "m", **fields}
+    headers = {"Content-Type": "application/json"}
+    if code and in_body:
+        body["__type"] = f"com.amazonaws.sagemaker#{code}"
+    elif code:
+        headers["x-amzn-ErrorType"] = f"{code}:http://internal.amazon.com/coral/com.amazonaws.sagemaker/"
+    return {"status": status, "headers": headers, "body": json.dumps(body).encode()}
 
 
 @pytest.mark.parametrize(
@@ -67,14 +153,17 @@ def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(stubb
         ("InternalFailure", 500, {}, EndpointBusy, "InternalFailure"),
         ("ValidationError", 400, {}, EndpointFailed, "ValidationError"),
         ("InternalDependencyException", 530, {}, EndpointFailed, "InternalDependencyException"),
+        # No code at all (a load balancer's or proxy's answer): its status alone.
+        (None, 503, {}, EndpointBusy, "503"),
+        (None, 429, {}, EndpointBusy, "429"),
+        (None, 502, {}, EndpointFailed, "502"),
     ],
 )
-def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, fields, expected, reason):
-    invoker, stubber = stubbed
-    stubber.add_client_error("invoke_endpoint", service_error_code=code, service_message="m", http_status_code=http,
-                             modeled_fields=fields)
+@pytest.mark.parametrize("in_body", [False, True], ids=["code-in-header", "code-in-body"])
+def test_errors_are_classified_as_sagemaker_documents_them(runtime, code, http, fields, expected, reason, in_body):
+    runtime.answers.append(_error(code, http, fields, in_body=in_body))
     with pytest.raises(expected) as raised:
-        invoker.invoke(ENDPOINT, b"{}", "systemone")
+        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
     assert type(raised.value) is expected and raised.value.reason == reason
     if expected is EndpointTimedOut:  # only the scorer's own word says it answered (and is healthy)
         assert raised.value.answered is (reason == "container_deadline")
@@ -84,71 +173,106 @@ def test_errors_are_classified_as_sagemaker_documents_them(stubbed, code, http, 
         assert raised.value.status == 422 and raised.value.body.startswith(b'{"detail": []')
 
 
-class _TimingOut:
-    def __init__(self, error):
-        self.error = error
+def test_an_error_that_is_not_json_is_classified_by_its_status(runtime):
+    runtime.answers.append({"status": 502, "headers": {"Content-Type": "text/html"}, "body": b"<html>Bad Gateway</html>"})
+    with pytest.raises(EndpointFailed) as raised:
+        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+    assert raised.value.reason == "502"
 
-    def invoke_endpoint(self, **kwargs):
-        raise self.error
+
+def test_a_connection_that_never_started_is_busy(aws):
+    # A connect failure sent nothing: another endpoint may answer.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nothing listens there once this closes
+    gone = Endpoint("dg-cpu", region="us-east-1", endpoint_url=f"http://127.0.0.1:{port}")
+    with pytest.raises(EndpointBusy) as raised:
+        SageMakerInvoker().invoke(gone, b"{}", "chat")
+    assert raised.value.reason == "connect_failed"
 
 
-@pytest.mark.parametrize(
-    ("error", "expected", "reason"),
-    [(ConnectTimeoutError(endpoint_url="http://x"), EndpointBusy, "connect_failed"),
-     (ConnectionClosedError(endpoint_url="http://x"), EndpointBusy, "connection_closed"),
-     (ReadTimeoutError(endpoint_url="http://x"), EndpointTimedOut, "read_timeout")],
-)
-def test_a_connection_that_never_started_is_busy_but_a_read_timeout_is_work_that_ran_out_of_time(error, expected,
-                                                                                                   reason):
-    # A connect failure sent nothing: another endpoint may answer. A read timeout may leave
-    # the work running there: it is never sent again.
-    invoker = SageMakerInvoker(client_factory=lambda endpoint: _TimingOut(error))
-    with pytest.raises(expected) as raised:
-        invoker.invoke(ENDPOINT, b"{}", "chat")
-    assert type(raised.value) is expected and raised.value.reason == reason
+def test_a_read_timeout_is_work_that_ran_out_of_time_and_is_never_sent_again(runtime):
+    # The work may still be running there: it is never sent again.
+    runtime.answers.append({"delay": 1.0})
+    with pytest.raises(EndpointTimedOut) as raised:
+        SageMakerInvoker().invoke(endpoint(runtime, read_timeout_s=0.3), b"{}", "chat")
+    assert raised.value.reason == "read_timeout" and raised.value.answered is False
+    assert len(runtime.requests) == 1
+
+
+def test_a_connection_cut_mid_answer_is_busy_and_is_not_reused(runtime):
+    runtime.answers += [{"body": b'{"answer": "' + b"x" * 1000 + b'"}', "cut": True}, {"body": b"{}"}]
+    invoker = SageMakerInvoker()
+    with pytest.raises(EndpointBusy) as raised:
+        invoker.invoke(endpoint(runtime), b"{}", "chat")
+    assert raised.value.reason == "connection_closed"
+    assert invoker.invoke(endpoint(runtime), b"{}", "chat") == b"{}"  # a fresh connection
+
+
+def test_connections_are_kept_alive_and_one_the_server_closed_is_never_reused(runtime):
+    invoker = SageMakerInvoker()
+    for _ in range(3):
+        invoker.invoke(endpoint(runtime), b"{}", "systemone")
+    assert len(runtime.requests) == 3 and len(runtime.connections) == 1
+    # The server closes its end after this answer: the next call notices before it writes, and connects again.
+    runtime.answers.append({"body": b"{}", "close": True})
+    invoker.invoke(endpoint(runtime), b"{}", "systemone")
+    time.sleep(0.1)
+    assert invoker.invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 1}'
+    assert len(runtime.connections) == 2
+
+
+def test_an_answer_past_the_bound_is_refused_not_read_into_memory(runtime, monkeypatch):
+    monkeypatch.setattr(sagemaker_runtime, "MAX_ANSWER_BYTES", 1000)
+    runtime.answers.append({"body": b"x" * 1001})
+    with pytest.raises(EndpointFailed) as raised:
+        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+    assert raised.value.reason == "answer_too_large"
 
 
 def test_clients_are_made_lazily_once_per_configuration():
     made = []
     invoker = SageMakerInvoker(client_factory=lambda endpoint: made.append(endpoint) or object())
     assert made == []
-    first = invoker.client_for(ENDPOINT)
+    first = invoker.client_for(Endpoint("dg-cpu", region="us-east-1"))
     assert invoker.client_for(Endpoint("other", region="us-east-1")) is first
     assert invoker.client_for(Endpoint("x", region="us-east-1", read_timeout_s=5)) is not first
     assert len(made) == 2
 
 
-def test_the_default_client_calls_an_endpoint_once_and_leaves_retrying_to_the_pool(monkeypatch):
-    """botocore would repeat a 503 (or a timed-out read) by itself, past the pool's deadline
-    and before it could try the next endpoint: a failing endpoint is called exactly once."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def test_a_failing_endpoint_is_called_exactly_once_and_retrying_is_left_to_the_pool(runtime):
+    """Another attempt here would run past the pool's deadline and before it could try the
+    next endpoint: a 503 is answered once."""
+    runtime.answers.append(_error("ServiceUnavailable", 503, {}))
+    with pytest.raises(EndpointBusy):
+        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+    assert [r["path"] for r in runtime.requests] == ["/endpoints/dg-cpu/invocations"]
 
+
+@pytest.mark.parametrize(("region", "url"), [
+    ("us-east-1", "https://runtime.sagemaker.us-east-1.amazonaws.com"),
+    ("eu-west-3", "https://runtime.sagemaker.eu-west-3.amazonaws.com"),
+    ("cn-north-1", "https://runtime.sagemaker.cn-north-1.amazonaws.com.cn"),
+])
+def test_the_runtime_api_of_a_region_is_where_botocore_would_call_it(region, url):
+    import botocore.session
+
+    assert default_base_url(region) == url
+    client = botocore.session.get_session().create_client(
+        "sagemaker-runtime", region_name=region, aws_access_key_id="x", aws_secret_access_key="x")
+    assert client.meta.endpoint_url == url
+
+
+def test_an_endpoint_url_with_a_path_keeps_it_and_a_region_is_required_without_one(monkeypatch):
+    client = SageMakerRuntime("us-east-1", "https://vpce-1.runtime.sagemaker.example/prefix/")
+    assert client._base_path == "/prefix"
+    with pytest.raises(ValueError):
+        SageMakerRuntime("us-east-1", "ftp://example")
     from gateway.backends.sagemaker import _default_client
 
-    hits = []
-
-    class Unavailable(BaseHTTPRequestHandler):
-        def do_POST(self):
-            hits.append(self.path)
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(503)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"__type": "ServiceUnavailable", "message": "busy"}')
-
-        def log_message(self, *args):
-            pass
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = Endpoint("dg-cpu", region="us-east-1", endpoint_url=f"http://127.0.0.1:{server.server_address[1]}")
-        with pytest.raises(EndpointBusy):
-            SageMakerInvoker(client_factory=_default_client).invoke(endpoint, b"{}", "chat")
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert hits == ["/endpoints/dg-cpu/invocations"]
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="no region"):
+        _default_client(Endpoint("dg-cpu"))
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert _default_client(Endpoint("dg-cpu")).region == "eu-west-1"

@@ -1,5 +1,5 @@
 """Streaming through the gateway, at the lowest layers: whole events from misaligned pieces,
-the relay's ends, SageMaker's event stream through botocore, and the handler's streaming
+the relay's ends, SageMaker's event stream through the gateway's runtime client, and the handler's streaming
 entry point (the one the runtime loop and the local runner run)."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from gateway.backends.sagemaker import SageMakerInvoker
 from gateway.decisions.cost import Meter
 from gateway.services.relay import ChatRelay
 from gateway.streaming import read_prelude
-from scorer_container.sagemaker_runtime import EVENT_STREAM, model_stream_error, payload_part
+from scorer_container.sagemaker_runtime import EVENT_STREAM
+from systemone.eventstream import model_stream_error, payload_part
 from tests.fakes import FailingBackend
 
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "stream": True,
@@ -125,7 +126,7 @@ def test_a_relay_closed_mid_stream_by_its_caller_releases_once():
     assert released.times == 1 and hung_up and _Counted.last.names == ["StreamAbandoned"]
 
 
-# -- SageMaker's event stream through botocore ----------------------------------------------
+# -- SageMaker's event stream through the runtime client -----------------------------------
 
 
 class _EventStreamServer:
@@ -168,7 +169,7 @@ def _stream(url: str) -> StreamedAnswer:
 
 
 def test_payload_parts_reach_the_gateway_as_the_bytes_the_container_wrote(aws_env):
-    # Given a streamed chat through SageMaker's runtime path, in 7-byte parts (botocore decodes them)
+    # Given a streamed chat through SageMaker's runtime path, in 7-byte parts (the gateway's decoder reads them)
     with FakeBackendServer() as backend:
         answer = _stream(backend.url)
         pieces = list(answer)

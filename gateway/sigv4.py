@@ -1,0 +1,114 @@
+"""AWS Signature Version 4 for the gateway's own SageMaker runtime client, and the
+credentials it signs with.
+
+Why not botocore: importing it and building a client is most of a cold start (its
+service model, endpoint rules and partitions are read and parsed for one operation), and
+a decision's endpoint call is one signed POST. botocore stays for everything else (the
+DynamoDB, Secrets Manager and SSM clients) and for credentials outside Lambda.
+tests/unit/gateway/test_sigv4.py signs the same requests with botocore's SigV4Auth and
+compares, so this cannot drift from AWS's algorithm unnoticed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+# Never signed: a proxy may change them, and botocore leaves them out too.
+_UNSIGNED = frozenset({"user-agent", "expect", "content-length", "transfer-encoding", "x-amzn-trace-id"})
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never a secret in a log line or a traceback
+        return f"Credentials(access_key={self.access_key[:4]}…)"
+
+
+def sign(method: str, host: str, path: str, headers: dict[str, str], body: bytes, *, region: str, service: str,
+         credentials: Credentials, now: datetime.datetime | None = None) -> dict[str, str]:
+    """The headers to send: the given ones, `Host`, `X-Amz-Date`, the session token and
+    `Authorization`. `path` is the request's path as sent (already percent-encoded); the
+    query string is empty (SageMaker's runtime takes none)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    day = stamp[:8]
+    signed = {"host": host, **{k.lower(): v for k, v in headers.items()}, "x-amz-date": stamp}
+    if credentials.token:
+        signed["x-amz-security-token"] = credentials.token
+    names = sorted(name for name in signed if name not in _UNSIGNED)
+    canonical = "\n".join([
+        method,
+        quote(path, safe="/~"),  # every service but S3 encodes the (encoded) path once more
+        "",
+        "".join(f"{name}:{' '.join(str(signed[name]).split())}\n" for name in names),
+        ";".join(names),
+        hashlib.sha256(body).hexdigest(),
+    ])
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join([ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + credentials.secret_key).encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {**headers, "Host": host, "X-Amz-Date": stamp}
+    if credentials.token:
+        out["X-Amz-Security-Token"] = credentials.token
+    out["Authorization"] = (f"{ALGORITHM} Credential={credentials.access_key}/{scope}, "
+                            f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    return out
+
+
+# -- credentials -----------------------------------------------------------------------------
+
+
+def current_credentials() -> Credentials:
+    """The function's credentials now. In Lambda they are in the environment (read on every
+    call, so a value the runtime replaces is never held past its time); anywhere else
+    (SnapStart's container credentials, a profile, an instance role) botocore's provider
+    chain finds and refreshes them, built on the first call that needs it."""
+    access_key = os.environ.get("AWS_ACCESS_KEY_ID", "")
+    secret_key = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    if access_key and secret_key:
+        return Credentials(access_key, secret_key, os.environ.get("AWS_SESSION_TOKEN") or None)
+    return _botocore_credentials()
+
+
+class MissingCredentials(RuntimeError):
+    """No credentials anywhere botocore looks: a deployment's fault, never a caller's."""
+
+
+_CHAIN: Any = None
+_CHAIN_LOCK = threading.Lock()
+
+
+def _botocore_credentials() -> Credentials:
+    global _CHAIN
+    with _CHAIN_LOCK:
+        if _CHAIN is None:
+            from gateway import aws
+
+            _CHAIN = aws.session().get_credentials()  # refreshable where the source expires (container, SSO, role)
+        chain = _CHAIN
+    if chain is None:
+        raise MissingCredentials("no AWS credentials found (environment, container, profile or instance role)")
+    frozen = chain.get_frozen_credentials()
+    return Credentials(frozen.access_key, frozen.secret_key, frozen.token or None)
+
+
+def forget_credentials() -> None:
+    """Find credentials again on the next call (tests that change the environment; with
+    `gateway.aws.reset_session`)."""
+    global _CHAIN
+    with _CHAIN_LOCK:
+        _CHAIN = None
