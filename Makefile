@@ -129,8 +129,11 @@ LITELLM_ENV := .cache/bench-litellm
 # LiteLLM 1.80.0: later releases moved the proxy into a litellm-proxy package the registry lacks.
 LITELLM_VERSION := 1.80.0
 
+# RUNTIME_PYTHON: an interpreter of the template's runtime version, to measure the cold start
+# with it too (by default python$(LAMBDA_PYTHON) when one that runs is on PATH).
+RUNTIME_PYTHON ?= $(shell python$(LAMBDA_PYTHON) -c 'import sys' >/dev/null 2>&1 && command -v python$(LAMBDA_PYTHON))
 bench-gateway: setup $(LITELLM_ENV)/.installed  ## gateway overhead, cold start and RSS, and LiteLLM's proxy on the same requests
-	@$(PY) -m bench.gateway
+	@$(PY) -m bench.gateway $(if $(RUNTIME_PYTHON),--runtime-python $(RUNTIME_PYTHON))
 	@$(PY) scripts/docs_pages.py bench-gateway
 
 $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison point, not a dependency

@@ -127,6 +127,9 @@ def handler_overhead(requests: int) -> dict:
 
 _COLD_CHILD = r"""
 import json, resource, sys, time, os, io
+# Loaded by Lambda's Python runtime client (awslambdaric's bootstrap) before it loads the
+# function's module: not the function's cost.
+import decimal, logging, threading, traceback
 started = time.perf_counter()
 import gateway.handler as handler  # in Lambda's init phase: the module loads, then builds the function
 loaded = time.perf_counter() - started
@@ -166,8 +169,26 @@ def artifacts() -> dict[str, Path]:
     return {"shipped": shipped, "without_bytecode": bare}
 
 
-def cold_start(runs: int, burst: int, backend_url: str) -> dict:
-    """Each artifact's cold start, runs interleaved (so a busy moment hurts both alike)."""
+def artifact_for(python: str) -> Path:
+    """The artifact as `sam build` makes it for another Python (the template's runtime, when
+    this machine has it): its wheels and bytecode for that version."""
+    version = _version_of(python)
+    folder = ROOT / "build" / "bench-gateway" / f"artifact-python{version}"
+    arch = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
+    progress(f"  building the function's artifact for Python {version} in {folder.relative_to(ROOT)}")
+    subprocess.run(["make", "-s", "build-GatewayFunction", f"ARTIFACTS_DIR={folder}", f"LAMBDA_ARCH={arch}",
+                    f"LAMBDA_PYTHON={version}", f"PYTHON={sys.executable}", f"BYTECODE_PYTHON={python}"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return folder
+
+
+def _version_of(python: str) -> str:
+    return subprocess.run([python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | None = None) -> dict:
+    """Each artifact's cold start, runs interleaved (so a busy moment hurts all alike)."""
     from devkit.gateway_stack import event
 
     models = {"models": [
@@ -183,15 +204,20 @@ def cold_start(runs: int, burst: int, backend_url: str) -> dict:
     events = {"first": event("POST", "/v1/systemone", SYSTEM_ONE),
               "burst": [event("POST", "/v1/systemone", SYSTEM_ONE), event("POST", "/v1/decisions", DECISIONS),
                         event("POST", "/v1/chat/completions", CHAT), event("GET", "/v1/models")]}
-    built = artifacts()
+    built = {name: (folder, sys.executable) for name, folder in artifacts().items()}
+    if runtime_python:
+        built["runtime_python"] = (artifact_for(runtime_python), runtime_python)
     samples: dict[str, list[dict]] = {name: [] for name in built}
     for i in range(runs):
         progress(f"  cold start {i + 1}/{runs}")
-        for name, folder in built.items():  # the artifact is the code folder: its packages shadow the checkout's
-            out = subprocess.run([sys.executable, "-c", _COLD_CHILD], input=json.dumps(events), capture_output=True,
+        for name, (folder, python) in built.items():  # the artifact is the code folder: its packages shadow the checkout's
+            out = subprocess.run([python, "-c", _COLD_CHILD], input=json.dumps(events), capture_output=True,
                                  text=True, env={**env, "PYTHONPATH": str(folder)}, cwd=folder, timeout=300, check=True)
             samples[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {name: summary(found, burst) for name, found in samples.items()}
+    summaries = {name: summary(found, burst) for name, found in samples.items()}
+    if runtime_python:
+        summaries["runtime_python"]["python"] = _version_of(runtime_python)
+    return summaries
 
 
 def summary(samples: list[dict], burst: int) -> dict:
@@ -344,6 +370,8 @@ def main() -> int:
     parser.add_argument("--cold-runs", type=int, default=5)
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--runtime-python", help="also measure the cold start with this interpreter (the template's"
+                                                 " runtime version, e.g. a python3.13), its own artifact built for it")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from devkit.fake_backend import FakeBackendServer
@@ -354,8 +382,10 @@ def main() -> int:
     report["handler_overhead"] = handler_overhead(args.requests)
     with FakeBackendServer() as backend:
         progress("2/3 cold start and memory (fresh processes)")
-        cold = cold_start(args.cold_runs, args.burst, backend.url)
+        cold = cold_start(args.cold_runs, args.burst, backend.url, args.runtime_python)
         report["cold_start"], report["cold_start_without_bytecode"] = cold["shipped"], cold["without_bytecode"]
+        if "runtime_python" in cold:
+            report["cold_start_runtime_python"] = cold["runtime_python"]
         progress("3/3 over HTTP")
         report["over_http"] = over_http(args.requests, backend.url, not args.no_litellm)
     (REPORTS / "bench_gateway.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -373,6 +403,9 @@ def main() -> int:
     print(f"Without its bytecode: import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
           f" {bare['first_request_p50_ms']:.0f} ms, total {bare['cold_total_p50_ms']:.0f} ms"
           f" (with / without: {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x)")
+    if runtime := report.get("cold_start_runtime_python"):
+        print(f"With Python {runtime['python']}: import {runtime['import_p50_ms']:.0f} ms, init {runtime['init_p50_ms']:.0f}"
+              f" ms, first request {runtime['first_request_p50_ms']:.0f} ms, total {runtime['cold_total_p50_ms']:.0f} ms")
     print(f"RSS: {cold['rss_after_first_request_mb']:.0f} MB after the first request, "
           f"{cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more (Lambda: 256 MB)")
     http = report["over_http"]

@@ -52,7 +52,7 @@ class SettingsError(Exception):
 
 
 class _Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class EndpointSettings(_Settings):

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -88,17 +89,41 @@ class MissingCredentials(RuntimeError):
     """No credentials anywhere botocore looks: a deployment's fault, never a caller's."""
 
 
-_CHAIN: Any = None
+_RESOLVER: Any = None  # botocore's provider chain: found, not yet asked
+_CHAIN: Any = None  # what it found (refreshable where the source expires: container, SSO, role)
 _CHAIN_LOCK = threading.Lock()
 
 
-def _botocore_credentials() -> Credentials:
-    global _CHAIN
+def prepare_credentials() -> None:
+    """In the init phase, when the environment holds no credentials (a SnapStart function
+    gets the container's credential endpoint instead): load botocore's provider chain now,
+    so a snapshot carries its import, but fetch nothing. Credentials fetched before a
+    snapshot would be shared by every instance resumed from it, past their time."""
+    if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
+        _resolver()
+
+
+def _resolver() -> Any:
+    global _RESOLVER
     with _CHAIN_LOCK:
-        if _CHAIN is None:
+        if _RESOLVER is None:
             from gateway import aws
 
-            _CHAIN = aws.session().get_credentials()  # refreshable where the source expires (container, SSO, role)
+            _RESOLVER = aws.session().get_component("credential_provider")
+        return _RESOLVER
+
+
+_NOT_FOUND_FOR_S = 5.0  # a chain that found nothing is asked again after this, not on every call
+_NOT_FOUND_AT: float | None = None
+
+
+def _botocore_credentials() -> Credentials:
+    global _CHAIN, _NOT_FOUND_AT
+    resolver = _resolver()
+    with _CHAIN_LOCK:
+        if _CHAIN is None and (_NOT_FOUND_AT is None or time.monotonic() - _NOT_FOUND_AT > _NOT_FOUND_FOR_S):
+            _CHAIN = resolver.load_credentials()  # the first call that signs: after any restore
+            _NOT_FOUND_AT = None if _CHAIN is not None else time.monotonic()
         chain = _CHAIN
     if chain is None:
         raise MissingCredentials("no AWS credentials found (environment, container, profile or instance role)")
@@ -109,6 +134,6 @@ def _botocore_credentials() -> Credentials:
 def forget_credentials() -> None:
     """Find credentials again on the next call (tests that change the environment; with
     `gateway.aws.reset_session`)."""
-    global _CHAIN
+    global _CHAIN, _RESOLVER, _NOT_FOUND_AT
     with _CHAIN_LOCK:
-        _CHAIN = None
+        _CHAIN = _RESOLVER = _NOT_FOUND_AT = None

@@ -225,6 +225,10 @@ def render_bench_gateway(report: dict) -> list[str]:
                   f" cold start): import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
                   f" {bare['first_request_p50_ms']:.0f} ms (total {bare['cold_total_p50_ms']:.0f} ms, so"
                   f" {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x with it).", ""]
+    if runtime := report.get("cold_start_runtime_python"):
+        lines += [f"With Python {runtime['python']} (the template's runtime; its own artifact, `--runtime-python`):"
+                  f" import {runtime['import_p50_ms']:.0f} ms, init {runtime['init_p50_ms']:.0f} ms, first request"
+                  f" {runtime['first_request_p50_ms']:.0f} ms (total {runtime['cold_total_p50_ms']:.0f} ms).", ""]
     http = report["over_http"]
     lines += ["One chat request over HTTP against an instant backend:", ""]
     lines += table(["path", "p50", "p95", "added p50"],

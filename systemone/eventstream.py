@@ -22,9 +22,10 @@ _CRC = struct.Struct("!I")
 _PRELUDE_BYTES = _PRELUDE.size + _CRC.size  # 12
 _MIN_MESSAGE_BYTES = _PRELUDE_BYTES + _CRC.size  # 16: no headers, no payload
 
-# botocore's bounds: a message past them is a broken stream, never a buffer that grows without limit.
+# botocore's bounds (botocore.eventstream): a message past them is a broken stream, never a
+# buffer that grows without limit.
 MAX_HEADERS_BYTES = 128 * 1024
-MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+MAX_PAYLOAD_BYTES = 24 * 1024 * 1024
 
 _STRING = 7  # the header value type of a UTF-8 string (the only one this codec writes)
 # Fixed-size header value types: (struct format, how the value is read).

@@ -25,7 +25,7 @@ Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 class Wire(BaseModel):
     """Strict types, unknown fields ignored, as the format specifies."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True, defer_build=True)
 
 
 class NoulCriteria(Wire):
@@ -175,7 +175,7 @@ class InjectionSignal(Wire):
 class Extensions(Wire):
     """The `x_` fields a scorer's answer carries, which decision records keep (others pass through)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, defer_build=True)
     x_model_sha256: str | None = None
     x_image_digest: str | None = None
     x_prompt_version: str | None = None

@@ -20,7 +20,7 @@ Name = Annotated[str, Path(pattern=NAME_PATTERN)]
 
 
 class RefitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     apply: bool | None = Field(default=None, description="true: write the adapter as a new version when it beats"
                                " the zero-shot answer (an enforcing entry moves only so); false: report the figures"
                                " only; absent: write it for an advisory entry, report only for an enforcing one.")

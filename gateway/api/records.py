@@ -17,7 +17,7 @@ from gateway.services.records import CURSOR_PATTERN, ID_PATTERN, RecordsService
 
 
 class OutcomeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     answers: dict[str, Annotated[str, Field(max_length=1024)] | bool | int] = Field(
         min_length=1, max_length=MAX_QUESTIONS, description="Question name -> the true answer (or the override).")
     override: bool = Field(default=False, description="true: a person overrode the decision rather than observed the truth.")

@@ -17,7 +17,7 @@ from gateway.errors import Forbidden
 
 
 class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     scopes: list[str] | None = Field(default=None, description="A subset of the caller's scopes (default: all of them).")
     models: list[str] | None = Field(default=None, description="A subset of the caller's models (default: the same).")
     ttl_s: int | None = Field(default=None, ge=60, le=12 * 3600, description="Lifetime in seconds (default 3600).")
@@ -26,7 +26,7 @@ class TokenRequest(BaseModel):
 class RevokeRequest(BaseModel):
     """Exactly one of: the token, its id, or every token of the tenant minted until now."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
     token: str | None = Field(default=None, min_length=1, max_length=4096, description="The token itself.")
     token_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$", description="The token's id (token_id when minted).")
     all_tokens: Literal[True] | None = Field(default=None, description="Refuse every token of the tenant minted until now.")

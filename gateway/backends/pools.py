@@ -59,7 +59,8 @@ log = logging.getLogger("gateway.pools")
 
 # Busy reasons that mean "saturated" (the caller should slow down: 429), as opposed to
 # unreachable, starting or failing (503).
-SATURATED = {"container_503", "container_429", "container_queue_timeout", "ServiceUnavailable", "ThrottlingException"}
+SATURATED = {"container_503", "container_429", "container_queue_timeout", "ServiceUnavailable", "ThrottlingException",
+             "429", "503"}  # the last two: an answer with no code, only its status (a proxy's or load balancer's)
 # Read timeouts an attempt may be given when the deadline is closer than the endpoint's
 # own timeout: few values, so the invoker keeps few clients (botocore fixes the read
 # timeout per client), yet fine enough at the top that a first attempt under the 25 s
@@ -285,6 +286,9 @@ class EndpointPool:
                 metrics.count("AttemptFailed")
                 log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
                 raise BackendFailed("the model endpoint failed on this request") from None
+            except BaseException:
+                self.circuits.release(endpoint.name)  # whatever escaped, a probe never holds its endpoint shut
+                raise
             finally:  # an attempt that failed held the endpoint too
                 meter.add(endpoint.name, self.clock() - started, endpoint.usd_per_second, endpoint.billed_by_duration)
             self.circuits.succeeded(endpoint.name)

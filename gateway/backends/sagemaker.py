@@ -31,6 +31,7 @@ from gateway.backends.base import (
     StreamedAnswer,
 )
 from gateway.backends.sagemaker_runtime import SageMakerRuntime
+from gateway.sigv4 import prepare_credentials
 from systemone.sidechannel import CUSTOM_ATTRIBUTES, attributes, hints_of, original_error, safe_request_id
 
 # SageMaker error codes that mean "try elsewhere or later".
@@ -58,9 +59,11 @@ class SageMakerInvoker:
         self._lock = threading.Lock()
 
     def prepare(self, endpoints: Iterable[Endpoint]) -> None:
-        """Build the clients of these endpoints now (Lambda's init phase), not on their first call."""
+        """Build the clients of these endpoints now (Lambda's init phase), not on their first
+        call, and the credential chain when the environment has no credentials."""
         for endpoint in endpoints:
             self.client_for(endpoint)
+        prepare_credentials()
 
     def client_for(self, endpoint: Endpoint) -> SageMakerRuntime:
         key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
@@ -129,6 +132,8 @@ def _translated(name: str) -> Iterator[None]:
         raise EndpointFailed(name, exc.code) from None
     except runtime.AnswerTooLarge:
         raise EndpointFailed(name, "answer_too_large") from None
+    except runtime.NoCredentials as exc:  # a deployment's fault, the same on every endpoint: never the caller's
+        raise EndpointFailed(name, "no_credentials") from exc
 
 
 def _payload_parts(events: runtime.EventStream) -> Iterator[bytes]:

@@ -8,7 +8,10 @@ botocore's service model says of those two operations: the headers each member t
 rest-json errors (the code in `x-amzn-ErrorType`, else the body's `__type`), and AWS
 event-stream messages for the stream (`systemone.eventstream`). The endpoint is
 `https://runtime.sagemaker.{region}.amazonaws.com` (`.com.cn` in China's regions), or the
-endpoint's `endpoint_url` (FIPS, a VPC endpoint, a local stand-in).
+endpoint's `endpoint_url` (FIPS, dual-stack, the isolated partitions, a VPC endpoint, a
+local stand-in): botocore's variables for those (`AWS_USE_FIPS_ENDPOINT`,
+`AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`, proxies) are not read; `AWS_CA_BUNDLE` and X-Ray's
+trace header are.
 
 It only transports: one attempt, no retry, and errors as this module's exceptions, which
 `gateway.backends.sagemaker` classifies (busy, timed out, rejected, failed).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import select
 import socket
 import threading
@@ -33,7 +37,6 @@ USER_AGENT = "decision-gateway (sagemaker-runtime; sigv4)"
 # An answer past this is not a decision or a chat completion (SageMaker's own cap on a
 # real-time response is 25 MB): the read stops instead of filling the function's memory.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
-_MAX_ERROR_BYTES = 1024 * 1024  # an error body is read this far at most
 _READ_PIECE = 64 * 1024
 # Idle connections kept per endpoint URL (botocore's pool for this client held 16).
 MAX_IDLE_CONNECTIONS = 16
@@ -41,6 +44,10 @@ MAX_IDLE_CONNECTIONS = 16
 
 class RuntimeCallError(Exception):
     """The call did not return an answer; subclasses say how."""
+
+
+class NoCredentials(RuntimeCallError):
+    """No credentials to sign with (none configured, or their source failed): nothing was sent."""
 
 
 class ConnectFailed(RuntimeCallError):
@@ -121,9 +128,15 @@ class SageMakerRuntime:
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
         path = self._base_path + path
+        try:
+            credentials = self._credentials()
+        except Exception as exc:  # none anywhere, or the container's endpoint failed: nothing was sent
+            raise NoCredentials(type(exc).__name__) from exc
         signed = sign("POST", self._host, path, headers, body, region=self.region, service=SIGNING_NAME,
-                      credentials=self._credentials())
+                      credentials=credentials)
         signed["User-Agent"] = USER_AGENT
+        if trace := os.environ.get("_X_AMZN_TRACE_ID"):  # X-Ray's trace, as botocore forwards it (unsigned)
+            signed["X-Amzn-Trace-Id"] = quote(trace, safe="-=;:+&[]{}\"',")
         connection = self._connections.take()
         try:
             connection.request("POST", path, body=body, headers=signed)
@@ -134,7 +147,8 @@ class SageMakerRuntime:
         if response.status >= 300:
             whole = False
             try:
-                error = ServiceError(_error_response(response, _read(response, _MAX_ERROR_BYTES, cut=True)))
+                # Read whole (a cut JSON body would lose the container's status): bounded as an answer.
+                error = ServiceError(_error_response(response, _read(response, MAX_ANSWER_BYTES, cut=True)))
                 whole = True
             finally:
                 self._connections.release(connection, response, whole)
@@ -279,7 +293,11 @@ class _Connections:
 
     def release(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse,
                 reusable: bool) -> None:
-        if reusable and not response.will_close and response.isclosed():
+        # Read whole: closed at its end, or every byte of its Content-Length read (read1 leaves
+        # it open, and a connection whose last answer is open takes no next request).
+        whole = response.isclosed() or response.length == 0
+        if reusable and not response.will_close and whole:
+            response.close()
             with self._lock:
                 if len(self._idle) < MAX_IDLE_CONNECTIONS:
                     self._idle.append(connection)
@@ -317,5 +335,5 @@ def _tls_context() -> Any:
         if _TLS is None:
             import ssl
 
-            _TLS = ssl.create_default_context()
+            _TLS = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None)  # botocore's variable
         return _TLS

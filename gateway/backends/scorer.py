@@ -15,7 +15,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from gateway.backends.pools import Invocation
 from gateway.decisions.cost import Meter
@@ -108,7 +108,7 @@ def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
     return found, typed
 
 
-_ANSWER = TypeAdapter(ScorerAnswer)
+_ANSWER = TypeAdapter(ScorerAnswer, config=ConfigDict(defer_build=True))  # built on first use, as the models
 _AGREEMENT = 1e-6  # rounding between the scorer's floats and these (it normalises before it computes)
 
 

@@ -26,7 +26,7 @@ MAX_VERSION = 1_000_000_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class CatalogOption(_Strict):
@@ -276,7 +276,7 @@ class ScoreEntry(_Entry):
 
 
 CatalogContent = Annotated[NoulEntry | ChoiceEntry | ScoreEntry, Field(discriminator="type")]
-_CONTENT = TypeAdapter(CatalogContent)
+_CONTENT = TypeAdapter(CatalogContent, config=ConfigDict(defer_build=True))  # built on first use, as the models
 
 
 def parse_content(text: str) -> NoulEntry | ChoiceEntry | ScoreEntry:

@@ -150,7 +150,7 @@ class RecordStore(Protocol):
 class QuestionRecord(BaseModel):
     """One question of a decision as recorded: what was asked, what the model said, what the policy did."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str | None
     kind: str
     catalog: str | None = None  # name@version of the entry that declared it
@@ -176,7 +176,7 @@ class QuestionRecord(BaseModel):
 class RecordInjection(BaseModel):
     """The scorer's check of the state for planted instructions (systemone.models.InjectionSignal)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     suspicion: float
     probe: float | None = None
     patterns: list[str] = []
@@ -184,7 +184,7 @@ class RecordInjection(BaseModel):
 
 
 class RecordUsage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     input_tokens: int
     output_tokens: int
     endpoint_s: float = 0.0  # the model endpoints' time, every attempt included (0 in records made before)
@@ -197,7 +197,7 @@ class DecisionRecord(BaseModel):
     `outcome` is the ground truth (or a person's override) a caller attaches later, never the
     model's answer (that is `questions`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     id: str
     request_id: str
     tenant_id: str

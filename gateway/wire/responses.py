@@ -19,7 +19,7 @@ from systemone import models as contract
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Policy(Strict):
@@ -45,15 +45,15 @@ class CatalogFields(BaseModel):
 
 
 class NoulAnswer(contract.NoulAnswer, CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ChoiceAnswer(contract.ChoiceAnswer, CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ScoreAnswer(contract.ScoreAnswer, CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class CostFields(BaseModel):
@@ -65,19 +65,19 @@ class CostFields(BaseModel):
 
 
 class Usage(CostFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     input_tokens: int
     output_tokens: int
 
 
 class InjectionSignal(contract.InjectionSignal):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class SystemOneResponse(BaseModel):
     """`POST /v1/systemone`: one answer per question, by the caller's question id."""
 
-    model_config = ConfigDict(extra="allow")  # the scorer's x_ extensions (readout, model sha, debiasing)
+    model_config = ConfigDict(extra="allow", defer_build=True)  # the scorer's x_ extensions (readout, model sha, debiasing)
     model: str
     answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
     usage: Usage
@@ -96,14 +96,14 @@ class Probability(Strict):
 
 
 class PredicateAnswer(CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["predicate"]
     name: str | None
     probability: float
 
 
 class OpenAIChoiceAnswer(CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["choice"]
     name: str | None
     choice: str | bool
@@ -112,7 +112,7 @@ class OpenAIChoiceAnswer(CatalogFields):
 
 
 class OpenAIScoreAnswer(CatalogFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["score"]
     name: str | None
     score: float
@@ -126,7 +126,7 @@ class Refusal(Strict):
 
 
 class OpenAIUsage(CostFields):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     input_tokens: int
     input_tokens_details: dict[str, int]
     output_tokens: int
@@ -169,7 +169,7 @@ class ModelList(Strict):
 class CatalogEntry(BaseModel):
     """A catalog entry version: its content (as written) with its name, version, hash and time."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     name: str
     version: int
     hash: str

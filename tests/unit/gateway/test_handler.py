@@ -358,7 +358,15 @@ import json, sys
 import gateway.handler as handler
 function = handler._function
 clients = len(function.runtime.decide.backend._clients) if function is not None else None
-print(json.dumps({"built": function is not None, "init_s": handler.INIT_SECONDS, "clients": clients}))
+from pydantic import BaseModel
+def models(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from models(sub)
+pending = sorted({m.__qualname__ for m in models(BaseModel)
+                  if m.__module__.startswith(("gateway.", "systemone.")) and not m.__pydantic_complete__})
+print(json.dumps({"built": function is not None, "init_s": handler.INIT_SECONDS, "clients": clients,
+                  "models_to_build": pending}))
 """
 
 
@@ -389,6 +397,16 @@ def test_in_lambda_the_function_and_its_sagemaker_clients_are_built_in_the_init_
     # each endpoint the routes can call (two here: "a" serves both models), before any request.
     loaded, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS))
     assert loaded["built"] and loaded["clients"] == 2 and loaded["init_s"] > 0
+
+
+def test_models_build_on_first_use_except_under_snapstart_whose_snapshot_carries_them_all(tmp_path):
+    # A plain cold start builds only what its first request reads (the decision's wire models
+    # wait); a SnapStart init phase builds them all, once, for every instance resumed.
+    plain, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS))
+    assert {"DecisionRequest", "DecisionRecord", "NoulEntry"} <= set(plain["models_to_build"])
+    snapped, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS),
+                               AWS_LAMBDA_INITIALIZATION_TYPE="snap-start")
+    assert snapped["built"] and snapped["models_to_build"] == []
 
 
 def test_a_function_that_cannot_be_built_in_the_init_phase_still_loads_and_says_why(tmp_path):

@@ -225,6 +225,31 @@ def test_while_a_probe_is_out_other_requests_skip_the_endpoint():
     assert circuits.allow("gpu")
 
 
+def test_a_probe_that_raised_anything_never_holds_its_endpoint_shut():
+    # A probe whose call escaped with an unexpected error (a bug, a deployment's fault) would
+    # otherwise leave the endpoint "probing" for the rest of the warm instance's life.
+    clock = Clock()
+    policy = PoolPolicy(extra_attempts=0, failure_threshold=1, cooldown_s=5)
+    circuits = Circuits(policy, clock)
+    circuits.failed("gpu")
+    clock.now += 5
+    backend = Scripted(clock, {"gpu": [RuntimeError("unexpected"), OK]})
+    with pytest.raises(RuntimeError):
+        pool(clock, names=("gpu",), policy=policy, circuits=circuits).ask(backend, b"{}", "systemone")
+    assert circuits.allow("gpu")
+
+
+@pytest.mark.parametrize("status", ["429", "503"])
+def test_a_busy_answer_with_only_a_status_is_saturation(status):
+    # A load balancer's 429 or 503 with no error code: the endpoint said it is full, so this
+    # request does not ask it again and the caller may get 429 with a retry.
+    clock = Clock()
+    backend = Scripted(clock, {"gpu": [busy(status)], "cpu": [busy(status, name="cpu")]})
+    with pytest.raises(RateLimited):
+        pool(clock, extra_attempts=2).ask(backend, b"{}", "systemone")
+    assert [name for name, _ in backend.calls] == ["gpu", "cpu"]
+
+
 def test_every_circuit_open_is_503_with_the_time_until_a_probe():
     clock = Clock()
     policy = PoolPolicy(failure_threshold=1, cooldown_s=8)

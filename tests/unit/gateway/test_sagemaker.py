@@ -230,6 +230,47 @@ def test_an_answer_past_the_bound_is_refused_not_read_into_memory(runtime, monke
     assert raised.value.reason == "answer_too_large"
 
 
+def test_an_error_body_of_any_size_keeps_the_containers_status(runtime):
+    # A large 422 (one detail per problem of a large request) is still the caller's fault,
+    # and a large 503 still falls back: the body is read whole, within the answer's bound.
+    detail = json.dumps({"detail": [{"loc": ["body", "state"], "msg": "x" * 100}] * 12000})
+    assert len(detail) > 1024 * 1024
+    runtime.answers.append(_error("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": detail}))
+    with pytest.raises(EndpointRejected) as raised:
+        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
+    assert raised.value.status == 422
+
+
+def test_no_credentials_is_the_deployments_failure_and_nothing_is_sent(runtime):
+    def none():
+        raise RuntimeError("the container's credential endpoint is down")
+
+    invoker = SageMakerInvoker(client_factory=lambda e: SageMakerRuntime("us-east-1", e.endpoint_url, credentials=none))
+    with pytest.raises(EndpointFailed) as raised:
+        invoker.invoke(endpoint(runtime), b"{}", "systemone")
+    assert raised.value.reason == "no_credentials" and runtime.requests == []
+
+
+def test_the_xray_trace_travels_as_botocore_sends_it(runtime, monkeypatch):
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
+    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
+    headers = runtime.requests[0]["headers"]
+    assert headers["X-Amzn-Trace-Id"] == "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+    assert "x-amzn-trace-id" not in headers["Authorization"]  # never signed: X-Ray may rewrite it
+
+
+def test_a_stream_read_whole_leaves_its_connection_for_the_next_call(runtime):
+    from systemone.eventstream import payload_part
+
+    for _ in range(3):
+        runtime.answers.append({"body": payload_part(b"data: {}\n\n"),
+                                "headers": {"Content-Type": "application/vnd.amazon.eventstream"}})
+    invoker = SageMakerInvoker()
+    for _ in range(3):
+        assert list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", "rid", 10.0)) == [b"data: {}\n\n"]
+    assert len(runtime.requests) == 3 and len(runtime.connections) == 1
+
+
 def test_clients_are_made_lazily_once_per_configuration():
     made = []
     invoker = SageMakerInvoker(client_factory=lambda endpoint: made.append(endpoint) or object())

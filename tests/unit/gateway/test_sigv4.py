@@ -98,3 +98,21 @@ def test_without_them_botocores_chain_finds_a_profile(fresh_chain, monkeypatch):
 def test_no_credentials_anywhere_is_said_plainly(fresh_chain):
     with pytest.raises(MissingCredentials):
         current_credentials()
+
+
+def test_the_init_phase_loads_the_chain_but_fetches_nothing(fresh_chain, monkeypatch):
+    # A SnapStart snapshot is taken after the init phase: credentials fetched then would be
+    # every resumed instance's. Here the profile's keys appear only after preparing, and are found.
+    (fresh_chain / "config").write_text("[profile dev]\nregion = eu-west-1\n")
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    sigv4.prepare_credentials()
+    assert sigv4._RESOLVER is not None and sigv4._CHAIN is None
+    (fresh_chain / "credentials").write_text("[dev]\naws_access_key_id = AKLATER\naws_secret_access_key = SKLATER\n")
+    assert current_credentials() == Credentials("AKLATER", "SKLATER", None)
+
+
+def test_with_the_environments_credentials_the_init_phase_loads_no_chain(fresh_chain, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK1")
+    sigv4.prepare_credentials()
+    assert sigv4._RESOLVER is None
