@@ -225,6 +225,12 @@ def render_bench_gateway(report: dict) -> list[str]:
                   f" cold start): import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
                   f" {bare['first_request_p50_ms']:.0f} ms (total {bare['cold_total_p50_ms']:.0f} ms, so"
                   f" {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x with it).", ""]
+    if stores := report.get("cold_start_with_dynamodb"):
+        lines += [f"With the stores as deployed (tenants, keys, catalogs and records in DynamoDB: moto's server here;"
+                  f" their botocore client built in the init phase): import {stores['import_p50_ms']:.0f} ms, init"
+                  f" {stores['init_p50_ms']:.0f} ms, first request {stores['first_request_p50_ms']:.0f} ms (total"
+                  f" {stores['cold_total_p50_ms']:.0f} ms); RSS {stores['rss_after_first_request_mb']:.0f} MB after it"
+                  f" and {stores['rss_after_burst_mb']:.0f} MB after {stores['burst_requests']} more.", ""]
     if runtime := report.get("cold_start_runtime_python"):
         lines += [f"With Python {runtime['python']} (the template's runtime; its own artifact, `--runtime-python`):"
                   f" import {runtime['import_p50_ms']:.0f} ms, init {runtime['init_p50_ms']:.0f} ms, first request"
