@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -461,3 +462,15 @@ def test_the_function_starts_and_decides_without_importing_numpy():
               "from gateway.catalogs import adapters, policy\n"
               "sys.exit(1 if 'numpy' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", script], check=False).returncode == 0
+
+
+def test_the_function_does_not_search_for_pydantic_plugins_unless_told_to():
+    # Searching reads every installed distribution's metadata on the first model built.
+    script = ("import os, gateway\nfrom pydantic.plugin import _loader\n"
+              "assert os.environ['PYDANTIC_DISABLE_PLUGINS'] == '__all__' and _loader.get_plugins() == ()\n"
+              "assert _loader._plugins is None  # never searched")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    assert subprocess.run([sys.executable, "-c", script], env=env, check=False).returncode == 0
+    kept = subprocess.run([sys.executable, "-c", "import os, gateway; print(os.environ['PYDANTIC_DISABLE_PLUGINS'])"],
+                          env={**env, "PYDANTIC_DISABLE_PLUGINS": "logfire"}, capture_output=True, text=True, check=True)
+    assert kept.stdout.strip() == "logfire"  # an operator's choice stands
