@@ -11,6 +11,7 @@ compares, so this cannot drift from AWS's algorithm unnoticed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -100,7 +101,8 @@ def prepare_credentials() -> None:
     so a snapshot carries its import, but fetch nothing. Credentials fetched before a
     snapshot would be shared by every instance resumed from it, past their time."""
     if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
-        _resolver()
+        with contextlib.suppress(Exception):  # a missing profile, a broken config file: said by the first call that signs
+            _resolver()
 
 
 def _resolver() -> Any:

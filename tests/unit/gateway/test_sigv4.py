@@ -116,3 +116,10 @@ def test_with_the_environments_credentials_the_init_phase_loads_no_chain(fresh_c
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK1")
     sigv4.prepare_credentials()
     assert sigv4._RESOLVER is None
+
+
+def test_a_chain_that_cannot_be_loaded_fails_the_first_call_not_the_init_phase(fresh_chain, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "does-not-exist")
+    sigv4.prepare_credentials()  # the function still initialises
+    with pytest.raises(Exception, match="does-not-exist"):
+        current_credentials()
