@@ -26,7 +26,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 from gateway.sigv4 import Credentials, current_credentials, sign
@@ -143,7 +143,7 @@ class SageMakerRuntime:
             response = connection.getresponse()
         except BaseException as exc:
             connection.close()
-            raise _transport_error(exc) from exc
+            _raise_transport_error(exc)
         if response.status >= 300:
             whole = False
             try:
@@ -175,7 +175,7 @@ class EventStream:
                 try:
                     data = self._response.read1(_READ_PIECE)
                 except BaseException as exc:
-                    raise _transport_error(exc) from exc
+                    _raise_transport_error(exc)
                 if not data:
                     self._decoder.close()
                     break
@@ -215,7 +215,7 @@ def _read(response: http.client.HTTPResponse, limit: int, *, cut: bool = False) 
             pieces.append(piece)
             size += len(piece)
     except BaseException as exc:
-        raise _transport_error(exc) from exc
+        _raise_transport_error(exc)
     data = b"".join(pieces)
     if size > limit:
         if not cut:
@@ -226,14 +226,15 @@ def _read(response: http.client.HTTPResponse, limit: int, *, cut: bool = False) 
     return data
 
 
-def _transport_error(exc: BaseException) -> BaseException:
-    """What a failure of the socket means for the call. A timeout after the connection was
-    made is a read timeout (the request may be running); a connection that drops is closed."""
+def _raise_transport_error(exc: BaseException) -> NoReturn:
+    """What a failure of the socket means for the call: a timeout after the connection was
+    made is a read timeout (the request may be running); a connection that drops is closed.
+    Anything else (KeyboardInterrupt, a bug) is raised as it is."""
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return ReadTimedOut("no answer within the read timeout")
+        raise ReadTimedOut("no answer within the read timeout") from exc
     if isinstance(exc, (http.client.HTTPException, ConnectionError, OSError)):
-        return ConnectionClosed(type(exc).__name__)
-    return exc  # not the transport's (KeyboardInterrupt, a bug): as it is
+        raise ConnectionClosed(type(exc).__name__) from exc
+    raise exc
 
 
 def _error_response(response: http.client.HTTPResponse, body: bytes) -> dict[str, Any]:
