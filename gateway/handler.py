@@ -122,8 +122,9 @@ def build_function() -> GatewayFunction:
 def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:
     """In Lambda, the function is built while the module loads: the init phase (and a
     SnapStart snapshot) carries the settings, stores and SageMaker clients, not the first
-    caller. Its one network call is the models parameter (SSM), which the settings read in
-    AWS; it calls no endpoint and no store. Anything it cannot build is built again on the
+    caller. It calls no endpoint and no store; its network calls are the models parameter,
+    when the settings name one in SSM, and the credentials botocore's store clients resolve
+    when they are built. Anything it cannot build is built again on the
     first request, which then answers with the error (and the log says why)."""
     if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
         return None, 0.0  # tests, the local runner and benchmarks build their own

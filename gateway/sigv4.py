@@ -98,8 +98,10 @@ _CHAIN_LOCK = threading.Lock()
 def prepare_credentials() -> None:
     """In the init phase, when the environment holds no credentials (a SnapStart function
     gets the container's credential endpoint instead): load botocore's provider chain now,
-    so a snapshot carries its import, but fetch nothing. Credentials fetched before a
-    snapshot would be shared by every instance resumed from it, past their time."""
+    so a snapshot carries its import, but fetch nothing: the SageMaker calls' credentials
+    are fetched after any restore. (botocore's own clients for the stores resolve theirs
+    when they are built, in the init phase: a snapshot carries those, refreshable, and
+    botocore refreshes them by their expiry.)"""
     if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
         with contextlib.suppress(Exception):  # a missing profile, a broken config file: said by the first call that signs
             _resolver()
@@ -115,20 +117,31 @@ def _resolver() -> Any:
         return _RESOLVER
 
 
-_NOT_FOUND_FOR_S = 5.0  # a chain that found nothing is asked again after this, not on every call
-_NOT_FOUND_AT: float | None = None
+# A chain that found nothing, or whose source failed (the container's endpoint down), is
+# asked again after this: not by every call, each waiting out botocore's retries in turn.
+_FAILED_FOR_S = 5.0
+_FAILED: tuple[float, Exception] | None = None
 
 
 def _botocore_credentials() -> Credentials:
-    global _CHAIN, _NOT_FOUND_AT
+    global _CHAIN, _FAILED
     resolver = _resolver()
-    with _CHAIN_LOCK:
-        if _CHAIN is None and (_NOT_FOUND_AT is None or time.monotonic() - _NOT_FOUND_AT > _NOT_FOUND_FOR_S):
-            _CHAIN = resolver.load_credentials()  # the first call that signs: after any restore
-            _NOT_FOUND_AT = None if _CHAIN is not None else time.monotonic()
+    with _CHAIN_LOCK:  # one fetch at a time: the others wait for its answer, then read it
+        failure = None
+        if _CHAIN is None:
+            if _FAILED is not None and time.monotonic() - _FAILED[0] <= _FAILED_FOR_S:
+                failure = _FAILED[1]
+            else:
+                try:
+                    _CHAIN = resolver.load_credentials()  # the first call that signs: after any restore
+                    if _CHAIN is None:
+                        raise MissingCredentials("none found (environment, container, profile or instance role)")
+                    _FAILED = None
+                except Exception as exc:  # remembered, and raised below
+                    _FAILED, failure = (time.monotonic(), exc), exc
         chain = _CHAIN
     if chain is None:
-        raise MissingCredentials("no AWS credentials found (environment, container, profile or instance role)")
+        raise MissingCredentials(f"no AWS credentials ({type(failure).__name__}: {failure})") from failure
     frozen = chain.get_frozen_credentials()
     return Credentials(frozen.access_key, frozen.secret_key, frozen.token or None)
 
@@ -136,6 +149,6 @@ def _botocore_credentials() -> Credentials:
 def forget_credentials() -> None:
     """Find credentials again on the next call (tests that change the environment; with
     `gateway.aws.reset_session`)."""
-    global _CHAIN, _RESOLVER, _NOT_FOUND_AT
+    global _CHAIN, _RESOLVER, _FAILED
     with _CHAIN_LOCK:
-        _CHAIN = _RESOLVER = _NOT_FOUND_AT = None
+        _CHAIN = _RESOLVER = _FAILED = None

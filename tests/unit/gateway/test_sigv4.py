@@ -123,3 +123,23 @@ def test_a_chain_that_cannot_be_loaded_fails_the_first_call_not_the_init_phase(f
     sigv4.prepare_credentials()  # the function still initialises
     with pytest.raises(Exception, match="does-not-exist"):
         current_credentials()
+
+
+def test_a_failing_credential_source_is_asked_again_after_a_pause_not_by_every_call(fresh_chain, monkeypatch):
+    # The container's endpoint down: each call would otherwise wait out botocore's retries in turn.
+    asked = []
+
+    class Down:
+        def load_credentials(self):
+            asked.append(1)
+            raise RuntimeError("the container's credential endpoint answered 500")
+
+    monkeypatch.setattr(sigv4, "_RESOLVER", Down())
+    for _ in range(3):
+        with pytest.raises(MissingCredentials, match="500"):
+            current_credentials()
+    assert len(asked) == 1
+    monkeypatch.setattr(sigv4, "_FAILED_FOR_S", 0.0)
+    with pytest.raises(MissingCredentials):
+        current_credentials()
+    assert len(asked) == 2
