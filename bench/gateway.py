@@ -149,7 +149,7 @@ def peak_mb():
         with open("/proc/self/status") as status:
             return next(int(l.split()[1]) for l in status if l.startswith("VmHWM:")) / 1024
     except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
 rss_cold = peak_mb()
 for i in range(int(os.environ["BURST"])):
     sys.stdout = io.StringIO()
@@ -167,6 +167,7 @@ print(json.dumps({"import_s": imported, "init_s": init, "first_request_s": first
 _FLOOR_CHILD = r"""
 import json, sys, time
 import decimal, logging, threading, traceback
+event = json.loads(sys.stdin.read())["first"]
 started = time.perf_counter()
 from pydantic import BaseModel
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -177,7 +178,7 @@ app = APIGatewayRestResolver(enable_validation=True)
 @app.post("/v1/systemone")
 def decide(ask: Ask) -> dict:
     return {"questions": len(ask.questions)}
-result = app.resolve(json.loads(sys.stdin.read())["first"], None)
+result = app.resolve(event, None)
 print(json.dumps({"total_s": time.perf_counter() - started, "status": result["statusCode"]}))
 """
 
@@ -265,9 +266,9 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
 
 @contextlib.contextmanager
 def dynamodb_stores() -> Iterator[dict[str, str]]:
-    """moto's DynamoDB server with the four tables, the events' tenant and its key: the
-    function's environment for stores as deployed (their client built in the init phase,
-    read and written by every request)."""
+    """moto's server with the four tables, the events' tenant and its key, and the two
+    secrets: the function's environment for stores as deployed (their clients built in the
+    init phase, read and written by requests)."""
     import socket
 
     import botocore.session
@@ -276,6 +277,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
     from devkit.gateway_stack import PRINCIPAL
     from gateway.auth.store import ApiKeyRecord
     from gateway.auth.tenants import create_tenant, set_limits
+    from gateway.auth.tokens import new_key_document
     from gateway.stores.dynamodb import DynamoDBStore
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
@@ -297,7 +299,14 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
         set_limits(store, PRINCIPAL["tenant_id"], rate_per_s=1000.0, burst=2000)  # the burst measures memory, not the limit
         store.put_api_key(ApiKeyRecord(PRINCIPAL["credential_id"], PRINCIPAL["tenant_id"], "unused",
                                        tuple(PRINCIPAL["scopes"].split()), None, 0.0))
-        yield {**tables, "GATEWAY_AWS_ENDPOINT_URL": url}
+        # The template's two secrets: the signing keys and the records' keys (read on first use).
+        secrets = {"GATEWAY_SIGNING_SECRET_ID": "bench-signing", "GATEWAY_RECORD_KEY_SECRET_ID": "bench-record-keys"}
+        manager = botocore.session.get_session().create_client(
+            "secretsmanager", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench",
+            aws_secret_access_key="bench")
+        for name in secrets.values():
+            manager.create_secret(Name=name, SecretString=new_key_document())
+        yield {**tables, **secrets, "GATEWAY_AWS_ENDPOINT_URL": url}
     finally:
         server.stop()
 

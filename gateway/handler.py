@@ -142,8 +142,10 @@ def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:
 def build_deferred_models() -> None:
     """The gateway's models build their validators on first use (`defer_build`): a cold
     start pays only for those its first request reads. A SnapStart snapshot is taken once,
-    so it carries them all, built here."""
-    from pydantic import BaseModel
+    so it carries them all, built here: the models, and the modules' own TypeAdapters."""
+    import sys
+
+    from pydantic import BaseModel, TypeAdapter
 
     pending = list(BaseModel.__subclasses__())
     while pending:
@@ -151,6 +153,11 @@ def build_deferred_models() -> None:
         pending.extend(model.__subclasses__())
         if model.__module__.startswith(("gateway.", "systemone.")) and not model.__pydantic_complete__:
             model.model_rebuild()
+    for name, module in list(sys.modules.items()):
+        if name.startswith(("gateway.", "systemone.")):
+            for value in list(vars(module).values()):
+                if isinstance(value, TypeAdapter) and not value.pydantic_complete:
+                    value.rebuild()
 
 
 def after_restore() -> None:

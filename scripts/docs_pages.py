@@ -236,8 +236,9 @@ def render_bench_gateway(report: dict) -> list[str]:
                   f" cold start): {_phases(bare)}, so {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x with"
                   " it.", ""]
     if stores := report.get("cold_start_with_dynamodb"):
-        lines += [f"With the stores as deployed (tenants, keys, catalogs and records in DynamoDB: moto's server here;"
-                  f" their botocore client built in the init phase): {_phases(stores)}; RSS"
+        lines += [f"With the stores as deployed (tenants, keys, catalogs and records in DynamoDB, the signing and record"
+                  f" keys in Secrets Manager: moto's server here, slower to answer than AWS; their botocore clients"
+                  f" built in the init phase): {_phases(stores)}; RSS"
                   f" {stores['rss_after_first_request_mb']:.0f} MB after it and {stores['rss_after_burst_mb']:.0f} MB"
                   f" after {stores['burst_requests']} more.", ""]
     if runtime := report.get("cold_start_runtime_python"):
