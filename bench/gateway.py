@@ -269,21 +269,18 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
     """moto's server with the four tables, the events' tenant and its key, and the two
     secrets: the function's environment for stores as deployed (their clients built in the
     init phase, read and written by requests)."""
-    import socket
-
     import botocore.session
     from moto.server import ThreadedMotoServer
 
     from devkit.gateway_stack import PRINCIPAL
+    from devkit.scorer_process import free_port
     from gateway.auth.store import ApiKeyRecord
     from gateway.auth.tenants import create_tenant, set_limits
     from gateway.auth.tokens import new_key_document
     from gateway.stores.dynamodb import DynamoDBStore
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
@@ -390,6 +387,8 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
 def start_litellm(backend_url: str, tmp: Path):
     import httpx
 
+    from devkit.scorer_process import free_port
+
     if not LITELLM_PYTHON.exists():
         progress(f"  LiteLLM is not installed at {LITELLM_PYTHON}: run `make bench-litellm-env` to include it")
         return None, None
@@ -402,7 +401,7 @@ def start_litellm(backend_url: str, tmp: Path):
         f"      api_base: {backend_url}/v1\n"
         "      api_key: none\n"
     )
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_TELEMETRY": "False"}
     process = subprocess.Popen([str(LITELLM_PYTHON), "-m", "litellm.proxy.proxy_cli", "--config", str(config), "--port", str(port),
                                 "--num_workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
@@ -421,14 +420,6 @@ def start_litellm(backend_url: str, tmp: Path):
     process.terminate()
     progress("  LiteLLM's proxy did not start within 180 s; leaving it out")
     return None, None
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- report ---------------------------------------------------------------------------------------

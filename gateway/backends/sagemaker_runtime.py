@@ -155,9 +155,6 @@ class SageMakerRuntime:
             raise error
         return response, connection
 
-    def close(self) -> None:
-        self._connections.close()
-
 
 class EventStream:
     """The messages of a streamed answer; `close()` hangs up (the container's work stops)."""
@@ -230,7 +227,7 @@ def _raise_transport_error(exc: BaseException) -> NoReturn:
     """What a failure of the socket means for the call: a timeout after the connection was
     made is a read timeout (the request may be running); a connection that drops is closed.
     Anything else (KeyboardInterrupt, a bug) is raised as it is."""
-    if isinstance(exc, (TimeoutError, socket.timeout)):
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
         raise ReadTimedOut("no answer within the read timeout") from exc
     if isinstance(exc, (http.client.HTTPException, ConnectionError, OSError)):
         raise ConnectionClosed(type(exc).__name__) from exc
@@ -305,12 +302,6 @@ class _Connections:
                     return
         response.close()
         connection.close()
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
 
 
 def _dropped(connection: http.client.HTTPConnection) -> bool:
