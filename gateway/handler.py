@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -130,13 +131,32 @@ def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:
         return None, 0.0  # tests, the local runner and benchmarks build their own
     started = time.perf_counter()
     try:
-        function = build_function()
-        if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
-            build_deferred_models()
+        with collector_paused():
+            function = build_function()
+            if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+                build_deferred_models()
         return function, time.perf_counter() - started
     except Exception:
         log.exception("the function could not be built in the init phase; the first request tries again")
         return None, time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The init phase makes some 65,000 objects the collector tracks (modules, classes,
+    functions, the models' fields) and frees almost none: the cyclic collector, left on,
+    scans them again and again while they are made, about 14 ms of a cold start (make
+    bench-gateway). Paused while they are made, then frozen: what the init phase built
+    lives as long as the instance, so later collections need not scan it either (what
+    gc.freeze is for)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.freeze()
 
 
 def build_deferred_models() -> None:

@@ -355,7 +355,7 @@ def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
 
 
 _INIT_PHASE = r"""
-import json, sys
+import gc, json, sys
 import gateway.handler as handler
 function = handler._function
 clients = len(function.runtime.decide.backend._clients) if function is not None else None
@@ -371,7 +371,7 @@ pending += sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())
                   if name.startswith(("gateway.", "systemone."))
                   for attr, value in vars(module).items() if isinstance(value, TypeAdapter) and not value.pydantic_complete)
 print(json.dumps({"built": function is not None, "init_s": handler.INIT_SECONDS, "clients": clients,
-                  "models_to_build": pending}))
+                  "models_to_build": pending, "collecting": gc.isenabled(), "frozen": gc.get_freeze_count()}))
 """
 
 
@@ -420,6 +420,31 @@ def test_a_function_that_cannot_be_built_in_the_init_phase_still_loads_and_says_
     # fail every init); the first request builds it again and answers the error.
     loaded, log = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS="{not json")
     assert not loaded["built"] and "could not be built in the init phase" in log
+    assert loaded["collecting"]  # the collector, paused for the init phase, runs again all the same
+
+
+def test_the_init_phase_pauses_the_collector_and_freezes_what_it_built(tmp_path):
+    # Lambda's init phase builds with the cyclic collector paused, then resumes it with what
+    # was built frozen (never scanned again); outside Lambda nothing is paused or frozen.
+    loaded, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS))
+    assert loaded["built"] and loaded["collecting"] and loaded["frozen"] > 10_000  # about 65,000 here
+    plain, _ = _load_handler(tmp_path, GATEWAY_MODELS=json.dumps(MODELS))
+    assert plain["collecting"] and plain["frozen"] == 0
+
+
+def test_a_collector_the_operator_turned_off_stays_off():
+    import gc
+
+    from gateway.handler import collector_paused
+
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
 
 
 def test_outside_lambda_nothing_is_built_at_import(tmp_path):
