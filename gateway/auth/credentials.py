@@ -12,7 +12,8 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
+
+from gateway.values import frozen
 
 API_KEY_PREFIX = "dgk_"
 # outcomes:train: attach outcomes that train catalog adapters (a write to an entry's
@@ -21,7 +22,7 @@ SCOPES = ("chat", "decide", "catalogs:read", "catalogs:write", "outcomes:train",
 _API_KEY = re.compile(r"^dgk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 
 
-@dataclass(frozen=True)
+@frozen
 class Principal:
     tenant_id: str
     scopes: frozenset[str]
@@ -38,7 +39,7 @@ class Principal:
         return self.models is None or model in self.models
 
 
-@dataclass(frozen=True)
+@frozen
 class NewApiKey:
     key_id: str
     secret: str  # the whole key, shown once to whoever created it

@@ -5,11 +5,12 @@ revocations. Two implementations pass one contract test suite:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
+from gateway.values import field, field_names, frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class TenantLimits:
     """What one tenant may ask, per request and per second: settings of the tenant.
 
@@ -32,18 +33,18 @@ class TenantLimits:
     usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v != getattr(DEFAULT_LIMITS, k)}
+        return {k: getattr(self, k) for k in field_names(self) if getattr(self, k) != getattr(DEFAULT_LIMITS, k)}
 
     @classmethod
     def from_json(cls, values: dict[str, Any] | None) -> TenantLimits:
-        known = {f.name for f in fields(cls)}
+        known = set(field_names(cls))
         return cls(**{k: v for k, v in (values or {}).items() if k in known})
 
 
 DEFAULT_LIMITS = TenantLimits()
 
 
-@dataclass(frozen=True)
+@frozen
 class UsageRow:
     """What one tenant spent on one day (UTC, YYYY-MM-DD) under one entry: a catalog entry's
     name, `(inline)` for questions that named none, `(chat)` for chat completions."""
@@ -55,7 +56,7 @@ class UsageRow:
     endpoint_ms: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Tenant:
     tenant_id: str
     name: str
@@ -64,7 +65,7 @@ class Tenant:
     limits: TenantLimits = field(default_factory=TenantLimits)
 
 
-@dataclass(frozen=True)
+@frozen
 class PrincipalRule:
     """An IAM principal (normalised ARN) that acts for a tenant, with what it may do."""
 
@@ -75,7 +76,7 @@ class PrincipalRule:
     created_at: float
 
 
-@dataclass(frozen=True)
+@frozen
 class ApiKeyRecord:
     key_id: str
     tenant_id: str

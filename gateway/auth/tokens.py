@@ -20,9 +20,10 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from gateway.values import frozen
 
 TOKEN_PREFIX = "dgt_"  # noqa: S105 (a prefix, not a secret)
 DEFAULT_TTL_S = 3600
@@ -46,7 +47,7 @@ class KeyRing(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class TokenClaims:
     token_id: str
     tenant_id: str

@@ -15,13 +15,13 @@ botocore.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.values import frozen
 from systemone.sidechannel import Route
 
 
-@dataclass(frozen=True)
+@frozen
 class Endpoint:
     name: str  # the SageMaker endpoint name
     region: str | None = None

@@ -27,7 +27,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 from gateway.backends.base import (
@@ -53,6 +52,7 @@ from gateway.errors import (
     WorkTimedOut,
 )
 from gateway.settings import MAX_STREAM_DEADLINE_S
+from gateway.values import field, frozen, replace
 from systemone.errors import read_error_body
 
 log = logging.getLogger("gateway.pools")
@@ -79,7 +79,7 @@ class NoMetrics:
         pass
 
 
-@dataclass(frozen=True)
+@frozen
 class PoolPolicy:
     deadline_s: float = 25.0
     stream_deadline_s: float = MAX_STREAM_DEADLINE_S  # the longest a caller may ask for on the streaming routes
@@ -91,14 +91,14 @@ class PoolPolicy:
     default_retry_after_s: int = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class PoolEndpoint:
     endpoint: Endpoint
     tier: int  # lower tiers first; endpoints sharing a tier are ordered by weighted chance
     weight: float = 1.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Invocation:
     body: bytes
     endpoint: str

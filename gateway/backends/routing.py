@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from gateway.backends.base import Endpoint
 from gateway.backends.pools import EndpointPool
 from gateway.errors import NotFound
+from gateway.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelRoute:
     name: str
     aliases: tuple[str, ...]

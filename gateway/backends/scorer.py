@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import replace
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -30,6 +29,7 @@ from gateway.decisions.model import (
     score_of,
 )
 from gateway.errors import BackendFailed
+from gateway.values import replace
 from systemone.answers import normalise
 from systemone.features import decode_state
 from systemone.models import Answer as ScorerAnswer

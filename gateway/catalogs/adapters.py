@@ -18,10 +18,10 @@ import json
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.decisions.model import FitKey, ReadFeatures
+from gateway.values import frozen
 from systemone.features import pack, unpack
 from systemone.limits import STATE_FEATURE_DIMS
 
@@ -73,7 +73,7 @@ def fitted_on(adapter: Adapter) -> FitKey:
     return FitKey(adapter.model_sha256, adapter.prompt_version, adapter.readout)
 
 
-@dataclass(frozen=True)
+@frozen
 class Head:
     """An adapter decoded once (a version is immutable: its head is cached by its id)."""
 

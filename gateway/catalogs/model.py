@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from gateway.catalogs.adapters import MIN_SCALE
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
+from gateway.values import frozen
 from systemone.limits import STATE_FEATURE_DIMS
 
 Text = str | dict[str, Any] | list[Any]
@@ -287,7 +287,7 @@ def content_hash(canonical: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@frozen
 class CatalogVersion:
     tenant_id: str
     name: str

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from gateway.catalogs.adapters import adapted
 from gateway.catalogs.model import InjectionRule, Policy, Rule
 from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
+from gateway.values import replace
 from systemone import answers as formulas
 
 _EPSILON = 1e-12

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.values import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class Entry:
     """What the store holds for one key: the request's fingerprint, and its reply once done."""
 

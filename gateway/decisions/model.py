@@ -9,10 +9,10 @@ model next to the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from gateway.decisions.cost import Cost
+from gateway.values import field, frozen, replace
 from systemone import answers as formulas
 
 # The contract's, re-exported for the decision model's users.
@@ -34,7 +34,7 @@ Action = Literal["auto", "review", "abstain"]
 VerdictReason = Literal["injection_suspected", "injection_signal_missing", "calibration_mismatch"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Option:
     key: str
     value: str | bool | int
@@ -59,7 +59,7 @@ class Thresholds(Protocol):
     def model_dump(self, *, mode: str = "python") -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
+@frozen
 class FitKey:
     """What a catalog entry's calibration was fitted on: the model file (SHA-256), the
     scorer's prompt template and the readout. A temperature or a threshold measured on one
@@ -70,7 +70,7 @@ class FitKey:
     readout: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class ReadFeatures:
     """What the backend read one answer from (its `x_features`): the listings'
     log-distributions over the declared options, the state sketch and the sketch's name."""
@@ -80,7 +80,7 @@ class ReadFeatures:
     sketch: str
 
 
-@dataclass(frozen=True)
+@frozen
 class CatalogBinding:
     """The catalog entry a question came from, and what applies to its answer."""
 
@@ -100,7 +100,7 @@ class CatalogBinding:
         return f"{self.name}@{self.version}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Question:
     id: str  # the backend's question id; never shown to the model
     kind: Kind
@@ -110,7 +110,7 @@ class Question:
     binding: CatalogBinding | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class CatalogReference:
     """A question the caller names by catalog entry instead of writing it out."""
 
@@ -121,7 +121,7 @@ class CatalogReference:
     loc: str | int = 0  # where the caller wrote it: its System One id or its OpenAI position
 
 
-@dataclass(frozen=True)
+@frozen
 class Decision:
     model: str  # as the caller wrote it: a model name or an alias
     state: Text
@@ -131,7 +131,7 @@ class Decision:
     calibrate: bool = True  # False: raw probabilities, no temperature and no thresholds (calibration runs)
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """What a catalog policy says to do with an answer, and the measures it judged."""
 
@@ -142,7 +142,7 @@ class Verdict:
     reason: VerdictReason | None = None  # None: the action is the one the rules gave
 
 
-@dataclass(frozen=True)
+@frozen
 class Answer:
     question: Question
     # noul: (P(true),); choice and score: one probability per option, in option order.
@@ -181,14 +181,14 @@ def score_of(answer: Answer) -> float:
     return answer.score if answer.score is not None else formulas.expected_score(answer.probabilities)
 
 
-@dataclass(frozen=True)
+@frozen
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@frozen
 class DecisionResult:
     """What the model answered (never the ground truth a caller attaches later: that is a
     record's `outcome`)."""

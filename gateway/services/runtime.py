@@ -3,8 +3,6 @@ routes call (built by `gateway.composition.build_runtime`, once per container)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gateway.auth.authenticate import Authenticator
 from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
@@ -15,9 +13,10 @@ from gateway.services.records import RecordsService
 from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
+from gateway.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class GatewayRuntime:
     settings: GatewaySettings
     registry: ModelRegistry

@@ -31,13 +31,13 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.store import TenantLimits, TenantStore, UsageRow
 from gateway.decisions.cost import Cost, Meter
 from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
 from gateway.services.throttle import checked
+from gateway.values import frozen
 
 log = logging.getLogger("gateway.spending")
 
@@ -55,7 +55,7 @@ def nano_usd(usd: float) -> int:
     return math.ceil(usd * NANO_PER_USD)
 
 
-@dataclass(frozen=True)
+@frozen
 class Reservation:
     name: str
     amount: int

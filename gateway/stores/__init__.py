@@ -8,15 +8,14 @@ composition root never probes an object for methods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gateway.auth.store import TenantStore
 from gateway.catalogs.store import CatalogStore
 from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
+from gateway.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Stores:
     tenants: TenantStore
     catalogs: CatalogStore | None

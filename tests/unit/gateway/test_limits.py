@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -15,6 +14,7 @@ from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_ev
 from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
+from gateway.values import replace
 from systemone import limits
 from tests.fakes import ManualClock
 from tests.gateway_helpers import call, tenant_store

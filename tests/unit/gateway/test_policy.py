@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
 from gateway.catalogs.model import InjectionRule, Policy, Rule, content_hash, parse_content
 from gateway.catalogs.policy import answered_by, apply_catalogs, fitted_here, judge, measures, with_temperature
 from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, FitKey, Option, Question, Usage
+from gateway.values import replace
 from systemone.models import InjectionSignal
 
 
