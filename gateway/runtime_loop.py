@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gateway.streaming import CONTENT_TYPE
-from gateway.values import frozen
+from systemone.values import frozen
 
 log = logging.getLogger("gateway.runtime_loop")
 API = "/2018-06-01/runtime"

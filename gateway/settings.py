@@ -17,13 +17,11 @@ model may override the `routing` policy. The response always reports the real mo
 as the endpoint names it.
 """
 
-from __future__ import annotations
-
 import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -89,7 +87,7 @@ class RoutingSettings(_Settings):
     cooldown_s: float = Field(default=15.0, gt=0, le=600)
 
     @model_validator(mode="after")
-    def _streams_may_wait_longer(self) -> RoutingSettings:
+    def _streams_may_wait_longer(self) -> Self:
         if self.stream_deadline_s < self.deadline_s:
             raise ValueError(f"stream_deadline_s ({self.stream_deadline_s:g}) is the longest a caller may ask for on the"
                              f" streaming routes: it cannot be shorter than deadline_s ({self.deadline_s:g})")
@@ -109,7 +107,7 @@ class ModelSettings(_Settings):
     max_request_tokens: int = Field(default=32000, ge=256, le=10_000_000)
 
     @model_validator(mode="after")
-    def _no_cold_fallback(self) -> ModelSettings:
+    def _no_cold_fallback(self) -> Self:
         """A Serverless endpoint without provisioned concurrency is a pool to route to, never a
         fallback: its cold start takes longer than what is left of a request that falls back."""
         tiers = self.tiers()
@@ -154,7 +152,7 @@ class AuthSettings(_Settings):
     revocation_check_s: float = Field(default=10.0, ge=0, le=300)
 
     @model_validator(mode="after")
-    def _one_store(self) -> AuthSettings:
+    def _one_store(self) -> Self:
         if self.sqlite_path and (self.tenants_table or self.keys_table):
             raise ValueError("configure the SQLite store or the DynamoDB tables, not both")
         if bool(self.tenants_table) != bool(self.keys_table):
@@ -162,7 +160,7 @@ class AuthSettings(_Settings):
         return self
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AuthSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
         env = os.environ if env is None else env
         names = {"sqlite_path": "GATEWAY_SQLITE_PATH", "tenants_table": "GATEWAY_TENANTS_TABLE",
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
@@ -189,7 +187,7 @@ class GatewaySettings(_Settings):
     openapi: bool = False
 
     @model_validator(mode="after")
-    def _names_unique(self) -> GatewaySettings:
+    def _names_unique(self) -> Self:
         seen: set[str] = set()
         for model in self.models:
             for name in (model.name, *model.aliases):
@@ -201,7 +199,7 @@ class GatewaySettings(_Settings):
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, fetch_parameter: Callable[[str], str] | None = None
-    ) -> GatewaySettings:
+    ) -> Self:
         """`fetch_parameter` reads an SSM parameter (decrypted); the default uses boto3."""
         env = os.environ if env is None else env
         raw = env.get("GATEWAY_MODELS")

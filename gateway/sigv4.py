@@ -21,7 +21,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from gateway.values import frozen
+from systemone.values import frozen
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 # Never signed: a proxy may change them, and botocore leaves them out too.

@@ -2,8 +2,6 @@
 accepts it and the scorer answers it (one model, so both refuse the same bodies at the
 same step: a non-text content part is a 422 when the body is validated, on both)."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator

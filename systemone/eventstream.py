@@ -15,7 +15,8 @@ import struct
 import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+from systemone.values import field, frozen
 
 _PRELUDE = struct.Struct("!II")
 _CRC = struct.Struct("!I")
@@ -37,7 +38,7 @@ class EventStreamError(ValueError):
     an unknown header type, a stream cut inside a message)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Message:
     headers: dict[str, object] = field(default_factory=dict)
     payload: bytes = b""

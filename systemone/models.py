@@ -4,9 +4,7 @@ are `x_`-prefixed. The gateway's public request extends `DecisionRequest` (catal
 references, `x_calibrate`); the scorer validates exactly this one.
 """
 
-from __future__ import annotations
-
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -41,7 +39,7 @@ class NoulQuestion(Wire):
     criteria: NoulCriteria | None = None
 
     @model_validator(mode="after")
-    def _needs_something_to_ask(self) -> NoulQuestion:
+    def _needs_something_to_ask(self) -> Self:
         criteria = self.criteria
         if self.instructions is None and (criteria is None or (criteria.true is None and criteria.false is None)):
             raise ValueError("a noul question needs instructions or criteria")
@@ -120,7 +118,7 @@ class ScoreAnswer(Wire):
     confidence: Probability | None = Field(default=None, description="0: uniform, 1: certain (systemone.answers).")
 
     @model_validator(mode="after")
-    def _score_is_a_level(self) -> ScoreAnswer:
+    def _score_is_a_level(self) -> Self:
         # A hair of rounding either way: the expected level of a distribution summing to 1 +- ulps.
         if not -1e-9 <= self.score <= max(0, len(self.probabilities) - 1) + 1e-9:
             raise ValueError("score must lie between 0 and the highest level")

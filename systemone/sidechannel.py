@@ -21,10 +21,10 @@ only (`OriginalMessage` of a ModelError: the container's headers are lost). So:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from systemone.json_text import object_or_none
+from systemone.values import frozen
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 # SageMaker's limit on the header's value (InvokeEndpoint's CustomAttributes).
@@ -88,7 +88,7 @@ def request_id_of(pairs: dict[str, str]) -> str:
     return safe_request_id(pairs.get("request_id", ""))
 
 
-@dataclass(frozen=True)
+@frozen
 class ErrorHints:
     """What a scorer's error body says beside its message (see the module docstring)."""
 

@@ -1,7 +1,5 @@
 """A tenant's catalog entries: named, versioned questions with their policy and calibration."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router

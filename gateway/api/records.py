@@ -1,7 +1,5 @@
 """Decision records: the true outcome attached later, one record, the list with drift."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router

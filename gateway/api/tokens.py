@@ -1,8 +1,6 @@
 """Short-lived bearer tokens: minted by SigV4 callers, revoked by them or an admin key."""
 
-from __future__ import annotations
-
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -32,7 +30,7 @@ class RevokeRequest(BaseModel):
     all_tokens: Literal[True] | None = Field(default=None, description="Refuse every token of the tenant minted until now.")
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> RevokeRequest:
+    def _exactly_one(self) -> Self:
         if sum(value is not None for value in (self.token, self.token_id, self.all_tokens)) != 1:
             raise ValueError("name exactly one of: token, token_id, all_tokens")
         return self

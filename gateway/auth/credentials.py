@@ -13,7 +13,7 @@ import hmac
 import re
 import secrets
 
-from gateway.values import frozen
+from systemone.values import frozen
 
 API_KEY_PREFIX = "dgk_"
 # outcomes:train: attach outcomes that train catalog adapters (a write to an entry's

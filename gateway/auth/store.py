@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.values import field, field_names, frozen
+from systemone.values import field, field_names, frozen
 
 
 @frozen

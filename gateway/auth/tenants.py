@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.auth.credentials import SCOPES, NewApiKey, api_key_id, hash_api_key, new_api_key
 from gateway.auth.store import ApiKeyRecord, Tenant, TenantStore
-from gateway.values import replace
+from systemone.values import replace
 
 _TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.values import frozen
+from systemone.values import frozen
 
 TOKEN_PREFIX = "dgt_"  # noqa: S105 (a prefix, not a secret)
 DEFAULT_TTL_S = 3600

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from gateway.values import frozen
 from systemone.sidechannel import Route
+from systemone.values import frozen
 
 
 @frozen

@@ -52,8 +52,8 @@ from gateway.errors import (
     WorkTimedOut,
 )
 from gateway.settings import MAX_STREAM_DEADLINE_S
-from gateway.values import field, frozen, replace
 from systemone.errors import read_error_body
+from systemone.values import field, frozen, replace
 
 log = logging.getLogger("gateway.pools")
 

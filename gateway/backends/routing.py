@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from gateway.backends.base import Endpoint
 from gateway.backends.pools import EndpointPool
 from gateway.errors import NotFound
-from gateway.values import frozen
+from systemone.values import frozen
 
 
 @frozen

@@ -29,11 +29,11 @@ from gateway.decisions.model import (
     score_of,
 )
 from gateway.errors import BackendFailed
-from gateway.values import replace
 from systemone.answers import normalise
 from systemone.features import decode_state
 from systemone.models import Answer as ScorerAnswer
 from systemone.models import AnswerFeatures, Extensions, NoulAnswer
+from systemone.values import replace
 
 log = logging.getLogger("gateway.backends.scorer")
 

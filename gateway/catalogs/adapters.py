@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.decisions.model import FitKey, ReadFeatures
-from gateway.values import frozen
 from systemone.features import pack, unpack
 from systemone.limits import STATE_FEATURE_DIMS
+from systemone.values import frozen
 
 if TYPE_CHECKING:
     from gateway.catalogs.model import Adapter

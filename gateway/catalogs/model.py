@@ -7,18 +7,16 @@ the latest version's makes no new version, so a deploy that re-applies the same
 catalog is a no-op; changing anything, a description included, makes a new version.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from gateway.catalogs.adapters import MIN_SCALE
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
-from gateway.values import frozen
 from systemone.limits import STATE_FEATURE_DIMS
+from systemone.values import frozen
 
 Text = str | dict[str, Any] | list[Any]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -85,7 +83,7 @@ class InjectionRule(_Strict):
     require_signal: bool | None = None
 
     @model_validator(mode="after")
-    def _false_is_absent(self) -> InjectionRule:
+    def _false_is_absent(self) -> Self:
         if self.require_signal is False:
             self.require_signal = None
         return self
@@ -109,7 +107,7 @@ class Policy(_Strict):
         return "review" if self.mode == "enforcing" else "ignore"
 
     @model_validator(mode="after")
-    def _required_signal_acts(self) -> Policy:
+    def _required_signal_acts(self) -> Self:
         if self.injection is not None and self.injection.require_signal:
             if self.injection_action() == "ignore":
                 raise ValueError("injection.require_signal needs an action that does something: set"
@@ -181,7 +179,7 @@ class Adapter(_Strict):
     fit: AdapterFit
 
     @model_validator(mode="after")
-    def _shapes_agree(self) -> Adapter:
+    def _shapes_agree(self) -> Self:
         from gateway.catalogs.adapters import check_shapes  # the vectors' decoding lives with their use
 
         check_shapes(self)
@@ -219,7 +217,7 @@ class _Entry(_Strict):
         raise NotImplementedError
 
     @model_validator(mode="after")
-    def _adapter_fits_options(self) -> _Entry:
+    def _adapter_fits_options(self) -> Self:
         if self.adapter is not None and self.adapter.options != self.option_keys():
             raise ValueError(f"the adapter answers over {self.adapter.options}, the entry over {self.option_keys()}:"
                              " an adapter belongs to the options it was fitted on (refit it)")
@@ -240,7 +238,7 @@ class NoulEntry(_Entry):
         return ["true", "false"]
 
     @model_validator(mode="after")
-    def _needs_something_to_ask(self) -> NoulEntry:
+    def _needs_something_to_ask(self) -> Self:
         if self.instructions is None and not any((self.criteria or {}).values()):
             raise ValueError("a noul entry needs instructions or criteria")
         return self
@@ -258,7 +256,7 @@ class ChoiceEntry(_Entry):
         return [o.name for o in self.options]
 
     @model_validator(mode="after")
-    def _names_unique(self) -> ChoiceEntry:
+    def _names_unique(self) -> Self:
         names = [o.name for o in self.options] + ([self.abstain.name] if self.abstain else [])
         if len(set(names)) != len(names):
             raise ValueError("option names (the abstain option included) must be unique")

@@ -26,8 +26,8 @@ from typing import Any
 from gateway.catalogs.adapters import adapted
 from gateway.catalogs.model import InjectionRule, Policy, Rule
 from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
-from gateway.values import replace
 from systemone import answers as formulas
+from systemone.values import replace
 
 _EPSILON = 1e-12
 _STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}

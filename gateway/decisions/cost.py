@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.values import frozen
+from systemone.values import frozen
 
 PRICES = json.loads(Path(__file__).with_name("prices.json").read_text())
 LAMBDA_GB = 0.25  # template.yaml's GatewayFunction MemorySize

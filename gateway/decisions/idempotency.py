@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.values import frozen
+from systemone.values import frozen
 
 
 @frozen

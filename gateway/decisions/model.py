@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 from gateway.decisions.cost import Cost
-from gateway.values import field, frozen, replace
 from systemone import answers as formulas
 
 # The contract's, re-exported for the decision model's users.
@@ -22,6 +21,7 @@ from systemone.limits import MAX_LEVELS as MAX_LEVELS
 from systemone.limits import MAX_QUESTIONS as MAX_QUESTIONS
 from systemone.models import InjectionSignal
 from systemone.models import Text as Text
+from systemone.values import field, frozen, replace
 
 # Text shown to the model (`Text`): a string, or a JSON object or array rendered as
 # canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.

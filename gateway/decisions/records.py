@@ -29,8 +29,6 @@ would not fit is not answered (retrying cannot help, so it is not retried), an o
 that would not fit is not attached, and the record stays as it was.
 """
 
-from __future__ import annotations
-
 import hashlib
 import hmac
 import logging

@@ -32,7 +32,7 @@ from typing import Any
 from gateway.auth.credentials import Principal
 from gateway.decisions.idempotency import Entry, IdempotencyStore
 from gateway.errors import BackendUnavailable, Conflict, InvalidRequest, NotReplayable
-from gateway.values import frozen
+from systemone.values import frozen
 
 log = logging.getLogger("gateway.idempotency")
 

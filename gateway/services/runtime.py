@@ -13,7 +13,7 @@ from gateway.services.records import RecordsService
 from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
-from gateway.values import frozen
+from systemone.values import frozen
 
 
 @frozen

@@ -37,7 +37,7 @@ from gateway.auth.store import TenantLimits, TenantStore, UsageRow
 from gateway.decisions.cost import Cost, Meter
 from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
 from gateway.services.throttle import checked
-from gateway.values import frozen
+from systemone.values import frozen
 
 log = logging.getLogger("gateway.spending")
 

@@ -12,7 +12,7 @@ from gateway.auth.store import TenantStore
 from gateway.catalogs.store import CatalogStore
 from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
-from gateway.values import frozen
+from systemone.values import frozen
 
 
 @frozen

@@ -1,7 +1,5 @@
 """What the wire codecs share: the base model, JSON text values, canonical rendering."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

@@ -6,8 +6,6 @@ relayed as they come (`gateway.services.relay`); on the buffered integration,
 `as_event_stream` frames a whole completion as the events a stream would have sent.
 """
 
-from __future__ import annotations
-
 import json
 from typing import Any
 

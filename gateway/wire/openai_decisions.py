@@ -8,8 +8,6 @@ or a list of items, becomes the state: item texts joined by blank lines.
 Images are refused with a 422: the models behind this gateway read text.
 """
 
-from __future__ import annotations
-
 import uuid
 from typing import Annotated, Any, Literal
 

@@ -7,8 +7,6 @@ The System One answers are the contract's (`systemone.models`) plus the gateway'
 models lack fails the tests.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -4,8 +4,6 @@ Question ids are returned byte for byte; they are never shown to the model (the
 backend sees positional ids), so renaming a question cannot change its answer.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag

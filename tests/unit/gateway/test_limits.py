@@ -14,8 +14,8 @@ from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_ev
 from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
-from gateway.values import replace
 from systemone import limits
+from systemone.values import replace
 from tests.fakes import ManualClock
 from tests.gateway_helpers import call, tenant_store
 

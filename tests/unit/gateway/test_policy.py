@@ -9,8 +9,8 @@ import pytest
 from gateway.catalogs.model import InjectionRule, Policy, Rule, content_hash, parse_content
 from gateway.catalogs.policy import answered_by, apply_catalogs, fitted_here, judge, measures, with_temperature
 from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, FitKey, Option, Question, Usage
-from gateway.values import replace
 from systemone.models import InjectionSignal
+from systemone.values import replace
 
 
 def test_temperature_sharpens_below_one_flattens_above_and_keeps_order():

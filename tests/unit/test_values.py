@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gateway.values import FrozenInstanceError, field, field_names, frozen, replace
+from systemone.values import FrozenInstanceError, field, field_names, frozen, replace
 
 
 def declare(decorator: Any) -> type:

@@ -17,7 +17,7 @@ behaviour from methods written once, here:
 What dataclasses can do beyond that (inheritance between value classes, ClassVar and
 InitVar fields, `field` options other than a default) is refused when the class is
 declared, never silently different. Mutable records stay dataclasses. The tests declare
-each value both ways and compare them (tests/unit/gateway/test_values.py).
+each value both ways and compare them (tests/unit/test_values.py).
 """
 
 from __future__ import annotations
