@@ -98,12 +98,20 @@ def field_names(value: Any) -> tuple[str, ...]:
 
 
 def replace(value: T, **changes: Any) -> T:
-    """A copy of `value` with the given fields changed, built through its constructor."""
+    """A copy of `value` with the given fields changed (through its class's own constructor,
+    when it has one)."""
+    cls = type(value)
     spec: _Spec = value.__value_fields__  # type: ignore[attr-defined]
-    unknown = changes.keys() - spec.known
-    if unknown:
-        raise TypeError(f"{type(value).__qualname__} has no field {sorted(unknown)[0]!r}")
-    return type(value)(**{name: changes[name] if name in changes else getattr(value, name) for name in spec.names})
+    if not spec.known.issuperset(changes):
+        unknown = next(key for key in changes if key not in spec.known)
+        raise TypeError(f"{cls.__qualname__} has no field {unknown!r}")
+    if cls.__init__ is not _init:
+        return cls(**{name: changes[name] if name in changes else getattr(value, name) for name in spec.names})
+    copied = object.__new__(cls)
+    state = copied.__dict__
+    state.update({name: value.__dict__[name] for name in spec.names})
+    state.update(changes)
+    return copied
 
 
 # The methods every value class shares (`_METHODS`, below).
@@ -111,27 +119,29 @@ def replace(value: T, **changes: Any) -> T:
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     spec: _Spec = self.__value_fields__
-    name = type(self).__qualname__
-    if len(args) > len(spec.names):
-        raise TypeError(f"{name}() takes {len(spec.names)} positional arguments but {len(args)} were given")
+    names = spec.names
+    if len(args) > len(names):
+        raise TypeError(f"{type(self).__qualname__}() takes {len(names)} positional arguments but {len(args)} were given")
     state = self.__dict__  # written directly: assignment is refused once the value exists
-    state.update(zip(spec.names, args, strict=False))  # the rest: by name or by default
-    for key in kwargs:
-        if key not in spec.known:
-            raise TypeError(f"{name}() got an unexpected keyword argument {key!r}")
-        if key in state:
-            raise TypeError(f"{name}() got multiple values for argument {key!r}")
-    state.update(kwargs)
-    if len(state) < len(spec.names):
+    if args:
+        state.update(zip(names, args, strict=False))  # the rest: by name or by default
+    if kwargs:
+        if not spec.known.issuperset(kwargs):
+            unknown = next(key for key in kwargs if key not in spec.known)
+            raise TypeError(f"{type(self).__qualname__}() got an unexpected keyword argument {unknown!r}")
+        if args and not state.keys().isdisjoint(kwargs):
+            repeated = next(key for key in kwargs if key in state)
+            raise TypeError(f"{type(self).__qualname__}() got multiple values for argument {repeated!r}")
+        state.update(kwargs)
+    if len(state) < len(names):
         for key, default in spec.defaults.items():
             state.setdefault(key, default)
         for key, factory in spec.factories.items():
             if key not in state:
                 state[key] = factory()
-        missing = [key for key in spec.names if key not in state]
-        if missing:
-            raise TypeError(f"{name}() missing required argument {missing[0]!r}")
-
+        if len(state) < len(names):
+            missing = next(key for key in names if key not in state)
+            raise TypeError(f"{type(self).__qualname__}() missing required argument {missing!r}")
 
 
 def _values(value: Any) -> tuple[Any, ...]:
