@@ -67,13 +67,13 @@ def frozen(cls: type[T]) -> type[T]:
             if declared.default_factory is not _NO_DEFAULT:
                 factories[name] = declared.default_factory
             elif declared.default is not _NO_DEFAULT:
+                _refuse_shared(cls, name, declared.default)
                 defaults[name] = declared.default
             delattr(cls, name)  # as dataclasses do: the class keeps a plain default, never the Field
             if name in defaults:
                 setattr(cls, name, defaults[name])
         elif declared is not _NO_DEFAULT:
-            if type(declared).__hash__ is None:  # dataclasses' rule: an unhashable default is a shared mutable one
-                raise ValueError(f"{cls.__qualname__}.{name}: a mutable default is shared; use field(default_factory=...)")
+            _refuse_shared(cls, name, declared)
             defaults[name] = declared
         elif defaults or factories:
             raise TypeError(f"{cls.__qualname__}: the field {name!r} without a default follows one with a default")
@@ -90,6 +90,11 @@ def frozen(cls: type[T]) -> type[T]:
         if not explicit:
             setattr(cls, name, method)
     return cls
+
+
+def _refuse_shared(cls: type, name: str, default: Any) -> None:
+    if type(default).__hash__ is None:  # dataclasses' rule: an unhashable default is a shared mutable one
+        raise ValueError(f"{cls.__qualname__}.{name}: a mutable default is shared; use field(default_factory=...)")
 
 
 def field_names(value: Any) -> tuple[str, ...]:

@@ -156,6 +156,7 @@ def test_a_method_the_class_writes_itself_is_kept():
 @pytest.mark.parametrize("body", [
     "class Bad:\n    x: int = 0\n    y: int\n",  # a field without a default after one with
     "class Bad:\n    x: list = []\n",  # a shared mutable default
+    "class Bad:\n    x: dict = field(default={})\n",  # the same, through field()
     "class Bad:\n    x: ClassVar[int] = 0\n",  # dataclasses' ClassVar: refused, not skipped
     "class Bad:\n    x: int = field(default=0, repr=False)\n",  # a field option beyond a default
     "class Bad:\n    x: int\n    def __setattr__(self, name, value): pass\n",  # assignment made possible again
