@@ -3,9 +3,12 @@ same class both ways and holds them to the same outcome."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import pickle
+import typing
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -130,6 +133,29 @@ def test_replace_changes_named_fields_and_refuses_unknown_ones():
         replace(point, z=1)
 
 
+def test_replace_takes_a_field_named_value_as_dataclasses_replace_does():
+    from gateway.decisions.model import Option
+
+    assert replace(Option("k", "v"), value="w") == Option("k", "w")
+    assert dataclasses.replace(declare(dataclasses.dataclass(frozen=True))(1), x=2).x == 2
+
+
+@pytest.mark.skipif(not hasattr(copy, "replace"), reason="copy.replace: Python 3.13")
+def test_copy_replace_works_on_a_value():
+    assert copy.replace(PICKLED, count=3) == Pickled("a", 3)
+
+
+def test_replace_goes_through_a_constructor_the_class_wrote_itself():
+    @frozen
+    class Normalised:
+        name: str
+
+        def __init__(self, name: str) -> None:
+            object.__setattr__(self, "name", name.lower())
+
+    assert replace(Normalised("A"), name="B").name == "b"
+
+
 def test_a_method_the_class_writes_itself_is_kept():
     @frozen
     class Secret:
@@ -153,30 +179,61 @@ def test_a_method_the_class_writes_itself_is_kept():
     assert hash(Keyed("a")) == hash(Keyed("a"))  # the __hash__ Python unset beside __eq__ is given back
 
 
-@pytest.mark.parametrize("body", [
-    "class Bad:\n    x: int = 0\n    y: int\n",  # a field without a default after one with
-    "class Bad:\n    x: list = []\n",  # a shared mutable default
-    "class Bad:\n    x: dict = field(default={})\n",  # the same, through field()
-    "class Bad:\n    x: ClassVar[int] = 0\n",  # dataclasses' ClassVar: refused, not skipped
-    "class Bad:\n    x: int = field(default=0, repr=False)\n",  # a field option beyond a default
-    "class Bad:\n    x: int\n    def __setattr__(self, name, value): pass\n",  # assignment made possible again
-    "class Bad(Pickled):\n    y: int = 0\n",  # one value class extending another
+@pytest.mark.parametrize("future", [True, False], ids=["annotations-as-text", "annotations-as-objects"])
+@pytest.mark.parametrize(("body", "refusal"), [
+    ("class Bad:\n    x: int = 0\n    y: int\n", "without a default follows"),
+    ("class Bad:\n    x: int = 0\n    y: int = field()\n", "without a default follows"),
+    ("class Bad:\n    x: list = []\n", "mutable default"),
+    ("class Bad:\n    x: dict = field(default={})\n", "mutable default"),
+    ("class Bad:\n    x: ClassVar[int] = 0\n", "ClassVar"),
+    ("class Bad:\n    x: typing.ClassVar[int] = 0\n", "ClassVar"),
+    ("class Bad:\n    x: dataclasses.InitVar[int] = 0\n", "ClassVar, InitVar"),
+    ("class Bad:\n    _: dataclasses.KW_ONLY\n    x: int = 0\n", "KW_ONLY"),
+    ("class Bad:\n    x: int = field(default=0, repr=False)\n", "only field"),
+    ("class Bad:\n    x: int\n    def __post_init__(self): pass\n", "__post_init__"),
+    ("class Bad:\n    __slots__ = ('x',)\n    x: int\n", "__slots__"),
+    ("class Bad:\n    x: int\n    def __setattr__(self, name, value): pass\n", "__setattr__"),
+    ("class Bad(Pickled):\n    y: int = 0\n", "inherit fields"),
+    ("@dataclasses.dataclass\nclass Base:\n    x: int = 0\nclass Bad(Base):\n    y: int = 0\n", "inherit fields"),
+    ("class Base:\n    x: int = 0\nclass Bad(Base):\n    y: int = 0\n", "inherit fields"),
 ])
-def test_what_it_cannot_do_as_dataclasses_do_is_refused_when_declared(body):
-    with pytest.raises((TypeError, ValueError)):
-        frozen(_declared(body))
+def test_what_it_cannot_do_as_dataclasses_do_is_refused_when_declared(body, refusal, future):
+    with pytest.raises((TypeError, ValueError), match=refusal):
+        frozen(_declared(body, future))
 
 
-def _declared(body: str) -> type:
-    namespace: dict[str, Any] = {"field": field, "ClassVar": ClassVar, "Pickled": Pickled}
-    exec(compile("from __future__ import annotations\n" + body, "<value>", "exec"), namespace)
+def _declared(body: str, future: bool) -> type:
+    namespace: dict[str, Any] = {"field": field, "ClassVar": ClassVar, "Pickled": Pickled, "typing": typing,
+                                 "dataclasses": dataclasses}
+    exec(compile(("from __future__ import annotations\n" if future else "") + body, "<value>", "exec"), namespace)
     return namespace["Bad"]
 
 
-def test_the_gateways_value_classes_are_frozen_values():
-    # Every value class the decision path builds per request is one (a regression to
-    # @dataclass(frozen=True) would cost the cold start again, docs/benchmarks.md).
-    from gateway.decisions.model import Answer, Decision, DecisionResult, Option, Question
+def test_a_class_keeps_its_own_match_args():
+    @frozen
+    class Pair:
+        __match_args__ = ("right",)
+        left: int
+        right: int
 
-    for cls in (Answer, Decision, DecisionResult, Option, Question):
-        assert field_names(cls) and not dataclasses.is_dataclass(cls)
+    assert Pair.__match_args__ == ("right",)
+
+
+def test_no_frozen_dataclass_is_left_in_the_deployables_shared_code():
+    # Every value class of the gateway and the contract is @frozen: one declared as
+    # @dataclass(frozen=True) would cost the cold start again (docs/benchmarks.md). Mutable
+    # records (plain @dataclass) are what dataclasses stay for.
+    root = Path(__file__).resolve().parents[2]
+    left = []
+    for path in [*(root / "gateway").rglob("*.py"), *(root / "systemone").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for decorator in node.decorator_list:
+                    call = decorator if isinstance(decorator, ast.Call) else None
+                    if call is not None and ast.unparse(call.func).endswith("dataclass") and any(
+                            k.arg == "frozen" and ast.unparse(k.value) == "True" for k in call.keywords):
+                        left.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    assert not left
+    from gateway.decisions.model import Answer, Option
+
+    assert field_names(Option) == ("key", "value", "description", "label") and not dataclasses.is_dataclass(Answer)

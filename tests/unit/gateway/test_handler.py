@@ -356,7 +356,17 @@ def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
 
 _INIT_PHASE = r"""
 import gc, json, sys
+collections_in_build = []
+def _count(phase, info):  # a collection that runs while the function is being built
+    frame = sys._getframe(1)
+    while frame is not None and phase == "start":
+        if frame.f_code.co_name == "build_function":
+            collections_in_build.append(info["generation"])
+            break
+        frame = frame.f_back
+gc.callbacks.append(_count)
 import gateway.handler as handler
+gc.callbacks.remove(_count)
 function = handler._function
 clients = len(function.runtime.decide.backend._clients) if function is not None else None
 from pydantic import BaseModel
@@ -371,7 +381,8 @@ pending += sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())
                   if name.startswith(("gateway.", "systemone."))
                   for attr, value in vars(module).items() if isinstance(value, TypeAdapter) and not value.pydantic_complete)
 print(json.dumps({"built": function is not None, "init_s": handler.INIT_SECONDS, "clients": clients,
-                  "models_to_build": pending, "collecting": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+                  "models_to_build": pending, "collecting": gc.isenabled(), "frozen": gc.get_freeze_count(),
+                  "collections_in_build": len(collections_in_build)}))
 """
 
 
@@ -428,8 +439,23 @@ def test_the_init_phase_pauses_the_collector_and_freezes_what_it_built(tmp_path)
     # was built frozen (never scanned again); outside Lambda nothing is paused or frozen.
     loaded, _ = _load_handler(tmp_path, AWS_LAMBDA_FUNCTION_NAME="gateway", GATEWAY_MODELS=json.dumps(MODELS))
     assert loaded["built"] and loaded["collecting"] and loaded["frozen"] > 10_000  # about 65,000 here
+    assert loaded["collections_in_build"] == 0
+    # Outside Lambda the same build (on the first request) runs with the collector as it is.
     plain, _ = _load_handler(tmp_path, GATEWAY_MODELS=json.dumps(MODELS))
     assert plain["collecting"] and plain["frozen"] == 0
+
+
+def test_a_failed_build_is_left_to_the_collector_and_nothing_is_frozen():
+    import gc
+
+    from gateway.handler import collector_paused
+
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("the build failed")
+    assert gc.isenabled() and gc.get_freeze_count() == frozen_before
 
 
 def test_a_collector_the_operator_turned_off_stays_off():
