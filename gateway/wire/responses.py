@@ -29,6 +29,7 @@ class Policy(Strict):
 class CatalogFields(BaseModel):
     """On the answer of a question named from a catalog entry."""
 
+    model_config = ConfigDict(defer_build=True)
     x_catalog: str | None = Field(default=None, description="The entry that declared the question (name@version).")
     x_action: Action | None = Field(default=None, description="What the entry's policy says to do: auto, review, abstain.")
     x_action_reason: VerdictReason | None = Field(
@@ -55,6 +56,8 @@ class ScoreAnswer(contract.ScoreAnswer, CatalogFields):
 
 
 class CostFields(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     x_endpoint_s: float | None = Field(default=None, description="Seconds the model endpoints spent on this request,"
                                                                   " every attempt included.")
     x_cost_usd: float | None = Field(default=None, description="What it cost: the endpoints' time at their pool's"

@@ -532,15 +532,10 @@ def test_the_function_does_not_search_for_pydantic_plugins_unless_told_to():
     assert kept.stdout.strip() == "logfire"  # an operator's choice stands
 
 
-def test_the_modules_that_declare_models_keep_their_annotations_as_objects():
-    # Under `from __future__ import annotations` every annotation is text, and pydantic
-    # compiles each one when its model class is made: about a quarter of a model's cost at a
-    # cold start (make bench-gateway). Modules that declare models leave annotations as
-    # objects (a class naming itself says `Self`).
-    import ast
+def _declared_models() -> list[type]:
+    """Every pydantic model the gateway and the contract declare (all their modules loaded)."""
     import importlib
     import pkgutil
-    from pathlib import Path
 
     from pydantic import BaseModel
 
@@ -557,9 +552,28 @@ def test_the_modules_that_declare_models_keep_their_annotations_as_objects():
             yield sub
             yield from models(sub)
 
-    declaring = {m.__module__ for m in models(BaseModel) if m.__module__.startswith(("gateway.", "systemone."))}
+    return [m for m in models(BaseModel) if m.__module__.startswith(("gateway.", "systemone."))]
+
+
+def test_the_modules_that_declare_models_keep_their_annotations_as_objects():
+    # Under `from __future__ import annotations` every annotation is text, and pydantic
+    # compiles each one when its model class is made: about a quarter of a model's cost at a
+    # cold start (make bench-gateway). Modules that declare models leave annotations as
+    # objects (a class naming itself says `Self`).
+    import ast
+    import importlib
+    from pathlib import Path
+
+    declaring = {m.__module__ for m in _declared_models()}
     assert "systemone.models" in declaring and "gateway.settings" in declaring
     for name in sorted(declaring):
         source = Path(importlib.import_module(name).__file__).read_text()
         future = [n for n in ast.parse(source).body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
         assert not future, f"{name} declares pydantic models under `from __future__ import annotations`"
+
+
+def test_every_model_builds_its_validator_on_first_use():
+    # A cold start builds only the validators its first request reads (a SnapStart init
+    # phase builds them all): every model says defer_build, mixins included.
+    eager = [f"{m.__module__}.{m.__qualname__}" for m in _declared_models() if not m.model_config.get("defer_build")]
+    assert not eager
