@@ -150,8 +150,8 @@ def collector_paused(*, collect_first: bool = False) -> Iterator[None]:
     bench-gateway). Paused while they are made; then, when the build succeeded, frozen:
     what the init phase built lives as long as the instance, so later collections need not
     scan it either (what gc.freeze is for). The price: the 600 or so objects the build
-    left as cyclic garbage (about 0.4 MB) are frozen too. `collect_first` collects them before
-    the freeze, for a SnapStart snapshot, whose init phase no caller waits on."""
+    left as cyclic garbage (about 0.4 MB) are frozen too. `collect_first` collects them
+    before the freeze, for a SnapStart snapshot, whose init phase no caller waits on."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -173,19 +173,28 @@ def build_deferred_models() -> None:
     so it carries them all, built here: the models, and the modules' own TypeAdapters."""
     import sys
 
-    from pydantic import BaseModel, TypeAdapter
+    from pydantic import TypeAdapter
 
-    pending = list(BaseModel.__subclasses__())
-    while pending:
-        model = pending.pop()
-        pending.extend(model.__subclasses__())
-        if model.__module__.startswith(("gateway.", "systemone.")) and not model.__pydantic_complete__:
+    for model in declared_models():
+        if not model.__pydantic_complete__:
             model.model_rebuild()
     for name, module in list(sys.modules.items()):
         if name.startswith(("gateway.", "systemone.")):
             for value in list(vars(module).values()):
                 if isinstance(value, TypeAdapter) and not value.pydantic_complete:
                     value.rebuild()
+
+
+def declared_models() -> Iterator[type]:
+    """Every pydantic model of the gateway and of the contract that is loaded."""
+    from pydantic import BaseModel
+
+    pending = list(BaseModel.__subclasses__())
+    while pending:
+        model = pending.pop()
+        pending.extend(model.__subclasses__())
+        if model.__module__.startswith(("gateway.", "systemone.")):
+            yield model
 
 
 def after_restore() -> None:

@@ -30,6 +30,7 @@ class CatalogFields(BaseModel):
     """On the answer of a question named from a catalog entry."""
 
     model_config = ConfigDict(defer_build=True)
+
     x_catalog: str | None = Field(default=None, description="The entry that declared the question (name@version).")
     x_action: Action | None = Field(default=None, description="What the entry's policy says to do: auto, review, abstain.")
     x_action_reason: VerdictReason | None = Field(

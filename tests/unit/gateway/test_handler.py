@@ -369,13 +369,7 @@ import gateway.handler as handler
 gc.callbacks.remove(_count)
 function = handler._function
 clients = len(function.runtime.decide.backend._clients) if function is not None else None
-from pydantic import BaseModel
-def models(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from models(sub)
-pending = sorted({m.__qualname__ for m in models(BaseModel)
-                  if m.__module__.startswith(("gateway.", "systemone.")) and not m.__pydantic_complete__})
+pending = sorted({m.__qualname__ for m in handler.declared_models() if not m.__pydantic_complete__})
 from pydantic import TypeAdapter
 pending += sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())
                   if name.startswith(("gateway.", "systemone."))
@@ -537,22 +531,14 @@ def _declared_models() -> list[type]:
     import importlib
     import pkgutil
 
-    from pydantic import BaseModel
-
     import gateway
     import systemone
+    from gateway.handler import declared_models
 
-    for package in (gateway, systemone):
+    for package in (gateway, systemone):  # the entry points too: outside Lambda they build nothing at import
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
-            if module.name not in ("gateway.handler", "gateway.runtime_loop"):  # entry points: they build at import
-                importlib.import_module(module.name)
-
-    def models(cls):
-        for sub in cls.__subclasses__():
-            yield sub
-            yield from models(sub)
-
-    return [m for m in models(BaseModel) if m.__module__.startswith(("gateway.", "systemone."))]
+            importlib.import_module(module.name)
+    return list(declared_models())
 
 
 def test_the_modules_that_declare_models_keep_their_annotations_as_objects():
