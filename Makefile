@@ -172,13 +172,17 @@ BYTECODE_PYTHON ?= python$(LAMBDA_PYTHON)
 # numpy (refits) ships manylinux_2_28 wheels only; the Lambda Python 3.13 runtime's glibc is 2.34.
 LAMBDA_PLATFORM_arm64 := manylinux2014_aarch64 --platform manylinux_2_28_aarch64
 LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64 --platform manylinux_2_28_x86_64
+# pip runs under the interpreter itself, never through a version manager's shim: pyenv's
+# rehashes after every `pip install` and fails the build where its shims folder is read-only.
+# Its conflict check reads the interpreter's own packages, not the target folder: silenced.
+LAMBDA_PIP = $(shell $(PYTHON) -c 'import sys; print(sys.executable)') -m pip
 
 build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction build-RefitFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +
 	chmod 755 "$(ARTIFACTS_DIR)/gateway/bin/streaming-runtime"  # the streaming function's exec wrapper
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile --target "$(ARTIFACTS_DIR)" \
+	$(LAMBDA_PIP) install --quiet --disable-pip-version-check --no-warn-conflicts --no-compile --target "$(ARTIFACTS_DIR)" \
 		--platform $(LAMBDA_PLATFORM_$(LAMBDA_ARCH)) --implementation cp --python-version $(LAMBDA_PYTHON) \
 		--only-binary=:all: -r requirements/lambda.txt
 	@if $(BYTECODE_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(LAMBDA_PYTHON)".split("."))))' \

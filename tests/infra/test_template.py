@@ -511,6 +511,18 @@ def test_alarms_cover_5xx_fallbacks_and_p99(template):
     assert {"Fallback", "Requests"} <= set(names)
 
 
+def test_the_artifact_pip_runs_under_the_interpreter_not_a_shim(tmp_path):
+    """A version manager's shim (pyenv's) rehashes after `pip install` and fails the build where
+    its shims folder is read-only: the rule resolves PYTHON to the interpreter it runs."""
+    shim = tmp_path / "python3"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    dry = subprocess.run(["make", "-n", "build-GatewayFunction", f"ARTIFACTS_DIR={tmp_path / 'a'}", f"PYTHON={shim}"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, check=True).stdout
+    [pip] = [line for line in dry.splitlines() if " -m pip install " in line]
+    assert pip.split()[0] == sys.executable and str(shim) not in pip
+
+
 def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
     """The artifact is built for this machine's architecture and Python here (the runtime's may
     not be installed), so that it can be imported here."""
