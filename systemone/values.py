@@ -27,7 +27,7 @@ import dataclasses
 import inspect
 import operator
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
@@ -52,6 +52,12 @@ class _Spec:
         self.factories = factories
         get = operator.attrgetter(*names) if names else (lambda value: ())
         self.values: Callable[[Any], tuple[Any, ...]] = get if len(names) != 1 else (lambda value: (get(value),))
+
+    def unknown(self, names: Iterable[str]) -> str | None:
+        """The first of `names` that is not a field, if there is one."""
+        if self.known.issuperset(names):
+            return None
+        return next(name for name in names if name not in self.known)
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
@@ -117,8 +123,7 @@ def replace(value: T, /, **changes: Any) -> T:
     when it has one)."""
     cls = type(value)
     spec: _Spec = value.__value_fields__  # type: ignore[attr-defined]
-    if not spec.known.issuperset(changes):
-        unknown = next(key for key in changes if key not in spec.known)
+    if (unknown := spec.unknown(changes)) is not None:
         raise TypeError(f"{cls.__qualname__} has no field {unknown!r}")
     fields = {name: changes[name] if name in changes else getattr(value, name) for name in spec.names}
     if cls.__init__ is not _init:
@@ -142,8 +147,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     for name, value in zip(names, args, strict=False):  # the rest: by name or by default
         _set(self, name, value)
     if kwargs:
-        if not spec.known.issuperset(kwargs):
-            unknown = next(key for key in kwargs if key not in spec.known)
+        if (unknown := spec.unknown(kwargs)) is not None:
             raise TypeError(f"{type(self).__qualname__}() got an unexpected keyword argument {unknown!r}")
         positional = names[:len(args)]
         for name, value in kwargs.items():
