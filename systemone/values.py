@@ -27,7 +27,7 @@ import dataclasses
 import inspect
 import operator
 import reprlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
@@ -53,8 +53,8 @@ class _Spec:
         get = operator.attrgetter(*names) if names else (lambda value: ())
         self.values: Callable[[Any], tuple[Any, ...]] = get if len(names) != 1 else (lambda value: (get(value),))
 
-    def unknown(self, names: Iterable[str]) -> str | None:
-        """The first of `names` that is not a field, if there is one."""
+    def unknown(self, names: Collection[str]) -> str | None:
+        """The first of `names` that is not a field, if there is one (`names` is read twice)."""
         if self.known.issuperset(names):
             return None
         return next(name for name in names if name not in self.known)
