@@ -18,7 +18,7 @@ are printed once, to stdout, and never logged.
     set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
                [--max-request-tokens N] [--max-chat-tokens N] [--max-in-flight N]
                [--monthly-budget-usd USD|none] [--endpoint-seconds-per-minute S|none]
-               [--usage-plan API_ID:STAGE]
+               [--share-weight W] [--usage-plan API_ID:STAGE]
     usage ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]   (spend by day and entry, and the budgets)
     new-signing-key --file PATH        (creates or rotates a local signing key document)
     new-record-key --file PATH [--retention-days N]   (rotates the records' state-hash keys, keeping
@@ -93,7 +93,8 @@ def _tenant_commands(commands: Any) -> None:
     c = commands.add_parser("set-limits")
     c.add_argument("tenant_id")
     for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
-                       ("max-request-tokens", int), ("max-chat-tokens", int), ("max-in-flight", int)):
+                       ("max-request-tokens", int), ("max-chat-tokens", int), ("max-in-flight", int),
+                       ("share-weight", float)):
         c.add_argument(f"--{name}", type=kind)
     for name in ("monthly-budget-usd", "endpoint-seconds-per-minute"):  # "none" lifts the limit
         c.add_argument(f"--{name}", type=_float_or_none, default=_UNCHANGED)
@@ -281,7 +282,8 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     from gateway.auth import tenants
 
     changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
-                                                      "max_request_tokens", "max_chat_tokens", "max_in_flight")
+                                                      "max_request_tokens", "max_chat_tokens", "max_in_flight",
+                                                      "share_weight")
                if getattr(args, name) is not None}
     changes.update({name: getattr(args, name) for name in ("monthly_budget_usd", "endpoint_seconds_per_minute")
                     if getattr(args, name) is not _UNCHANGED})

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gateway.backends.base import Endpoint, StreamedAnswer
+from gateway.backends.base import ANONYMOUS, Caller, Endpoint, StreamedAnswer
 from gateway.wire.openai_chat import as_event_stream
 from scorer_container.sagemaker_runtime import EVENT_STREAM
 from systemone import answers as formulas
@@ -77,22 +77,24 @@ class UniformBackend:
         self.model = model
         self.calls: list[tuple[str, dict[str, Any], str]] = []
         self.request_ids: list[str] = []
+        self.callers: list[Caller] = []  # whom each call was for (its tenant tag, work and weight)
         self.lock = threading.Lock()
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, caller: Caller = ANONYMOUS) -> bytes:
         request = json.loads(body)
         with self.lock:
             self.calls.append((endpoint.name, request, route))
-            self.request_ids.append(request_id)
+            self.request_ids.append(caller.request_id)
+            self.callers.append(caller)
         if route == "chat":
             return json.dumps(chat_completion(self.model, "hello")).encode()
         return json.dumps(uniform_answer(self.model, request)).encode()
 
-    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: str, request_id: str,
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: str, caller: Caller,
                       deadline_s: float) -> StreamedAnswer:
         """The answer `invoke` gives, as a streaming endpoint sends it: a chat as its events,
         anything else whole, in pieces that do not align with lines (as SageMaker's parts)."""
-        data = stream_bytes(self.invoke(endpoint, body, route, request_id), json.loads(body))
+        data = stream_bytes(self.invoke(endpoint, body, route, caller), json.loads(body))
         pieces = [data[i:i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES)]
         return StreamedAnswer(pieces[0], iter(pieces[1:]), lambda: None)
 

@@ -24,6 +24,7 @@ from gateway.services.learning import LearningService
 from gateway.services.records import RecordsService
 from gateway.services.runtime import GatewayRuntime
 from gateway.services.spending import Spending
+from gateway.services.tenant_tags import TenantTags
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
@@ -44,8 +45,11 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
         authenticator = build_authenticator(settings.auth, stores)
     catalogs = CatalogService(stores.catalogs) if stores is not None and stores.catalogs is not None else None
     records = stores.records if stores is not None else None
-    recorder = DecisionRecorder(records, record_keys or build_record_keys(settings.auth),
-                                settings.auth.record_retention_days, on_failure=_count_record_failure)
+    # One ring for the records' hashes and the scorer's tenant tags (a key of its own derived
+    # from it): a key every function instance shares, read on first use.
+    record_keys = record_keys or build_record_keys(settings.auth)
+    recorder = DecisionRecorder(records, record_keys, settings.auth.record_retention_days,
+                                on_failure=_count_record_failure)
     # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
     tenants = authenticator.tenants if authenticator is not None else None
     throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=longest_request_s(settings))
@@ -56,7 +60,7 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     return GatewayRuntime(
         settings=settings, registry=registry,
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
-                             spending=spending),
+                             spending=spending, tags=TenantTags(record_keys)),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
         catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending,
         learning=LearningService(catalogs, records, throttle=throttle))

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from devkit.fake_backend import UniformBackend, answer_with, uniform
-from gateway.backends.base import Endpoint, EndpointError
+from gateway.backends.base import ANONYMOUS, Caller, Endpoint, EndpointError
 from systemone.features import SKETCH, encode_state
 from systemone.limits import STATE_FEATURE_DIMS
 from systemone.models import Question
@@ -29,12 +29,12 @@ class FailingBackend(UniformBackend):
         super().__init__()
         self.errors = errors
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, caller: Caller = ANONYMOUS) -> bytes:
         if endpoint.name in self.errors:
             with self.lock:
                 self.calls.append((endpoint.name, json.loads(body), route))
             raise self.errors[endpoint.name]
-        return super().invoke(endpoint, body, route)
+        return super().invoke(endpoint, body, route, caller)
 
 
 class FixedBackend(UniformBackend):
@@ -69,13 +69,14 @@ class FixedBackend(UniformBackend):
             words[int(hashlib.sha256(word.strip(".,!?").encode()).hexdigest(), 16) % STATE_FEATURE_DIMS] += 1.0
         return {"orders": [logs, logs], "prior": None, "state": encode_state(words), "sketch": SKETCH}
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, caller: Caller = ANONYMOUS) -> bytes:
         if route == "chat":
-            return super().invoke(endpoint, body, route, request_id)
+            return super().invoke(endpoint, body, route, caller)
         request = json.loads(body)
         with self.lock:
             self.calls.append((endpoint.name, request, route))
-            self.request_ids.append(request_id)
+            self.request_ids.append(caller.request_id)
+            self.callers.append(caller)
         answer = answer_with(self.model, request, self.distribution)
         if request.get("x_features"):
             for qid, question in request["questions"].items():

@@ -30,6 +30,9 @@ class TenantLimits:
     max_in_flight: int = 8  # decisions and chats of this tenant running at once (gateway.services.throttle)
     monthly_budget_usd: float | None = None  # spend per calendar month (UTC), reserved before work (gateway.services.spending)
     endpoint_seconds_per_minute: float | None = None  # endpoint time per clock minute, reserved the same way
+    # The tenant's share of a scorer against other tenants' (the scorer serves tenants in turn,
+    # weighted: systemone.sidechannel); 2 is twice the turns of a tenant at 1 when both wait.
+    share_weight: float = 1.0
     usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
 
     def as_json(self) -> dict[str, Any]:

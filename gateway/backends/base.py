@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from systemone.sidechannel import Route
+from systemone.sidechannel import Route, Work
 from systemone.values import frozen
 
 
@@ -31,6 +31,22 @@ class Endpoint:
     max_body_bytes: int | None = None  # what it accepts (SageMaker Serverless: 4 MB); None: whatever the gateway does
     usd_per_second: float = 0.0  # what a second of its time costs (0: unpriced)
     billed_by_duration: bool = False  # each invocation billed for its duration (Serverless), not instance hours
+
+
+@frozen
+class Caller:
+    """Whom one call is for, as the scorer tells work apart (systemone.sidechannel): the
+    gateway's request id (both deployables log it), the tenant's tag (a keyed hash, never
+    its id; "" sends the call to the scorer's shared lane), the kind of work, and the
+    tenant's weight against other tenants."""
+
+    request_id: str = ""
+    tenant_tag: str = ""
+    work: Work = "ordinary"
+    weight: float = 1.0
+
+
+ANONYMOUS = Caller()  # no request id, no tenant: the shared lane
 
 
 class EndpointError(Exception):
@@ -99,12 +115,14 @@ class StreamedAnswer:
 
 
 class InferenceBackend(Protocol):
-    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:
         """Send one JSON body to one endpoint and return the JSON it answered, or raise EndpointError.
-        `request_id` (the gateway's) travels with it, so both deployables log one id."""
+        `caller` travels with it: the request id, so both deployables log one id, and whose
+        work it is, which the scorer's scheduler serves tenants in turn by."""
         ...
 
-    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str, deadline_s: float) -> StreamedAnswer:
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller,
+                      deadline_s: float) -> StreamedAnswer:
         """Send one JSON body and return its answer as it streams, once its first piece has
         arrived (a failure before it raises as `invoke` does, so another endpoint may be
         asked); the endpoint stops the work `deadline_s` from now."""

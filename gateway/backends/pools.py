@@ -30,6 +30,8 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from gateway.backends.base import (
+    ANONYMOUS,
+    Caller,
     Endpoint,
     EndpointBusy,
     EndpointFailed,
@@ -207,33 +209,37 @@ class EndpointPool:
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
         return worst_case(deadline, max(e.usd_per_second for e in self._taking(size)))
 
+    def is_long(self, deadline_s: float) -> bool:
+        """Work with a deadline past the ordinary one: the streaming routes' longer requests."""
+        return deadline_s > self.policy.deadline_s
+
     def ask(self, backend: InferenceBackend, body: bytes, route: Route, metrics: MetricsSink | None = None,
-            request_id: str = "", meter: Meter | None = None, *, deadline_s: float | None = None) -> Invocation:
+            caller: Caller = ANONYMOUS, meter: Meter | None = None, *, deadline_s: float | None = None) -> Invocation:
         """The first answer of the pool's endpoints, in their order, within the deadline (the
         policy's, or `deadline_s`); each attempt's endpoint time is added to `meter` (a new one
         when None) as it ends. Past the policy's deadline (a streaming route's longer one), an
         attempt may read for what is left of it, past the endpoint's own read timeout."""
         meter = meter if meter is not None else Meter()
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
-        long = deadline > self.policy.deadline_s
+        long = self.is_long(deadline)
         answer, endpoint, attempts = self._first_answer(
             lambda endpoint, remaining: backend.invoke(_stretched(endpoint, remaining) if long else endpoint,
-                                                       body, route, request_id),
+                                                       body, route, caller),
             len(body), route, deadline, metrics, meter)
         return Invocation(answer, endpoint, attempts, meter.cost())
 
     def ask_stream(self, backend: InferenceBackend, body: bytes, route: Route, deadline_s: float,
-                   metrics: MetricsSink | None = None, request_id: str = "",
+                   metrics: MetricsSink | None = None, caller: Caller = ANONYMOUS,
                    meter: Meter | None = None) -> tuple[StreamedAnswer, Invocation]:
         """The first endpoint whose answer starts streaming, with the same order, fallback and
         circuits as `ask`: everything that can refuse the request happens before its first
         piece arrives. `deadline_s` bounds the whole stream; the attempt's time in `meter`
         runs to its first piece, and the caller adds the rest (`Meter.extend`) when it ends."""
         meter = meter if meter is not None else Meter()
-        long = deadline_s > self.policy.deadline_s
+        long = self.is_long(deadline_s)
         answer, endpoint, attempts = self._first_answer(
             lambda endpoint, remaining: backend.invoke_stream(_stretched(endpoint, remaining) if long else endpoint,
-                                                              body, route, request_id, remaining),
+                                                              body, route, caller, remaining),
             len(body), route, deadline_s, metrics, meter)
         return answer, Invocation(b"", endpoint, attempts, meter.cost())
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from gateway.backends import sagemaker_runtime as runtime
 from gateway.backends.base import (
+    ANONYMOUS,
+    Caller,
     Endpoint,
     EndpointBusy,
     EndpointFailed,
@@ -73,12 +75,12 @@ class SageMakerInvoker:
                 client = self._clients[key] = self._client_factory(endpoint)
         return client
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:
         client = self.client_for(endpoint)
         with _translated(endpoint.name):
-            return client.invoke_endpoint(endpoint.name, body, _headers(route, request_id, deadline_ms(endpoint)))
+            return client.invoke_endpoint(endpoint.name, body, _headers(route, caller, deadline_ms(endpoint)))
 
-    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, request_id: str,
+    def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller,
                       deadline_s: float) -> StreamedAnswer:
         """Each `PayloadPart` is a piece of the container's answer. The read timeout bounds
         each wait between pieces; the scorer is given the stream's whole deadline. Errors
@@ -87,7 +89,7 @@ class SageMakerInvoker:
         timeout_ms = max(100, int((deadline_s - _DEADLINE_MARGIN_S) * 1000))
         with _translated(endpoint.name):
             events = client.invoke_endpoint_with_response_stream(
-                endpoint.name, body, _headers(route, request_id, timeout_ms, accept="X-Amzn-SageMaker-Accept"))
+                endpoint.name, body, _headers(route, caller, timeout_ms, accept="X-Amzn-SageMaker-Accept"))
         parts = _payload_parts(events)
         try:
             with _translated(endpoint.name):  # until the first piece, errors are classified as invoke's
@@ -100,13 +102,15 @@ class SageMakerInvoker:
         return StreamedAnswer(first, _broken_as_stream_errors(endpoint.name, parts), events.close)
 
 
-def _headers(route: Route, request_id: str, timeout_ms: int, accept: str = "Accept") -> dict[str, str]:
+def _headers(route: Route, caller: Caller, timeout_ms: int, accept: str = "Accept") -> dict[str, str]:
     # The scorer abandons the job when this attempt's time is up, instead of finishing
-    # work nobody reads while the request moves to another endpoint; and it logs the
-    # gateway's request id, so one id follows a request through both deployables.
-    request_id = safe_request_id(request_id)
+    # work nobody reads while the request moves to another endpoint; it logs the gateway's
+    # request id, so one id follows a request through both deployables; and it serves
+    # tenants in turn by their tags, so one tenant's burst queues behind its own work.
+    request_id = safe_request_id(caller.request_id)
     headers = {"Content-Type": "application/json", accept: "application/json",
-               CUSTOM_ATTRIBUTES: attributes(route, timeout_ms, request_id)}
+               CUSTOM_ATTRIBUTES: attributes(route, timeout_ms, request_id, tenant=caller.tenant_tag, work=caller.work,
+                                             weight=caller.weight)}
     if request_id:  # SageMaker's own logs and data capture key on the inference id
         headers["X-Amzn-SageMaker-Inference-Id"] = request_id
     return headers

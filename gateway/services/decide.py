@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
 from gateway.auth.tenant_cache import TenantCache
-from gateway.backends.base import InferenceBackend
+from gateway.backends.base import Caller, InferenceBackend
 from gateway.backends.pools import EndpointPool, Invocation, MetricsSink
 from gateway.backends.routing import ModelRegistry
 from gateway.backends.scorer import backend_request, json_bytes, json_object, read_result
@@ -35,6 +35,7 @@ from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound, PayloadTooLarge
 from gateway.services.relay import ChatRelay
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
+from gateway.services.tenant_tags import TenantTags
 from gateway.services.throttle import TenantThrottle
 
 
@@ -100,7 +101,7 @@ class DecideService:
     def __init__(self, registry: ModelRegistry, backend: InferenceBackend, recorder: DecisionRecorder, *,
                  catalogs: CatalogService | None = None, tenants: TenantCache | None = None,
                  throttle: TenantThrottle | None = None, spending: Spending | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 tags: TenantTags | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.registry = registry
         self.backend = backend
         self.recorder = recorder
@@ -108,6 +109,7 @@ class DecideService:
         self.tenants = tenants
         self.throttle = throttle
         self.spending = spending
+        self.tags = tags or TenantTags(None)
         self.clock = clock
 
     def in_flight(self, tenant_id: str) -> contextlib.AbstractContextManager[None]:
@@ -122,13 +124,19 @@ class DecideService:
         per_minute = self.limits(tenant_id).endpoint_seconds_per_minute
         return min(deadline, per_minute) if per_minute is not None else deadline
 
+    def caller(self, tenant_id: str, pool: EndpointPool, deadline_s: float, request_id: str) -> Caller:
+        """Whom the backend call is for, as the scorer's scheduler reads it: the tenant's tag and
+        weight, and long work when its deadline is past the pool's ordinary one."""
+        return Caller(request_id, self.tags.tag(tenant_id), "long" if pool.is_long(deadline_s) else "ordinary",
+                      self.limits(tenant_id).share_weight)
+
     def work(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str], deadline_s: float) -> HeldWork:
         """What a backend call holds: the tenant's one place for long work (a deadline past the
         ordinary one), and its worst case reserved within its budgets (429 when over one), settled
         with the meter's figures when the stack closes. `enter_context` order: long work, spend."""
         held = HeldWork()
         try:
-            if deadline_s > pool.policy.deadline_s and self.throttle is not None:
+            if pool.is_long(deadline_s) and self.throttle is not None:
                 held.enter_context(self.throttle.long_work(tenant_id))
             held.meter = (held.enter_context(self.spending.spend(tenant_id, pool.worst_case(len(body), deadline_s),
                                                                  entries)) if self.spending is not None else Meter())
@@ -172,8 +180,9 @@ class DecideService:
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
         with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline) as held:
             try:
-                invocation = model.pool.ask(self.backend, body, "systemone", metrics, request_id, held.meter,
-                                            deadline_s=deadline)
+                invocation = model.pool.ask(self.backend, body, "systemone", metrics,
+                                            self.caller(principal.tenant_id, model.pool, deadline, request_id),
+                                            held.meter, deadline_s=deadline)
             except PayloadTooLarge as exc:  # the scorer's "too much work for this deadline", or the pool's own
                 # "no endpoint takes a body this large" before any attempt, which no time mends
                 raise (more_time_may_fit(exc, model.pool, streaming, deadline) if held.meter.attempts else exc) from None
@@ -189,7 +198,9 @@ class DecideService:
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
         with self.in_flight(principal.tenant_id), self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
                                                             deadline) as held:
-            invocation = model.pool.ask(self.backend, body, "chat", metrics, request_id, held.meter, deadline_s=deadline)
+            invocation = model.pool.ask(self.backend, body, "chat", metrics,
+                                        self.caller(principal.tenant_id, model.pool, deadline, request_id), held.meter,
+                                        deadline_s=deadline)
         completion = json_object(invocation.body)
         if not isinstance(completion.get("choices"), list) or not completion["choices"]:
             raise BackendFailed("the model endpoint answered without a completion")
@@ -207,7 +218,8 @@ class DecideService:
         with contextlib.ExitStack() as held:
             held.enter_context(self.in_flight(principal.tenant_id))
             meter = held.enter_context(self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY], deadline_s)).meter
-            answer, invocation = model.pool.ask_stream(self.backend, body, "chat", deadline_s, metrics, request_id, meter)
+            caller = self.caller(principal.tenant_id, model.pool, deadline_s, request_id)
+            answer, invocation = model.pool.ask_stream(self.backend, body, "chat", deadline_s, metrics, caller, meter)
             release = held.pop_all()  # from here, the events' end releases them
         relay = ChatRelay(answer, release, meter, started + deadline_s, self.clock, metrics)
         return relay, invocation

@@ -68,3 +68,13 @@ def test_an_operator_sets_sees_and_lifts_a_tenants_budgets(where, capsys):
     assert limits["limits"] == {"endpoint_seconds_per_minute": 90.0}
     assert admin.main([*where, "set-limits", "acme", "--monthly-budget-usd", "-1"]) == 2
     assert admin.main([*where, "usage", "ghost"]) == 2
+
+
+def test_an_operator_weighs_a_tenants_share_of_the_scorers_within_bounds(where, capsys):
+    # Given a tenant, when an operator gives it twice the others' turns on a scorer, then its
+    # limits say so; a weight outside what the scorer honours (0.1 to 100) is refused
+    run(capsys, *where, "create-tenant", "acme")
+    [limits] = run(capsys, *where, "set-limits", "acme", "--share-weight", "2")
+    assert limits["limits"] == {"share_weight": 2.0}
+    assert admin.main([*where, "set-limits", "acme", "--share-weight", "0.01"]) == 2
+    assert admin.main([*where, "set-limits", "acme", "--share-weight", "1000"]) == 2

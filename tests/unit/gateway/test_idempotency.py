@@ -9,7 +9,7 @@ import pytest
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.auth.authenticate import Authenticator
-from gateway.backends.base import EndpointFailed
+from gateway.backends.base import ANONYMOUS, EndpointFailed
 from tests.gateway_helpers import call, register_credentials, tenant_store
 
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
@@ -104,10 +104,10 @@ class Gate(UniformBackend):
         super().__init__()
         self.inside, self.opened = threading.Event(), threading.Event()
 
-    def invoke(self, endpoint, body, route, request_id=""):
+    def invoke(self, endpoint, body, route, caller=ANONYMOUS):
         self.inside.set()
         assert self.opened.wait(30)
-        return super().invoke(endpoint, body, route, request_id)
+        return super().invoke(endpoint, body, route, caller)
 
 
 def test_a_retry_while_the_first_still_runs_is_409_and_then_gets_the_first_answer(store):
@@ -127,11 +127,11 @@ def test_a_retry_while_the_first_still_runs_is_409_and_then_gets_the_first_answe
 
 def test_a_failed_first_try_is_not_kept_so_a_retry_runs_afresh(store):
     class FailsOnce(UniformBackend):
-        def invoke(self, endpoint, body, route, request_id=""):
+        def invoke(self, endpoint, body, route, caller=ANONYMOUS):
             if not self.calls:
                 self.calls.append(None)
                 raise EndpointFailed(endpoint.name, "container_500")
-            return super().invoke(endpoint, body, route, request_id)
+            return super().invoke(endpoint, body, route, caller)
 
     stack(store, FailsOnce())
     assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 502

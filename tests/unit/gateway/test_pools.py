@@ -11,7 +11,15 @@ from collections import Counter
 
 import pytest
 
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
+from gateway.backends.base import (
+    ANONYMOUS,
+    Caller,
+    Endpoint,
+    EndpointBusy,
+    EndpointFailed,
+    EndpointRejected,
+    EndpointTimedOut,
+)
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.errors import (
     BackendFailed,
@@ -38,7 +46,7 @@ class Scripted:
         self.clock, self.scripts, self.cost_s = clock, scripts, cost_s
         self.calls: list[tuple[str, float]] = []
 
-    def invoke(self, endpoint: Endpoint, body: bytes, route: str, request_id: str = "") -> bytes:
+    def invoke(self, endpoint: Endpoint, body: bytes, route: str, caller: Caller = ANONYMOUS) -> bytes:
         self.calls.append((endpoint.name, endpoint.read_timeout_s))
         script = self.scripts[endpoint.name]
         outcome = script.pop(0) if len(script) > 1 else script[0]

@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gateway.backends import sagemaker_runtime
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
+from gateway.backends.base import Caller, Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
 from gateway.backends.sagemaker import SageMakerInvoker
 from gateway.backends.sagemaker_runtime import SageMakerRuntime, default_base_url
+from systemone.sidechannel import parse_attributes, request_id_of, tenant_of, tenant_tag, weight_of, work_of
 
 
 class Runtime:
@@ -115,7 +116,7 @@ def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_
     ("x" * 100, "x" * 64),
 ])
 def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(runtime, given, sent):
-    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone", given)
+    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone", Caller(given))
     headers = runtime.requests[0]["headers"]
     assert headers["X-Amzn-SageMaker-Inference-Id"] == sent
     assert headers["X-Amzn-SageMaker-Custom-Attributes"] == f"route=systemone;timeout_ms=24750;request_id={sent}"
@@ -267,7 +268,7 @@ def test_a_stream_read_whole_leaves_its_connection_for_the_next_call(runtime):
                                 "headers": {"Content-Type": "application/vnd.amazon.eventstream"}})
     invoker = SageMakerInvoker()
     for _ in range(3):
-        assert list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", "rid", 10.0)) == [b"data: {}\n\n"]
+        assert list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", Caller("rid"), 10.0)) == [b"data: {}\n\n"]
     assert len(runtime.requests) == 3 and len(runtime.connections) == 1
 
 
@@ -317,3 +318,22 @@ def test_an_endpoint_url_with_a_path_keeps_it_and_a_region_is_required_without_o
         _default_client(Endpoint("dg-cpu"))
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     assert _default_client(Endpoint("dg-cpu")).region == "eu-west-1"
+
+
+def test_whose_work_it_is_travels_in_the_custom_attributes_as_the_scorer_reads_them(runtime):
+    # Given a caller with a tenant tag, long work and a weight, when the invoker sends its call
+    # (whole or streamed), then the scorer's own readers find each of them, and never a tenant id
+    from systemone.eventstream import payload_part
+
+    caller = Caller("r-1", tenant_tag("acme", b"k" * 32), "long", 2.5)
+    runtime.answers += [{"body": b"{}"}, {"body": payload_part(b"data: {}\n\n"),
+                                          "headers": {"Content-Type": "application/vnd.amazon.eventstream"}}]
+    invoker = SageMakerInvoker()
+    invoker.invoke(endpoint(runtime), b"{}", "chat", caller)
+    list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", caller, 40.0))
+    for sent in runtime.requests:
+        header = sent["headers"]["X-Amzn-SageMaker-Custom-Attributes"]
+        pairs = parse_attributes(header)
+        assert (request_id_of(pairs), tenant_of(pairs), work_of(pairs), weight_of(pairs)) == (
+            "r-1", caller.tenant_tag, "long", 2.5)
+        assert "acme" not in header

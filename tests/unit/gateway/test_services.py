@@ -10,13 +10,16 @@ from devkit.gateway_stack import settings_for
 from gateway.auth.credentials import Principal
 from gateway.auth.tenant_cache import TenantCache
 from gateway.auth.tenants import create_tenant, set_limits
+from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.service import CatalogService
-from gateway.composition import build_registry
+from gateway.composition import build_registry, build_runtime
 from gateway.decisions.model import Decision, Option, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RecordNotStored
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
+from gateway.services.tenant_tags import TenantTags
+from systemone.sidechannel import TENANT_TAG_LENGTH, tenant_tag
 from tests.fakes import FixedBackend, ManualClock
 from tests.gateway_helpers import tenant_store
 
@@ -109,3 +112,56 @@ def test_outcomes_name_what_was_asked_by_either_id_and_stay_within_the_tenant(st
 def test_records_not_configured_are_not_found_not_a_failure():
     with pytest.raises(NotFound, match="not configured"):
         RecordsService(None).get(ACME, "0" * 24)
+
+
+def tagged_service(store, backend, document: str) -> DecideService:
+    """A function instance's decide service, its tenant tags keyed by the records' key document."""
+    service = decide_service(store, backend)
+    service.tags = TenantTags(CachedKeyRing(lambda: document))
+    return service
+
+
+def test_each_call_says_whose_work_it_is_with_one_tag_per_tenant_on_every_function_instance(store):
+    # Given two function instances over one records' key document, and acme weighted 3
+    document, backend = new_key_document(), FixedBackend()
+    set_limits(store, "acme", share_weight=3.0)
+    first, second = tagged_service(store, backend, document), tagged_service(store, backend, document)
+    # When acme asks on each instance, once for a long deadline, and globex asks once
+    first.decide(ACME, DECISION, route="systemone", request_id="r-1")
+    second.decide(ACME, DECISION, route="systemone", request_id="r-2", streaming=True, wait_s=40)
+    first.decide(GLOBEX, DECISION, route="systemone")
+    # Then acme's calls carry one tag on both instances, keyed (never its id, nor an unkeyed
+    # hash of it), unlike globex's; its weight; and long work only past the ordinary deadline
+    acme, acme_long, globex = backend.callers
+    assert acme.tenant_tag == acme_long.tenant_tag != globex.tenant_tag
+    assert len(acme.tenant_tag) == TENANT_TAG_LENGTH and "acme" not in acme.tenant_tag
+    assert acme.tenant_tag != tenant_tag("acme", b"")
+    assert (acme.request_id, acme.work, acme.weight) == ("r-1", "ordinary", 3.0)
+    assert (acme_long.request_id, acme_long.work) == ("r-2", "long")
+    assert (globex.work, globex.weight) == ("ordinary", 1.0)
+    # And another deployment's key gives acme another tag
+    tagged_service(store, backend, new_key_document()).decide(ACME, DECISION, route="systemone")
+    assert backend.callers[-1].tenant_tag != acme.tenant_tag
+
+
+def test_without_a_key_no_tag_is_sent_and_the_key_is_read_on_first_use_not_at_build(store, caplog):
+    # Given a deployment with no records' key (tests, local fakes): its calls share the
+    # scorer's untagged lane rather than carry a hash anyone could compute
+    backend = FixedBackend()
+    decide_service(store, backend).decide(ACME, DECISION, route="systemone")
+    assert backend.callers[-1].tenant_tag == ""
+    # Given a key ring that counts its reads, when the function is built (its init phase),
+    # then the key is not read; a chat's first call reads it
+    reads: list[int] = []
+    document = new_key_document()
+    ring = CachedKeyRing(lambda: reads.append(1) or document)
+    runtime = build_runtime(settings_for(), backend, record_keys=ring)
+    assert reads == []
+    runtime.decide.chat(ACME, {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}]})
+    assert reads == [1] and backend.callers[-1].tenant_tag
+    # And a key that cannot be read sends the call to the shared lane, its log naming no tenant
+    broken = tagged_service(store, backend, "not a key document")
+    broken.decide(ACME, DECISION, route="systemone")
+    assert backend.callers[-1].tenant_tag == ""
+    [logged] = [r for r in caplog.records if r.name == "gateway.tenant_tags"]
+    assert "shared lane" in logged.getMessage() and "acme" not in str(vars(logged))

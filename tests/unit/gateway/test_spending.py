@@ -14,6 +14,7 @@ from devkit.gateway_stack import PRINCIPAL, event
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.credentials import Principal
 from gateway.auth.tenants import set_limits
+from gateway.backends.base import ANONYMOUS
 from gateway.composition import build_runtime
 from gateway.decisions.cost import worst_case
 from gateway.handler import GatewayFunction
@@ -38,9 +39,9 @@ class SlowBackend(UniformBackend):
         super().__init__()
         self.seconds = seconds
 
-    def invoke(self, endpoint, body, route, request_id=""):
+    def invoke(self, endpoint, body, route, caller=ANONYMOUS):
         time.sleep(self.seconds)
-        return super().invoke(endpoint, body, route, request_id)
+        return super().invoke(endpoint, body, route, caller)
 
 
 def priced_settings() -> GatewaySettings:
@@ -152,10 +153,10 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
     gate, inside = threading.Event(), threading.Semaphore(0)
 
     class Held(SlowBackend):
-        def invoke(self, endpoint, body, route, request_id=""):
+        def invoke(self, endpoint, body, route, caller=ANONYMOUS):
             inside.release()
             assert gate.wait(30)
-            return super().invoke(endpoint, body, route, request_id)
+            return super().invoke(endpoint, body, route, caller)
 
     backend = Held()
     minute = (time.time() // 60 + 1) * 60 + 20.5  # both requests in one minute, 20.5 s into it
@@ -175,7 +176,7 @@ def test_a_request_that_fails_on_the_endpoint_still_settles_its_time(path):
     from gateway.backends.base import EndpointFailed
 
     class Failing(SlowBackend):
-        def invoke(self, endpoint, body, route, request_id=""):
+        def invoke(self, endpoint, body, route, caller=ANONYMOUS):
             time.sleep(0.05)
             raise EndpointFailed(endpoint.name, "broken")
 

@@ -13,7 +13,7 @@ import pytest
 
 from devkit.fake_backend import PIECE_BYTES, FakeBackendServer, UniformBackend
 from devkit.gateway_stack import PRINCIPAL, event, install
-from gateway.backends.base import Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
+from gateway.backends.base import ANONYMOUS, Caller, Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
 from gateway.backends.events import DONE, MAX_EVENT_BYTES, BrokenStream, events
 from gateway.backends.sagemaker import SageMakerInvoker
 from gateway.decisions.cost import Meter
@@ -165,7 +165,7 @@ def aws_env(monkeypatch):
 
 def _stream(url: str) -> StreamedAnswer:
     return SageMakerInvoker().invoke_stream(Endpoint("ep", region="us-east-1", endpoint_url=url),
-                                            json.dumps(CHAT).encode(), "chat", "rid-1", 30.0)
+                                            json.dumps(CHAT).encode(), "chat", Caller("rid-1"), 30.0)
 
 
 def test_payload_parts_reach_the_gateway_as_the_bytes_the_container_wrote(aws_env):
@@ -253,9 +253,9 @@ class _Timed(UniformBackend):
         super().__init__()
         self.read_timeouts: list[float] = []
 
-    def invoke(self, endpoint, body, route, request_id=""):
+    def invoke(self, endpoint, body, route, caller=ANONYMOUS):
         self.read_timeouts.append(endpoint.read_timeout_s)
-        return super().invoke(endpoint, body, route, request_id)
+        return super().invoke(endpoint, body, route, caller)
 
 
 DECISION = {"model": "jev-latest", "state": "Where is my parcel?",
@@ -316,8 +316,8 @@ def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadlin
 class _Breaking(UniformBackend):
     """Streams the first events of a chat, then breaks off as SageMaker's ModelStreamError would."""
 
-    def invoke_stream(self, endpoint, body, route, request_id, deadline_s):
-        whole = super().invoke_stream(endpoint, body, route, request_id, deadline_s)
+    def invoke_stream(self, endpoint, body, route, caller, deadline_s):
+        whole = super().invoke_stream(endpoint, body, route, caller, deadline_s)
         data = b"".join(whole)
         head = data[: data.index(b"\n\n") + 2]  # the role chunk only
 

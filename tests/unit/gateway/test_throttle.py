@@ -14,6 +14,7 @@ from devkit.gateway_stack import PRINCIPAL, event, settings_for
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import set_limits
+from gateway.backends.base import ANONYMOUS
 from gateway.composition import build_runtime
 from gateway.handler import GatewayFunction
 from gateway.services.throttle import TenantThrottle
@@ -100,10 +101,10 @@ class Gate(UniformBackend):
         self.inside = threading.Semaphore(0)
         self.opened = threading.Event()
 
-    def invoke(self, endpoint, body, route, request_id=""):
+    def invoke(self, endpoint, body, route, caller=ANONYMOUS):
         self.inside.release()
         assert self.opened.wait(30)
-        return super().invoke(endpoint, body, route, request_id)
+        return super().invoke(endpoint, body, route, caller)
 
 
 def test_a_tenant_at_its_limit_in_flight_gets_429_before_any_backend_call_and_others_are_served(path):
