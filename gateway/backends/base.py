@@ -5,6 +5,8 @@
      ├── EndpointTimedOut    the work ran out of time (cut by the scorer, or no answer in time):
      │                       never re-sent, since the same work would run out of time again
      ├── EndpointRejected    the container refused the request (4xx): the same anywhere, never retried
+     ├── EndpointRefused     the scorer refused this tenant or this request its share (tenant_share,
+     │                       long_share): never the endpoint's saturation, never its circuit's
      ├── EndpointFailed      anything else (a container 5xx, a misconfigured endpoint, a bad reply)
      └── StreamBroken        a streamed answer that began and then failed: too late for another endpoint
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from systemone.sidechannel import Route, Work
+from systemone.sidechannel import Route, State, Work
 from systemone.values import frozen
 
 
@@ -75,6 +77,17 @@ class EndpointRejected(EndpointError):
         super().__init__(endpoint, f"container_{status}")
         self.status = status
         self.body = body  # the container's own error body (System One or OpenAI shape)
+
+
+class EndpointRefused(EndpointError):
+    """The scorer refused this call a share of its line (`state`: tenant_share, this tenant
+    holds its share already; long_share, long work's share is taken). It answered, so it is
+    alive, and it is not full for others: nothing here says the endpoint is saturated."""
+
+    def __init__(self, endpoint: str, state: State, retry_after: int | None = None) -> None:
+        super().__init__(endpoint, f"container_{state}")
+        self.state = state
+        self.retry_after = retry_after
 
 
 class EndpointFailed(EndpointError):

@@ -15,6 +15,13 @@ and the endpoint's circuit counts it). An endpoint that is busy
 then gets one probe request (half-open): a dead endpoint costs no latency, and a burst
 never turns into a retry storm. A container's 4xx goes straight back to the caller.
 
+A scorer that refuses this tenant its share of its line (`tenant_share`) ends the request
+at once with 429 and the scorer's Retry-After: another endpoint or pool would only hand
+the tenant more than its share. One that refuses long work its share (`long_share`) hands
+the request to the next endpoint, and it is 429 when none has room. Neither is the
+endpoint's saturation, so neither counts toward its circuit; and a long request never
+takes a half-open endpoint's probe, which is left to ordinary requests.
+
 Circuit state lives in the warm function instance, as every instance learns the same
 facts from its own traffic within a few requests.
 """
@@ -35,6 +42,7 @@ from gateway.backends.base import (
     Endpoint,
     EndpointBusy,
     EndpointFailed,
+    EndpointRefused,
     EndpointRejected,
     EndpointTimedOut,
     InferenceBackend,
@@ -68,7 +76,7 @@ SATURATED = {"container_503", "container_429", "container_queue_timeout", "Servi
 # timeout per client), yet fine enough at the top that a first attempt under the 25 s
 # deadline gets 23 s, not 16.
 _TIMEOUT_STEPS = (23.0, 22.0, 20.0, 18.0, 16.0, 12.0, 8.0, 4.0, 2.0, 1.0)
-_MIN_ATTEMPT_S = 0.5
+MIN_ATTEMPT_S = 0.5  # the least time an attempt is started with
 _Answer = TypeVar("_Answer")
 
 
@@ -120,12 +128,14 @@ class Circuits:
         self._reason: dict[str, str] = {}  # why the circuit last opened
         self._probing: set[str] = set()
 
-    def allow(self, name: str) -> bool:
+    def allow(self, name: str, may_probe: bool = True) -> bool:
+        """May a request go to the endpoint: its circuit closed, or half-open and this request
+        the probe (never one that `may_probe` not: it skips a half-open endpoint instead)."""
         with self._lock:
             until = self._open_until.get(name)
             if until is None:
                 return True
-            if self.clock() < until or name in self._probing:
+            if self.clock() < until or name in self._probing or not may_probe:
                 return False
             self._probing.add(name)  # half-open: this request is the probe
             return True
@@ -245,30 +255,34 @@ class EndpointPool:
 
     def _first_answer(self, call: Callable[[Endpoint, float], _Answer], size: int, route: Route, deadline_s: float,
                       metrics: MetricsSink | None, meter: Meter) -> tuple[_Answer, str, int]:
-        """(The first answer, the endpoint that gave it, the attempts made.)"""
+        """(The first answer, the endpoint that gave it, the attempts made.) A long request never
+        takes a half-open endpoint's probe: it is the likeliest to be refused its share (which
+        proves nothing either way), and it would hold the probe for up to a minute."""
         metrics = metrics or NoMetrics()
         deadline = self.clock() + deadline_s
+        may_probe = not self.is_long(deadline_s)
         first_pass = self._taking(size)
         plan = first_pass + [e for _ in range(self.policy.extra_attempts) for e in first_pass][: self.policy.extra_attempts]
         attempts = 0
         busy: list[EndpointBusy] = []
+        refused: list[EndpointRefused] = []
         skipped: list[str] = []
-        saturated: set[str] = set()
+        said_later: set[str] = set()  # saturated, or refused long work: not asked again in this request
         for position, endpoint in enumerate(plan):
-            if not self.circuits.allow(endpoint.name):
+            if endpoint.name in said_later:
+                continue
+            if not self.circuits.allow(endpoint.name, may_probe):
                 skipped.append(endpoint.name)
                 metrics.count("EndpointSkipped")
                 continue
-            if position >= len(first_pass) and busy:
-                # A second try at an endpoint that timed out, refused connections or was
-                # starting: back off first. A saturated one is not asked again.
+            if position >= len(first_pass) and busy:  # a second try (the endpoint was busy): back off first
                 wait = self._backoff(position - len(first_pass))
-                if endpoint.name in saturated or self.clock() + wait + _MIN_ATTEMPT_S > deadline:
+                if self.clock() + wait + MIN_ATTEMPT_S > deadline:
                     self.circuits.release(endpoint.name)
                     continue
                 self.sleep(wait)
             remaining = deadline - self.clock()
-            if remaining < _MIN_ATTEMPT_S:
+            if remaining < MIN_ATTEMPT_S:
                 self.circuits.release(endpoint.name)
                 break
             attempts += 1
@@ -278,31 +292,27 @@ class EndpointPool:
             except EndpointBusy as exc:
                 busy.append(exc)
                 if exc.reason in SATURATED:
-                    saturated.add(endpoint.name)
+                    said_later.add(endpoint.name)
                 self._busy(endpoint, exc, attempts, metrics)
+                continue
+            except EndpointRefused as exc:
+                refused.append(self._refused(endpoint, exc, attempts, metrics))  # this tenant's share: 429 at once
+                said_later.add(endpoint.name)
                 continue
             except EndpointTimedOut as exc:
                 raise self._timed_out(endpoint, exc, attempts, route, metrics) from None
             except EndpointRejected as exc:
-                self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
-                metrics.count("AttemptRejected")
-                raise rejection_error(exc) from None
+                raise self._rejected(endpoint, exc, metrics) from None
             except EndpointFailed as exc:
-                self.circuits.release(endpoint.name)  # a probe that failed this way proves nothing either way
-                metrics.count("AttemptFailed")
-                log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempts})
-                raise BackendFailed("the model endpoint failed on this request") from None
+                raise self._failed(endpoint, exc, attempts, metrics) from None
             except BaseException:
                 self.circuits.release(endpoint.name)  # whatever escaped, a probe never holds its endpoint shut
                 raise
             finally:  # an attempt that failed held the endpoint too
                 meter.add(endpoint.name, self.clock() - started, endpoint.usd_per_second, endpoint.billed_by_duration)
-            self.circuits.succeeded(endpoint.name)
-            metrics.count("AttemptOk")
-            if attempts > 1 or skipped:
-                metrics.count("Fallback")
+            self._answered(endpoint, attempts > 1 or bool(skipped), metrics)
             return answer, endpoint.name, attempts
-        raise self._exhausted(busy, skipped, metrics)
+        raise self._exhausted(busy, refused, skipped, metrics)
 
     def _taking(self, size: int) -> list[Endpoint]:
         """The endpoints in the order to ask them, those that take a body this large; a body none
@@ -314,6 +324,39 @@ class EndpointPool:
             raise PayloadTooLarge(f"this request reaches the model as {size} bytes; this model's endpoints take at most"
                                   f" {largest} (SageMaker Serverless Inference): shorten the state or split the request")
         return taking
+
+    def _refused(self, endpoint: Endpoint, exc: EndpointRefused, attempt: int, metrics: MetricsSink) -> EndpointRefused:
+        """The scorer refused this tenant or this request its share: it answered, so it is alive,
+        and it is not full for others, so its circuit never counts it (a probe it held is
+        released for the next request to make). This tenant's share taken ends the request at
+        once (429): another endpoint or pool would only hand the tenant more than its share.
+        Long work's share taken is this request's alone: the next endpoint may have room."""
+        self.circuits.release(endpoint.name)
+        metrics.count("AttemptRefused")
+        log.info("endpoint refused a share", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempt})
+        if exc.state == "tenant_share":
+            metrics.count("TenantShareRefused")
+            raise RateLimited("this tenant holds its share of this model's capacity already (its requests in flight"
+                              " on it); retry when one has ended",
+                              exc.retry_after or self.policy.default_retry_after_s) from None
+        return exc
+
+    def _answered(self, endpoint: Endpoint, fallback: bool, metrics: MetricsSink) -> None:
+        self.circuits.succeeded(endpoint.name)
+        metrics.count("AttemptOk")
+        if fallback:
+            metrics.count("Fallback")
+
+    def _rejected(self, endpoint: Endpoint, exc: EndpointRejected, metrics: MetricsSink) -> RequestError:
+        self.circuits.succeeded(endpoint.name)  # it answered: healthy, the request was not
+        metrics.count("AttemptRejected")
+        return rejection_error(exc)
+
+    def _failed(self, endpoint: Endpoint, exc: EndpointFailed, attempt: int, metrics: MetricsSink) -> GatewayError:
+        self.circuits.release(endpoint.name)  # a probe that failed this way proves nothing either way
+        metrics.count("AttemptFailed")
+        log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempt})
+        return BackendFailed("the model endpoint failed on this request")
 
     def _busy(self, endpoint: Endpoint, exc: EndpointBusy, attempt: int, metrics: MetricsSink) -> None:
         metrics.count("AttemptBusy")
@@ -345,10 +388,15 @@ class EndpointPool:
         """Full jitter: uniform in [0, min(cap, base * 2^retry)]."""
         return self.rng.uniform(0, min(self.policy.backoff_max_s, self.policy.backoff_base_s * 2**retry))
 
-    def _exhausted(self, busy: list[EndpointBusy], skipped: list[str], metrics: MetricsSink) -> Exception:
-        hinted = [exc.retry_after for exc in busy if exc.retry_after]
+    def _exhausted(self, busy: list[EndpointBusy], refused: list[EndpointRefused], skipped: list[str],
+                   metrics: MetricsSink) -> Exception:
+        hinted = [exc.retry_after for exc in [*busy, *refused] if exc.retry_after]
         probe_in = self.circuits.seconds_until_probe(skipped)
         retry_after = max(1, round(max(hinted, default=0) or probe_in or self.policy.default_retry_after_s))
+        if refused:  # an endpoint that refused long work its share is alive: never an outage
+            metrics.count("LongShareRefused")
+            return RateLimited("long work's share of this model is taken by other long requests; retry later, or ask"
+                               " for no more than the ordinary deadline", retry_after)
         # An endpoint that is saturated is alive: if any is, the caller is being rate
         # limited (429, retry later), not facing an outage (503).
         reasons = [exc.reason for exc in busy] + [self.circuits.open_reason(name) or "" for name in skipped]

@@ -7,8 +7,9 @@ Errors are classified as SageMaker documents them: a container 503 arrives as Mo
 (HTTP 424) with OriginalStatusCode 503, a container timeout as ModelError with
 OriginalStatusCode 0; ThrottlingException is an HTTP 400 that means "busy", not "bad
 request". What the scorer says of its own errors (`x_state`, `x_retry_after`:
-systemone.sidechannel) decides between "busy" (another endpoint, or later) and "out of
-time" (never re-sent).
+systemone.sidechannel) decides between "busy" (another endpoint, or later), "out of
+time" (never re-sent) and "refused its share" (this tenant's or this request's, which
+says nothing of the endpoint's saturation).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gateway.backends.base import (
     Endpoint,
     EndpointBusy,
     EndpointFailed,
+    EndpointRefused,
     EndpointRejected,
     EndpointTimedOut,
     Route,
@@ -34,7 +36,14 @@ from gateway.backends.base import (
 )
 from gateway.backends.sagemaker_runtime import SageMakerRuntime
 from gateway.sigv4 import prepare_credentials
-from systemone.sidechannel import CUSTOM_ATTRIBUTES, attributes, hints_of, original_error, safe_request_id
+from systemone.sidechannel import (
+    CUSTOM_ATTRIBUTES,
+    OWN_REFUSALS,
+    attributes,
+    hints_of,
+    original_error,
+    safe_request_id,
+)
 
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
@@ -172,6 +181,8 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
             return EndpointTimedOut(name, "container_timeout", answered=False)
         if hints.state == "deadline_exceeded" and status in _CUT_ORIGINAL:
             return EndpointTimedOut(name, "container_deadline", answered=True)
+        if status in _BUSY_ORIGINAL and hints.state in OWN_REFUSALS:  # this tenant's or request's share: not busy
+            return EndpointRefused(name, hints.state, hints.retry_after)
         if status in _BUSY_ORIGINAL:
             reason = {"not_ready": "container_not_ready", "queue_timeout": "container_queue_timeout"}.get(
                 hints.state or "", f"container_{status}")

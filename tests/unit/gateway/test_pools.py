@@ -17,6 +17,7 @@ from gateway.backends.base import (
     Endpoint,
     EndpointBusy,
     EndpointFailed,
+    EndpointRefused,
     EndpointRejected,
     EndpointTimedOut,
 )
@@ -355,3 +356,68 @@ def test_every_attempt_is_paid_at_its_endpoints_price():
     assert invocation.cost.endpoint_seconds == pytest.approx(0.2)
     assert invocation.cost.endpoint_usd == pytest.approx(0.1 * 0.01 + 0.1 * 0.001)
     assert invocation.cost.usd == pytest.approx(invocation.cost.endpoint_usd + gateway_usd(0.2))
+
+
+def refused(state: str, retry_after: int | None = 4, name: str = "gpu") -> EndpointRefused:
+    return EndpointRefused(name, state, retry_after)
+
+
+def test_a_tenants_share_taken_ends_the_request_at_once_and_never_counts_against_the_circuit():
+    # Given a circuit that opens on the first busy answer, when the first endpoint refuses this
+    # tenant its share, then the caller gets 429 with the scorer's Retry-After, no other
+    # endpoint is asked, and the circuit stays closed
+    clock, metrics = Clock(), Metrics()
+    policy = PoolPolicy(failure_threshold=1)
+    circuits = Circuits(policy, clock)
+    backend = Scripted(clock, {"gpu": [refused("tenant_share")], "cpu": [OK]})
+    with pytest.raises(RateLimited) as raised:
+        pool(clock, policy=policy, circuits=circuits).ask(backend, b"{}", "systemone", metrics)
+    assert raised.value.retry_after == 4 and "holds its share" in raised.value.message
+    assert [name for name, _ in backend.calls] == ["gpu"] and circuits.allow("gpu")
+    assert metrics.counts == {"AttemptRefused": 1, "TenantShareRefused": 1}
+
+
+def test_long_works_share_taken_tries_the_next_endpoint_and_is_429_when_none_has_room():
+    clock, metrics = Clock(), Metrics()
+    policy = PoolPolicy(failure_threshold=1, extra_attempts=2)
+    circuits = Circuits(policy, clock)
+    backend = Scripted(clock, {"gpu": [refused("long_share"), OK], "cpu": [refused("long_share", 9, "cpu"), OK]})
+    with pytest.raises(RateLimited) as raised:
+        pool(clock, policy=policy, circuits=circuits).ask(backend, b"{}", "chat", metrics, deadline_s=40)
+    # Each asked once (it said "later"), the longest Retry-After, and neither circuit counted it
+    assert [name for name, _ in backend.calls] == ["gpu", "cpu"] and clock.slept == []
+    assert raised.value.retry_after == 9 and "long work's share" in raised.value.message
+    assert circuits.allow("gpu") and circuits.allow("cpu")
+    assert metrics.counts == {"AttemptRefused": 2, "LongShareRefused": 1}
+
+
+def test_a_probe_refused_its_share_is_released_neither_succeeded_nor_failed():
+    # Given a half-open endpoint whose probe (an ordinary request) is refused this tenant's share
+    clock = Clock()
+    policy = PoolPolicy(extra_attempts=0, failure_threshold=1, cooldown_s=5)
+    circuits = Circuits(policy, clock)
+    circuits.failed("gpu", "container_503")
+    clock.now += 5
+    with pytest.raises(RateLimited):
+        pool(clock, names=("gpu",), policy=policy, circuits=circuits).ask(
+            Scripted(clock, {"gpu": [refused("tenant_share")]}), b"{}", "systemone")
+    # Then the circuit is still open (not closed by an answer that proves nothing), and the
+    # next request may probe it
+    assert circuits.open_reason("gpu") == "container_503"
+    assert circuits.allow("gpu") and not circuits.allow("gpu")
+
+
+def test_a_long_request_never_takes_the_half_open_probe():
+    # Given a GPU endpoint whose circuit is half-open and a CPU endpoint that answers
+    clock = Clock()
+    policy = PoolPolicy(failure_threshold=1, cooldown_s=5)
+    circuits = Circuits(policy, clock)
+    circuits.failed("gpu", "container_503")
+    clock.now += 5
+    backend = Scripted(clock, {"gpu": [OK], "cpu": [OK]})
+    p = pool(clock, policy=policy, circuits=circuits)
+    # When a long request comes, then it skips the GPU (leaving probing to ordinary requests)
+    assert p.ask(backend, b"{}", "chat", deadline_s=40).endpoint == "cpu"
+    # And the next ordinary request takes the probe, which closes the circuit
+    assert p.ask(backend, b"{}", "chat").endpoint == "gpu"
+    assert [name for name, _ in backend.calls] == ["cpu", "gpu"] and circuits.open_reason("gpu") is None

@@ -14,9 +14,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gateway.backends import sagemaker_runtime
-from gateway.backends.base import Caller, Endpoint, EndpointBusy, EndpointFailed, EndpointRejected, EndpointTimedOut
+from gateway.backends.base import (
+    Caller,
+    Endpoint,
+    EndpointBusy,
+    EndpointFailed,
+    EndpointRefused,
+    EndpointRejected,
+    EndpointTimedOut,
+)
+from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.sagemaker import SageMakerInvoker
 from gateway.backends.sagemaker_runtime import SageMakerRuntime, default_base_url
+from gateway.errors import RateLimited
 from systemone.sidechannel import parse_attributes, request_id_of, tenant_of, tenant_tag, weight_of, work_of
 
 
@@ -145,6 +155,12 @@ def _error(code: str | None, status: int, fields: dict, *, in_body: bool = False
         ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": '{"detail": {}, "x_state": "deadline_exceeded"}'}, EndpointFailed, "container_500"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": [], "x_state": "deadline_exceeded"}'}, EndpointRejected, "container_422"),
         ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": "slow down"}, EndpointBusy, "container_429"),
+        # A refusal of this tenant or this request its share: never "busy" (saturation).
+        ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": '{"detail": {}, "x_state": "tenant_share", "x_retry_after": 4}'}, EndpointRefused, "container_tenant_share"),
+        ("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": '{"detail": {}, "x_state": "long_share", "x_retry_after": 4}'}, EndpointRefused, "container_long_share"),
+        ("ModelError", 424, {"OriginalStatusCode": 503, "OriginalMessage": '{"detail": {}, "x_state": "long_share"}'}, EndpointRefused, "container_long_share"),
+        # Read only from a 429 or 503: a buggy body on another status says nothing.
+        ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": '{"detail": {}, "x_state": "tenant_share"}'}, EndpointFailed, "container_500"),
         ("ModelError", 424, {"OriginalStatusCode": 0, "OriginalMessage": ""}, EndpointTimedOut, "container_timeout"),
         ("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": '{"detail": []}'}, EndpointRejected, "container_422"),
         ("ModelError", 424, {"OriginalStatusCode": 500, "OriginalMessage": "boom"}, EndpointFailed, "container_500"),
@@ -170,6 +186,8 @@ def test_errors_are_classified_as_sagemaker_documents_them(runtime, code, http, 
         assert raised.value.answered is (reason == "container_deadline")
     if "x_retry_after" in fields.get("OriginalMessage", ""):
         assert raised.value.retry_after == 4
+    if expected is EndpointRefused:
+        assert raised.value.state == reason.removeprefix("container_")
     if expected is EndpointRejected:
         assert raised.value.status == 422 and raised.value.body.startswith(b'{"detail": []')
 
@@ -337,3 +355,56 @@ def test_whose_work_it_is_travels_in_the_custom_attributes_as_the_scorer_reads_t
         assert (request_id_of(pairs), tenant_of(pairs), work_of(pairs), weight_of(pairs)) == (
             "r-1", caller.tenant_tag, "long", 2.5)
         assert "acme" not in header
+
+
+def _refusal(state: str, retry_after: int = 3) -> dict:
+    """What SageMaker passes on of a scorer's 429 refusing a share: a ModelError with its body."""
+    body = {"detail": {"error_type": "rate_limit_error", "message": "refused"}, "x_state": state,
+            "x_retry_after": retry_after}
+    return _error("ModelError", 424, {"OriginalStatusCode": 429, "OriginalMessage": json.dumps(body)})
+
+
+def _pool(*endpoints: Endpoint) -> EndpointPool:
+    policy = PoolPolicy(failure_threshold=3, extra_attempts=1)
+    return EndpointPool(tuple(PoolEndpoint(e, tier=i) for i, e in enumerate(endpoints)), policy, Circuits(policy))
+
+
+@pytest.mark.parametrize(("state", "caller"), [("long_share", Caller("long", "aa" * 12, "long")),
+                                               ("tenant_share", Caller("burst", "aa" * 12))])
+def test_refused_shares_never_open_the_circuit_and_another_tenants_request_still_reaches_the_scorer(runtime, state,
+                                                                                                    caller):
+    # Given a scorer that refuses three requests their share (long work's, or one tenant's), as
+    # a 429 ModelError whose body says so (the failure threshold is 3)
+    pool, invoker = _pool(endpoint(runtime)), SageMakerInvoker()
+    runtime.answers += [_refusal(state)] * 3
+    deadline = 40.0 if caller.work == "long" else None
+    for _ in range(3):
+        # When each is asked, then the caller gets 429 with the scorer's Retry-After, asked once
+        with pytest.raises(RateLimited) as raised:
+            pool.ask(invoker, b"{}", "chat", caller=caller, deadline_s=deadline)
+        assert raised.value.retry_after == 3
+    assert len(runtime.requests) == 3
+    # Then another tenant's ordinary request still reaches the scorer, and is answered
+    other = Caller("other", "bb" * 12)
+    assert pool.ask(invoker, b"{}", "chat", caller=other).body == b'{"ok": 1}'
+    assert len(runtime.requests) == 4 and pool.circuits.allow("dg-cpu")
+
+
+def test_a_tenants_share_taken_is_answered_at_once_and_long_works_tries_the_next_endpoint(runtime):
+    # Given two endpoints (both served here), the first refusing its share
+    first, second = endpoint(runtime), Endpoint("dg-gpu", region="us-east-1", endpoint_url=runtime.url)
+    invoker = SageMakerInvoker()
+    # When this tenant's share is taken, then no other endpoint is asked: 429 at once
+    runtime.answers += [_refusal("tenant_share", 5)]
+    with pytest.raises(RateLimited, match="holds its share") as raised:
+        _pool(first, second).ask(invoker, b"{}", "chat", caller=Caller("t", "aa" * 12))
+    assert raised.value.retry_after == 5 and len(runtime.requests) == 1
+    # When long work's share is taken on the first, then the second answers it
+    runtime.answers += [_refusal("long_share"), {"body": b'{"ok": 2}'}]
+    invocation = _pool(first, second).ask(invoker, b"{}", "chat", caller=Caller("l", work="long"), deadline_s=40.0)
+    assert (invocation.body, invocation.endpoint, invocation.attempts) == (b'{"ok": 2}', "dg-gpu", 2)
+    # And when neither has room for it, 429 with the longest Retry-After, each asked once
+    runtime.answers += [_refusal("long_share", 2), _refusal("long_share", 7)]
+    with pytest.raises(RateLimited, match="long work's share") as raised:
+        _pool(first, second).ask(invoker, b"{}", "chat", caller=Caller("l", work="long"), deadline_s=40.0)
+    assert raised.value.retry_after == 7 and len(runtime.requests) == 5
