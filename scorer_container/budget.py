@@ -13,8 +13,13 @@ then on every decision the scorer answers is too (`WorkRate.observe`). A plain p
 of 256 tokens runs several times faster per token than the many short branches of a
 decision, and a rate measured once at load can be 30% optimistic an hour later on a
 shared machine: an estimate built on either admitted work its deadline then cut. The
-rate used is the slower of the load measurement and the recent decisions, so the
-estimate errs on the side of refusing (413 at once, with the figures) over cutting.
+rate used is the recent decisions' (their own time: waits for other jobs' turns are not
+work), once there are a few of them: slower than at load as soon as one says so, faster
+only once `MIN_TO_RAISE` agree, and never past `MAX_SLOWDOWN` or `MAX_SPEEDUP` times the
+load measurement. A scorer that loaded beside other work measured a rate too slow, and
+would otherwise keep a budget several times too small for life (413, "never retry", for
+what it answers a minute later); one that loaded on a quiet machine is corrected down
+when the machine gets busy, so the estimate still errs on the side of refusing.
 
 A request may take `SCORER_BUDGET_S` (default 22 s: the gateway's first attempt may
 read for 23 s, of which it gives the scorer 22.75) less a 15% margin, and never more
@@ -22,7 +27,7 @@ than what is left of its own deadline. A request whose deadline is longer than a
 buffered API Gateway request can have (29 s: it came by the gateway's streaming routes,
 or straight from SageMaker, which allows 60 s) may take up to `SCORER_LONG_BUDGET_S`
 (default 55 s) less the margin; work estimated past the ordinary budget is long work,
-and admitted only when the model is otherwise idle (`admission.Admission.admit`). `SCORER_MAX_REQUEST_TOKENS` instead fixes the
+which shares the model with other work at long work's share (`scheduler.py`). `SCORER_MAX_REQUEST_TOKENS` instead fixes the
 budget in units, the operator's word over the measurement: requests up to it are
 admitted whatever time they take, and cut at their deadline (504) when it runs out.
 The figures are logged and shown on /ping.
@@ -59,6 +64,8 @@ _MIN_OBSERVED_UNITS = 64
 _WINDOW = 16  # recent decisions the rate is read from
 MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
+MAX_SPEEDUP = 4.0  # ... nor faster than this many times (a load beside other work measured 24 tokens/s, quiet 68-81)
+MIN_TO_RAISE = 4  # recent decisions that must agree before the rate is taken as faster than at load
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
 # No buffered request through API Gateway has a longer deadline: one that does may do long work.
 BUFFERED_LIMIT_S = API_GATEWAY_TIMEOUT_S
@@ -72,13 +79,15 @@ class Prefill:
 
 class WorkRate:
     """Seconds one unit of the engine's work takes on this machine: measured at load, then
-    corrected by each decision as it runs; the slower of the two is the one used.
+    corrected, both ways, by the decisions it runs.
 
     What decisions say is read robustly, since anyone can send them: the median of the
-    recent decisions' own rates (one decision slow for reasons of its own moves nothing),
-    only decisions large enough that their time is mostly work, none older than
-    `MAX_AGE_S` (a busy hour passes), and never more than `MAX_SLOWDOWN` times the load
-    measurement (whatever the machine does, the budget keeps a floor). Thread-safe."""
+    recent decisions' own rates (one decision slow or fast for reasons of its own moves
+    nothing), only decisions large enough that their time is mostly work, none older than
+    `MAX_AGE_S` (a busy hour passes), never more than `MAX_SLOWDOWN` times slower than the
+    load measurement (whatever the machine does, the budget keeps a floor) and never more
+    than `MAX_SPEEDUP` times faster, and faster only once `MIN_TO_RAISE` decisions say so.
+    Thread-safe."""
 
     def __init__(self, seconds_per_unit: float, window: int = _WINDOW,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -93,14 +102,21 @@ class WorkRate:
                 self._recent.append((self._clock(), seconds / units))
 
     def observed(self) -> float | None:
-        """The median rate of the recent decisions, capped; None when there are none."""
+        """The median rate of the recent decisions, within the caps; None when there are none,
+        and when they say faster than at load but fewer than `MIN_TO_RAISE` of them do."""
         now = self._clock()
         with self._lock:
             rates = [rate for when, rate in self._recent if now - when <= MAX_AGE_S]
-        return min(statistics.median(rates), MAX_SLOWDOWN * self.measured) if rates else None
+        if not rates:
+            return None
+        median = statistics.median(rates)
+        if median < self.measured and len(rates) < MIN_TO_RAISE:
+            return None
+        return min(max(median, self.measured / MAX_SPEEDUP), MAX_SLOWDOWN * self.measured)
 
     def seconds_per_unit(self) -> float:
-        return max(self.measured, self.observed() or 0.0)
+        observed = self.observed()
+        return self.measured if observed is None else observed
 
 
 @dataclass
@@ -211,9 +227,25 @@ def measure_decisions(engine: DecisionEngine, row_cost: float, repeat: int = 2) 
     return slowest
 
 
-def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float, long_seconds: float = 0.0) -> Budget:
+MIN_STEP_TOKENS = 32  # fewer tokens a decode and the fixed cost of a decode outweighs the work
+
+
+def step_tokens_for(tokens_per_s: float, step_s: float, n_batch: int) -> int:
+    """The tokens one turn at the model decodes: about `step_s` of prefill at the measured rate,
+    a power of two (so that the figure, and the batch shapes with it, stay put when the
+    measurement wobbles), within [MIN_STEP_TOKENS, n_batch]."""
+    wanted = max(1.0, tokens_per_s * step_s)
+    return max(MIN_STEP_TOKENS, min(n_batch, 1 << int(math.log2(wanted))))
+
+
+def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float, long_seconds: float = 0.0,
+               step_s: float | None = None) -> Budget:
     """The budget measured here; a fixed one (`fixed_units`) skips timing a decision at load
-    and reads its rate from the prefill alone (it only informs /ping and the log)."""
+    and reads its rate from the prefill alone (it only informs /ping and the log). With
+    `step_s`, the runtime's turn is sized from the prefill rate first, so that the decisions
+    timed at load run in the pieces they are served in."""
     prefill = measure_prefill(engine.runtime)
+    if step_s is not None:
+        engine.runtime.step_tokens = step_tokens_for(prefill.tokens_per_s, step_s, engine.runtime.n_batch)
     at_load = 1 / prefill.tokens_per_s if fixed_units is not None else measure_decisions(engine, prefill.row_cost)
     return Budget(seconds * MARGIN, prefill, WorkRate(at_load), fixed_units, long_seconds * MARGIN)

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from scorer_container.deadline import Deadline, never
-from scorer_container.errors import CallerGone, ContextOverflow, InvalidRequest
-from scorer_container.llama_runtime import Batch, Runtime
+from scorer_container.errors import CallerGone, ContextOverflow, DeadlineExceeded, InvalidRequest
+from scorer_container.llama_runtime import Batch, ModelShare, Runtime, WholeModel, prefill_pieces
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import ChatRequest
 from scorer_container.untrusted import without_control_tokens
@@ -64,68 +64,87 @@ class ChatGenerator:
 
     def generate(
         self, request: ChatRequest, tokens: list[int], budget: int, usage: ChatUsage, stop_event: threading.Event,
-        deadline: Deadline | None = None,
+        deadline: Deadline | None = None, share: ModelShare | None = None,
     ) -> Iterator[Piece]:
-        """Yield text pieces; the last one carries the finish reason. Holds the runtime lock throughout.
+        """Yield text pieces; the last one carries the finish reason. Runs in the first of `share`'s
+        sequences (the whole model when None), one turn at the model per prompt piece and per
+        token (a decode and the draw from its logits), so other jobs' turns come in between.
 
         When `deadline` passes the text generated so far is returned, cut short (finish
         reason "length"); one that passes during the prompt raises DeadlineExceeded."""
         deadline = deadline or never()
+        share = share or WholeModel(self.runtime)
+        seq = share.seqs[0]
         stops = request.stop_strings()
         temperature = 0.7 if request.temperature is None else request.temperature
         sampler = self.runtime.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
         usage.prompt_tokens = len(tokens)
-        with self.runtime.lock:
-            try:
-                self.runtime.clear()
-                last = self.runtime.prefill(tokens, deadline.check)
-                pending = b""  # bytes of an unfinished UTF-8 character
-                held = ""  # text that might be the start of a stop string
-                position = len(tokens)
-                finish = "length"
-                for _ in range(budget):
-                    if stop_event.is_set():
-                        finish = "stop"
-                        break
-                    if deadline.gone:
-                        raise CallerGone("the caller closed the connection; the generation was abandoned")
-                    if deadline.expired():
-                        break  # out of time: the text so far, cut short ("length")
-                    token = sampler.sample(last)
-                    if self.runtime.is_end_of_generation(token):
-                        finish = "stop"
-                        break
-                    usage.completion_tokens += 1
-                    pending += self.runtime.token_bytes(token)
-                    text, pending = _complete_utf8(pending)
-                    held += text
-                    cut = _find_stop(held, stops)
-                    if cut is not None:
-                        if held[:cut]:
-                            yield Piece(held[:cut])
-                        held = ""
-                        finish = "stop"
-                        break
-                    safe = len(held) - _stop_prefix_overlap(held, stops)
-                    if safe > 0:
-                        yield Piece(held[:safe])
-                        held = held[safe:]
-                    batch = Batch.empty()
-                    last = batch.add(token, position, 0, True)
+        try:
+            pieces = list(prefill_pieces(tokens, max(1, share.step_tokens), seq))
+            token = -1
+            for n, batch in enumerate(pieces):
+                deadline.check()
+                with share.step():
                     self.runtime.decode(batch)
-                    position += 1
-                if held:
-                    yield Piece(held)
-                yield Piece("", finish)
-            finally:
-                sampler.close()
-                self.runtime.clear()
+                    if n == len(pieces) - 1:
+                        token = sampler.sample(len(batch) - 1)
+            pending = b""  # bytes of an unfinished UTF-8 character
+            held = ""  # text that might be the start of a stop string
+            position = len(tokens)
+            finish = "length"
+            for produced in range(budget):
+                if stop_event.is_set():
+                    finish = "stop"
+                    break
+                if deadline.gone:
+                    raise CallerGone("the caller closed the connection; the generation was abandoned")
+                if deadline.expired():
+                    break  # out of time: the text so far, cut short ("length")
+                if self.runtime.is_end_of_generation(token):
+                    finish = "stop"
+                    break
+                usage.completion_tokens += 1
+                pending += self.runtime.token_bytes(token)
+                text, pending = _complete_utf8(pending)
+                held += text
+                cut = _find_stop(held, stops)
+                if cut is not None:
+                    if held[:cut]:
+                        yield Piece(held[:cut])
+                    held = ""
+                    finish = "stop"
+                    break
+                safe = len(held) - _stop_prefix_overlap(held, stops)
+                if safe > 0:
+                    yield Piece(held[:safe])
+                    held = held[safe:]
+                if produced == budget - 1:
+                    break  # the budget is spent: no token after it is drawn
+                try:
+                    with share.step():
+                        batch = Batch.empty()
+                        batch.add(token, position, seq, True)
+                        self.runtime.decode(batch)
+                        token = sampler.sample(0)
+                except DeadlineExceeded:
+                    if deadline.gone:
+                        raise
+                    break  # out of time waiting for its turn: the text so far, cut short
+                position += 1
+            if held:
+                yield Piece(held)
+            yield Piece("", finish)
+        finally:
+            sampler.close()
+            with self.runtime.lock:
+                self.runtime.drop_sequences(share.seqs)
 
-    def completion(self, request: ChatRequest, deadline: Deadline | None = None) -> dict:
-        tokens, budget = self.prepare(request)
+    def completion(self, request: ChatRequest, deadline: Deadline | None = None, share: ModelShare | None = None,
+                   prepared: tuple[list[int], int] | None = None) -> dict:
+        tokens, budget = prepared or self.prepare(request)
         usage = ChatUsage()
         parts, finish = [], "stop"
-        for piece in self.generate(request, tokens, budget, usage, threading.Event(), deadline):
+        for piece in self.generate(request, tokens, budget, usage, threading.Event(), deadline, share):
             parts.append(piece.text)
             finish = piece.finish_reason or finish
         return {

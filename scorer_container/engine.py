@@ -25,7 +25,7 @@ from scorer_container import answers, scoring
 from scorer_container.counting import common_prefix
 from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
-from scorer_container.llama_runtime import Runtime
+from scorer_container.llama_runtime import ModelShare, Runtime
 from scorer_container.planning import Asked, Plan, Planner
 from scorer_container.prefix_tree import Branch, Read, Sketch, evaluate
 from scorer_container.priors import PriorCache
@@ -118,13 +118,12 @@ class DecisionEngine:
         """The plan that answers `request` inside `max_units`, or OverBudget (planning.Planner.fit)."""
         return self.planner.fit(request, max_units, row_cost, deadline, seconds_per_unit)
 
-    def decide(self, plan: Plan, deadline: Deadline | None = None) -> dict[str, Any]:
-        """Run a plan (the caller holds no lock). Raises DeadlineExceeded (the model freed, the
-        cache cleared) when `deadline` passes."""
+    def decide(self, plan: Plan, deadline: Deadline | None = None, share: ModelShare | None = None) -> dict[str, Any]:
+        """Run a plan in `share`'s sequences and turns (the whole model when None; the caller holds
+        no lock). Raises DeadlineExceeded (its sequences freed) when `deadline` passes."""
         if not plan.cost.complete:
             raise ValueError("a plan counted only up to its limit is over it: it is refused, never run")
-        with self.runtime.lock:
-            distributions, evaluated, features = self._distributions(plan, deadline)
+        distributions, evaluated, features = self._distributions(plan, deadline, share)
         return answers.response(plan, distributions, evaluated, self.model_name, features)
 
     def answer(self, request: DecisionRequest, settings: DecisionSettings | None = None,
@@ -133,10 +132,10 @@ class DecisionEngine:
         return self.decide(self.planner.plan(request, settings), deadline)
 
     def evaluate(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None = None,
-                 framing: str = "plain") -> tuple[list[np.ndarray], int]:
+                 framing: str = "plain", share: ModelShare | None = None) -> tuple[list[np.ndarray], int]:
         """Raw scores over each probe's listed options with `state_text` as the state, in one
         prefix tree, and the tokens decoded (the evals score probes through this)."""
-        scores, _, evaluated = self._tree(state_text, probes, deadline, framing)
+        scores, _, evaluated = self._tree(state_text, probes, deadline, framing, share=share)
         return scores, evaluated
 
     @property
@@ -147,7 +146,8 @@ class DecisionEngine:
         return self._sketch
 
     def _tree(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None, framing: str,
-              sketched: frozenset[Probe] = frozenset()) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], int]:
+              sketched: frozenset[Probe] = frozenset(), share: ModelShare | None = None
+              ) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], int]:
         """(raw scores of each probe, the sketch of the answer position of those in `sketched`,
         tokens decoded): one prefix tree. A sketch is read from the row the probe's first read
         uses (a branch ending there joins the tree on the same tokens: no token is decoded twice)."""
@@ -163,7 +163,7 @@ class DecisionEngine:
                 at = own[0].reads[0].position  # the answer position: where the first option is read
                 sketch_at[probe] = len(branches)
                 branches.append(Branch(own[0].tokens[: at + 1], (Read(at, self.sketch),)))
-        result = evaluate(self.runtime, branches, deadline)
+        result = evaluate(self.runtime, branches, deadline, share)
         sketches = {probe: result.results[index][0] for probe, index in sketch_at.items()}
         scores = []
         for probe, (start, end) in zip(probes, spans, strict=True):
@@ -178,7 +178,7 @@ class DecisionEngine:
 
     # -- rounds ------------------------------------------------------------------------
 
-    def _distributions(self, plan: Plan, deadline: Deadline | None
+    def _distributions(self, plan: Plan, deadline: Deadline | None, share: ModelShare | None = None
                        ) -> tuple[list[np.ndarray], int, list[answers.Features] | None]:
         """Each question's distribution over its declared options: the first round of every
         listing in one tree, then the final rounds of grouped questions in another; and, when
@@ -187,7 +187,8 @@ class DecisionEngine:
         with_prior = {p for a in plan.asked if a.settings.prior for listing in a.listings for p in listing.groups}
         first_round = [p for a in plan.asked for listing in a.listings for p in listing.groups]
         sketched = frozenset(a.listings[0].groups[0] for a in plan.asked) if plan.request.x_features else frozenset()
-        raw, priors, sketches, evaluated = self._score(state_text, first_round, with_prior, framing, deadline, sketched)
+        raw, priors, sketches, evaluated = self._score(state_text, first_round, with_prior, framing, deadline, share,
+                                                       sketched)
         finals: dict[tuple[int, int], Probe] = {}
         for i, a in enumerate(plan.asked):
             for j, listing in enumerate(a.listings):
@@ -199,7 +200,7 @@ class DecisionEngine:
                         with_prior.add(finals[i, j])
         if finals:
             final_raw, final_priors, _, more = self._score(state_text, list(finals.values()), with_prior, framing,
-                                                           deadline)
+                                                           deadline, share)
             raw.update(final_raw)
             priors.update(final_priors)
             evaluated += more
@@ -223,27 +224,28 @@ class DecisionEngine:
                 for j, listing in enumerate(asked.listings)]
 
     def _score(self, state_text: str, probes: Sequence[Probe], with_prior: set[Probe], framing: str,
-               deadline: Deadline | None, sketched: frozenset[Probe] = frozenset()
+               deadline: Deadline | None, share: ModelShare | None, sketched: frozenset[Probe] = frozenset()
                ) -> tuple[Scores, Scores, dict[Probe, np.ndarray], int]:
         """Raw scores over each probe's shown options, the priors of those in `with_prior`, the
         sketches of those in `sketched`."""
         unique = list(dict.fromkeys(probes))
-        raw, sketches, evaluated = self._tree(state_text, unique, deadline, framing, sketched)
+        raw, sketches, evaluated = self._tree(state_text, unique, deadline, framing, sketched, share)
         priors = {}
         for probe in unique:
             if probe in with_prior:
-                priors[probe], cost = self._prior(probe, deadline, framing)
+                priors[probe], cost = self._prior(probe, deadline, framing, share)
                 evaluated += cost
         return dict(zip(unique, raw, strict=True)), priors, sketches, evaluated
 
-    def _prior(self, probe: Probe, deadline: Deadline | None, framing: str) -> tuple[np.ndarray, int]:
+    def _prior(self, probe: Probe, deadline: Deadline | None, framing: str,
+               share: ModelShare | None = None) -> tuple[np.ndarray, int]:
         """The probe's content-free scores and the tokens computing them cost (0 when cached)."""
         key = probe.prior_key(framing)
         cached = self.priors.get(key)
         if cached is not None:
             return cached, 0
         # Alone, so the value never depends on what else was in the batch.
-        (scores,), evaluated = self.evaluate(CONTENT_FREE_STATE, [probe], deadline, framing)
+        (scores,), evaluated = self.evaluate(CONTENT_FREE_STATE, [probe], deadline, framing, share)
         self.priors.put(key, scores)
         return scores, evaluated
 

@@ -7,7 +7,9 @@
      │    ├── ContextOverflow          413, prompt longer than the model's context
      │    ├── OverBudget               413, more work than one request may ask for
      │    └── UnsupportedMedia         415, unknown Content-Encoding or type
-     ├── Overloaded                    503 + Retry-After: admission refused the request
+     ├── Overloaded                    503 + Retry-After: the line is full (busy for everyone)
+     │    ├── TenantOverShare          429 + Retry-After: this tenant holds its share of the line
+     │    └── LongOverShare            429 + Retry-After: long work's share of this instance is taken
      ├── ModelNotReady                 503: still loading, or refused its manifest
      ├── DeadlineExceeded              504: the job ran out of time while it ran; the same work would again
      │    ├── QueueTimeout             503 + Retry-After: the deadline passed while it waited in line
@@ -84,6 +86,23 @@ class Overloaded(ScorerError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TenantOverShare(Overloaded):
+    """A refusal of one tenant, not the endpoint's saturation: a gateway answers that tenant 429 and
+    neither counts it against the endpoint nor sends it elsewhere (scheduler.Scheduler.admit)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    state = "tenant_share"
+
+
+class LongOverShare(Overloaded):
+    """A refusal of one long request: long work's share of this instance is taken by other long work."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    state = "long_share"
 
 
 class ModelNotReady(ScorerError):

@@ -30,7 +30,7 @@ import numpy as np
 
 from scorer_container.deadline import Deadline, never
 from scorer_container.errors import ContextOverflow
-from scorer_container.llama_runtime import Batch, Runtime
+from scorer_container.llama_runtime import Batch, ModelShare, Runtime, WholeModel
 
 # llama.cpp sizes its output buffer by the most logits rows one decode asked for; with a
 # 256k vocabulary each row is 1 MiB, so rows per decode are capped to keep memory flat.
@@ -177,6 +177,12 @@ def context_capacity(runtime: Runtime) -> int:
     return runtime.n_ctx - _reserve(runtime)
 
 
+def cells_for(runtime: Runtime, tokens: int) -> int:
+    """The KV cells a tree of `tokens` decoded tokens holds at most: a cell a token, never more
+    than one job's context (a path within the capacity, and the reserve beside it)."""
+    return min(runtime.n_ctx, tokens + _reserve(runtime))
+
+
 def _reserve(runtime: Runtime) -> int:
     return min(runtime.settings.n_ubatch, runtime.n_batch)
 
@@ -191,11 +197,15 @@ def longest_path(root: _Node) -> int:
     return longest
 
 
-def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | None = None) -> TreeResult:
-    """Decode the tree of `branches` and return every read. The KV cache is cleared first and after.
+def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | None = None,
+             share: ModelShare | None = None) -> TreeResult:
+    """Decode the tree of `branches` in the sequences of `share` (the whole model when None) and
+    return every read. Each decode is one turn at the model (`share.step()`), a node's tokens
+    decoded in pieces of `share.step_tokens`; the share's sequences are freed after, however the
+    evaluation ends, and the other jobs' cells are never touched.
 
     `deadline` is checked before every decode: when it passes (or the caller leaves) the
-    evaluation stops there with DeadlineExceeded, and the cache is cleared all the same.
+    evaluation stops there with DeadlineExceeded.
     """
     results: list[list[np.ndarray]] = [[np.empty(0)] * len(b.reads) for b in branches]
     if not branches:
@@ -206,22 +216,25 @@ def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | 
         raise ContextOverflow(
             f"the prompt needs {longest_path(root)} tokens of context; this model serves at most {capacity}"
         )
-    runtime.clear()
+    share = share or WholeModel(runtime)
     try:
-        evaluated = _run(runtime, root, results, deadline or never())
+        evaluated = _run(runtime, share, root, results, deadline or never())
     finally:
-        runtime.clear()
+        with runtime.lock:
+            runtime.drop_sequences(share.seqs)
     return TreeResult(results, evaluated)
 
 
-def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
-    free_seqs = deque(range(runtime.n_seq_max))
+def _run(runtime: Runtime, share: ModelShare, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
+    free_seqs = deque(share.seqs)
     evaluated = 0
+    step_tokens = max(1, share.step_tokens)
 
     def release(node: _Node | None) -> None:
         while node is not None:
             if node.seq_id is not None:
-                runtime.drop_sequence(node.seq_id)
+                with runtime.lock:  # dropping cells needs the context, not a turn
+                    runtime.drop_sequence(node.seq_id)
                 free_seqs.append(node.seq_id)
                 node.seq_id = None
             parent = node.parent
@@ -239,14 +252,17 @@ def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]], deadlin
     while ready:
         node = ready.pop()
         if node.batch_key is not None and not node.children and node.parent is not None:
-            # Half the reserve: the group's cells beside the path, plus slack for the decode.
-            leaves = _sibling_leaves(node, ready, _reserve(runtime) // 2, len(free_seqs))
+            # Half the reserve: the group's cells beside the path, plus slack for the decode;
+            # and no more than one turn's tokens.
+            leaves = _sibling_leaves(node, ready, min(_reserve(runtime) // 2, step_tokens), len(free_seqs))
             if len(leaves) > 1:
                 for leaf in leaves:
                     leaf.seq_id = free_seqs.popleft()
-                    if node.parent.seq_id is not None:
-                        runtime.copy_sequence(node.parent.seq_id, leaf.seq_id)
-                _decode_leaves(runtime, leaves, results, deadline)
+                with share.step():
+                    for leaf in leaves:
+                        if node.parent.seq_id is not None:
+                            runtime.copy_sequence(node.parent.seq_id, leaf.seq_id)
+                    _decode_leaves(runtime, leaves, results, deadline)
                 for leaf in leaves:
                     evaluated += len(leaf.tokens)
                     release(leaf)
@@ -256,8 +272,9 @@ def _run(runtime: Runtime, root: _Node, results: list[list[np.ndarray]], deadlin
         node.seq_id = free_seqs.popleft()
         parent = node.parent
         if parent is not None and parent.seq_id is not None:
-            runtime.copy_sequence(parent.seq_id, node.seq_id)
-        _decode_node(runtime, node, results, deadline)
+            with runtime.lock:
+                runtime.copy_sequence(parent.seq_id, node.seq_id)
+        _decode_node(runtime, share, node, results, deadline, step_tokens)
         evaluated += len(node.tokens)
         if node.children:
             node.pending_children = len(node.children)
@@ -309,13 +326,14 @@ def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.
             if wanted:
                 pending.extend((index, candidates, b, r) for candidates, b, r in wanted)
     deadline.check()
-    runtime.decode(batch)
+    runtime.decode(batch)  # the caller holds the turn, and reads the rows inside it
     for index, candidates, b, r in pending:
         results[b][r] = read_row(runtime.logits(index), candidates)
 
 
-def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> None:
-    """Decode one node's tokens in its own sequence, in pieces of at most n_batch tokens."""
+def _decode_node(runtime: Runtime, share: ModelShare, node: _Node, results: list[list[np.ndarray]], deadline: Deadline,
+                 step_tokens: int) -> None:
+    """Decode one node's tokens in its own sequence, in pieces of at most one turn's tokens (a turn each)."""
     reads_at = _reads_by_position(node)
     batch = Batch.empty()
     pending: list[tuple[int, tuple[int, ...], int, int]] = []
@@ -324,9 +342,11 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
     def flush() -> None:
         nonlocal rows
         deadline.check()
-        runtime.decode(batch)
-        for index, candidates, b, r in pending:
-            results[b][r] = read_row(runtime.logits(index), candidates)
+        with share.step():
+            runtime.decode(batch)
+            logits = [(runtime.logits(index), candidates, b, r) for index, candidates, b, r in pending]
+        for row, candidates, b, r in logits:
+            results[b][r] = read_row(row, candidates)
         batch.tokens.clear()
         batch.positions.clear()
         batch.seq_ids.clear()
@@ -336,7 +356,7 @@ def _decode_node(runtime: Runtime, node: _Node, results: list[list[np.ndarray]],
 
     for i, token in enumerate(node.tokens):
         wanted = reads_at.get(i)
-        if len(batch) >= runtime.n_batch or (wanted and rows >= MAX_LOGITS_ROWS_PER_DECODE):
+        if len(batch) >= step_tokens or (wanted and rows >= MAX_LOGITS_ROWS_PER_DECODE):
             flush()
         index = batch.add(token, node.start + i, node.seq_id, bool(wanted))
         if wanted:

@@ -18,9 +18,11 @@ The model loads in a background thread after the socket is open, so /ping answer
 threads, and llama.cpp releases the GIL while it computes.
 
 Every request gets a deadline when it arrives (`timeout_ms` in the custom attributes,
-capped by SCORER_DEADLINE_S) and a watcher that notices when its caller hangs up; a
-decision's cost is counted and checked against the budget before it takes a place in
-line, so an over-budget request gets 413 at once even while the model is busy.
+capped by SCORER_DEADLINE_S) and a watcher that notices when its caller hangs up, and a
+place in the scheduler's line for its tenant (`tenant`, `work` and `weight` in the custom
+attributes; scheduler.py): a tenant over its share is refused 429 at once, a full line
+503. A decision's cost is counted and checked against the budget before it takes the
+model's memory, so an over-budget request gets 413 at once even while the model is busy.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import math
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from starlette.applications import Starlette
@@ -43,18 +46,22 @@ from starlette.routing import Route
 from scorer_container.budget import BUFFERED_LIMIT_S
 from scorer_container.deadline import Deadline
 from scorer_container.errors import (
+    CallerGone,
     DeadlineExceeded,
     InvalidRequest,
     OverBudget,
     Overloaded,
     PayloadTooLarge,
+    QueueTimeout,
     RequestError,
     ScorerError,
     UnsupportedMedia,
 )
 from scorer_container.planning import Plan
+from scorer_container.prefix_tree import cells_for
 from scorer_container.prompts import PROMPT_VERSIONS
 from scorer_container.sagemaker_runtime import as_response_stream, as_sagemaker_runtime
+from scorer_container.scheduler import Job
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
@@ -64,16 +71,22 @@ from systemone.errors import openai_body, system_one_body
 from systemone.sidechannel import (
     CUSTOM_ATTRIBUTES,
     ErrorHints,
+    Work,
     error_hints,
     parse_attributes,
     request_id_of,
     route_of,
     safe_request_id,
+    tenant_of,
     timeout_of,
+    weight_of,
+    work_of,
 )
 
 log = logging.getLogger("scorer")
 Flavor = Literal["systemone", "openai"]
+# Sequences a decision's prefix tree may use: its deepest path and a batch of sibling leaves.
+DECISION_SEQS = 64
 
 
 def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> Starlette:
@@ -97,6 +110,7 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
             Route("/v1/systemone", _systemone, methods=["POST"]),
             Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
             Route("/v1/models", _models, methods=["GET"]),
+            Route("/stats", _stats, methods=["GET"]),
         ],
         lifespan=lifespan,
     )
@@ -121,6 +135,13 @@ async def _ping(request: Request) -> Response:
     return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
 
 
+async def _stats(request: Request) -> Response:
+    """The scheduler's figures: the model's busy seconds by tenant tag and kind of work in the last
+    minute, and the line now (for benchmarks and operators; SageMaker routes only /ping and
+    /invocations, so it is reachable only beside the container)."""
+    return JSONResponse(_service(request).require().scheduler.figures())
+
+
 async def _models(request: Request) -> Response:
     service = _service(request)
     loaded = service.require()
@@ -135,12 +156,13 @@ async def _models(request: Request) -> Response:
 
 async def _systemone(request: Request) -> Response:
     service = _service(request)
-    return await _handle(request, "systemone", lambda body, deadline: _decide(service, body, deadline))
+    return await _handle(request, "systemone", lambda body, deadline: _decide(service, body, deadline,
+                                                                              _caller(request)))
 
 
 async def _chat_completions(request: Request) -> Response:
     service = _service(request)
-    return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline))
+    return await _handle(request, "openai", lambda body, deadline: _chat(service, body, deadline, _caller(request)))
 
 
 async def _invocations(request: Request) -> Response:
@@ -149,8 +171,8 @@ async def _invocations(request: Request) -> Response:
 
     async def dispatch(body: Any, deadline: Deadline) -> Response:
         if (route or _route_from_body(body)) == "chat":
-            return await _chat(service, body, deadline)
-        return await _decide(service, body, deadline)
+            return await _chat(service, body, deadline, _caller(request))
+        return await _decide(service, body, deadline, _caller(request))
 
     flavor: Flavor = "openai" if route == "chat" else "systemone"
     response = await _handle(request, flavor, dispatch)
@@ -247,41 +269,75 @@ def _attributes(request: Request) -> dict[str, str]:
     return request.state.attributes
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Whose work a request is, and what kind, as the custom attributes say (systemone.sidechannel)."""
+
+    tenant: str
+    work: Work
+    weight: float
+
+    def work_for(self, deadline: Deadline) -> Work:
+        """The kind of work the scheduler counts it as: what is claimed, but long whatever is claimed
+        when its deadline is past any buffered request's (a caller cannot dodge long work's share)."""
+        if self.work == "ordinary" and deadline.given and deadline.seconds > BUFFERED_LIMIT_S:
+            return "long"
+        return self.work
+
+    def admit(self, loaded: Loaded, deadline: Deadline) -> Job:
+        return loaded.scheduler.admit(self.tenant, self.work_for(deadline), deadline, self.weight)
+
+
+def _caller(request: Request) -> Caller:
+    pairs = _attributes(request)
+    return Caller(tenant_of(pairs), work_of(pairs), weight_of(pairs))
+
+
 def _route_from_body(body: Any) -> str:
     if isinstance(body, dict) and "messages" in body and "questions" not in body:
         return "chat"
     return "systemone"
 
 
-async def _decide(service: ScorerService, body: Any, deadline: Deadline) -> Response:
+async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller: Caller) -> Response:
     request = parse(DecisionRequest, body)
     loaded = service.require()
     budget = loaded.budget
-    # Planned before it takes a place in line, so an over-budget request costs the others
-    # nothing; one plan at a time (the rest wait in a short line, within their deadlines),
-    # so a flood of hostile states cannot take the machine from the job that runs. Whether
+    # A place in line first (a tenant over its share is refused before it costs anything); then
+    # planned, one plan at a time in fair order, so a flood of hostile states cannot take the
+    # machine; an over-budget request is refused (413) before it takes the model's memory. Whether
     # the work fits is judged on the time the caller gave (413: it never will), not on what
     # waiting left of it: time lost in line is load (503, retry later).
-    with service.planning.admit() as planner:
-        async with planner.running(deadline):
+    with caller.admit(loaded, deadline) as job:
+        async with job.planning():
             planning = time.perf_counter()
             try:
                 plan = await asyncio.to_thread(_fit, loaded, request, deadline)
             except DeadlineExceeded as exc:
-                raise exc if deadline.gone else planner.timed_out() from None
+                raise exc if deadline.gone else job.timed_out() from None
             busy_s = time.perf_counter() - planning
-    units = plan.cost.units(budget.row_cost)
-    with service.admission.admit(alone=budget.is_long(units)) as ticket:
-        async with ticket.running(deadline):
-            if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
-                raise ticket.timed_out()  # it waited in line too long to finish: busy, not too big
-            started = time.perf_counter()
-            result = await asyncio.to_thread(loaded.engine.decide, plan, deadline)
-            # What decisions really cost here keeps the estimate honest (budget.WorkRate).
-            budget.rate.observe(units, time.perf_counter() - started)
-            busy_s += time.perf_counter() - started
-    # The time this machine worked on the request, its waits in line excluded: what the
-    # gateway charges a decision on an instance that serves others while it waits.
+        units = plan.cost.units(budget.row_cost)
+        runtime = loaded.engine.runtime
+        await job.resident(cells_for(runtime, plan.cost.tokens), min(DECISION_SEQS, runtime.n_seq_max))
+        if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
+            raise job.timed_out()  # it waited in line too long to finish: busy, not too big
+        started = time.perf_counter()
+        try:
+            result = await job.run(loaded.engine.decide, plan, deadline, job)
+        except DeadlineExceeded as exc:
+            if isinstance(exc, (CallerGone, QueueTimeout)) or budget.fixed or not job.shared:
+                raise
+            # Cut while other jobs' turns took part of its time, though it was admitted on the
+            # estimate that it fits its deadline alone: load, which a retry can outlast, not work
+            # too large. (A fixed budget is the operator's word, not an estimate: a cut is a cut.)
+            raise job.timed_out() from None
+        # Its own time, waits for others' turns excluded: what a decision costs here keeps the
+        # estimate honest (budget.WorkRate), and is what the gateway charges it.
+        own_s = time.perf_counter() - started - job.waited_s
+        budget.rate.observe(result["usage"]["input_tokens"] + plan.cost.rows * budget.row_cost, own_s)
+        busy_s += own_s
+    # The time this machine worked on the request, its waits excluded: what the gateway charges
+    # a decision on an instance that serves others while it waits.
     result["usage"]["x_busy_ms"] = round(busy_s * 1000)
     # What produced the answer, for the gateway's decision records.
     result["x_model_sha256"] = loaded.manifest.sha256
@@ -307,28 +363,28 @@ def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Plan:
         raise Overloaded("this machine runs decisions slower than usual right now; retry later", 5) from None
 
 
-async def _chat(service: ScorerService, body: Any, deadline: Deadline) -> Response:
+async def _chat(service: ScorerService, body: Any, deadline: Deadline, caller: Caller) -> Response:
     request = parse(ChatRequest, body)
     loaded = service.require()
-    # A chat its caller gave more time than any buffered request has (the gateway's long
-    # work) may hold the model past the others' deadlines: it runs alone, as long decisions do.
-    alone = deadline.given and deadline.seconds > BUFFERED_LIMIT_S
-    if not request.stream:
-        with service.admission.admit(alone=alone) as ticket:
-            async with ticket.running(deadline):
-                result = await asyncio.to_thread(loaded.chat.completion, request, deadline)
-        return JSONResponse(result)
     tokens, budget = loaded.chat.prepare(request)
-    ticket = service.admission.admit(alone=alone)
+    # Its cells: the prompt and every token it may generate, held from its first turn to its last.
+    cells = min(loaded.engine.runtime.cells, len(tokens) + budget)
+    if not request.stream:
+        with caller.admit(loaded, deadline) as job:
+            await job.resident(cells, 1)
+            result = await job.run(loaded.chat.completion, request, deadline, job, (tokens, budget))
+        return JSONResponse(result)
+    job = caller.admit(loaded, deadline)
     include_usage = request.include_usage()
-    events = stream_chat(loaded, request, tokens, budget, ticket, include_usage, deadline)
-    return ClosingStreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(ticket.release))
+    events = stream_chat(loaded, request, tokens, budget, job, cells, include_usage, deadline)
+    return ClosingStreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(job.release))
 
 
 # -- errors ------------------------------------------------------------------------------
 
 _OPENAI_TYPES = {
     422: ("invalid_request_error", "invalid_request"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
     413: ("invalid_request_error", "context_length_exceeded"),
     415: ("invalid_request_error", "unsupported_encoding"),
     503: ("server_error", "overloaded"),

@@ -11,15 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scorer_container.admission import Admission
 from scorer_container.budget import Budget, budget_for
 from scorer_container.chat import ChatGenerator
 from scorer_container.engine import DecisionEngine
 from scorer_container.errors import ModelNotReady, ScorerError
 from scorer_container.model_files import ModelManifest, locate_model, verify_model
 from scorer_container.prompts import PromptFormat
+from scorer_container.scheduler import Scheduler
 from scorer_container.settings import ScorerSettings
+
+if TYPE_CHECKING:
+    from scorer_container.llama_runtime import Runtime
 
 log = logging.getLogger("scorer")
 
@@ -31,6 +35,7 @@ class Loaded:
     chat: ChatGenerator
     model_name: str
     budget: Budget
+    scheduler: Scheduler
 
 
 class ScorerService:
@@ -38,8 +43,6 @@ class ScorerService:
 
     def __init__(self, settings: ScorerSettings) -> None:
         self.settings = settings
-        self.admission = Admission(settings.max_waiting)
-        self.planning = Admission(settings.max_waiting)  # counting a request's work, before admission
         self.loaded: Loaded | None = None
         self.status = "loading"
         self.reason = "the model is loading"
@@ -61,8 +64,10 @@ class ScorerService:
                 readout=self.settings.readout, temperature=self.settings.temperature,
                 prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
             )
-            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s, self.settings.long_budget_s)
-            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget)
+            budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s,
+                                self.settings.long_budget_s, self.settings.step_s)
+            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget,
+                                 self.scheduler_for(runtime))
             self.status, self.reason = "ready", ""
             log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,
                      budget.describe())
@@ -72,6 +77,12 @@ class ScorerService:
         except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve
             self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
             log.exception("model load failed")
+
+    def scheduler_for(self, runtime: Runtime) -> Scheduler:
+        s = self.settings
+        return Scheduler(cells=runtime.cells, seqs=runtime.n_seq_max, job_cells=runtime.n_ctx, max_jobs=s.max_jobs,
+                         max_resident=s.max_resident, tenant_share=s.tenant_share, long_share=s.long_share,
+                         bulk_share=s.bulk_share, step_tokens=runtime.step_tokens, model_lock=runtime.lock)
 
     def require(self) -> Loaded:
         if self.loaded is None:

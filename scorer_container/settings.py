@@ -39,7 +39,16 @@ class ScorerSettings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     readout: str | None = None  # overrides the manifest's readout
     alias: str | None = None  # the model name reported to callers
-    max_waiting: int = 4  # requests admitted beyond the one running; more get 503
+    # The line (scheduler.py): requests admitted at once (planning, waiting, running), more get 503;
+    # one tenant at most `tenant_share` of them (429 tenant_share); at most `max_resident` in the
+    # model's memory at once, taking turns a step (about `step_s` seconds of work) at a time; long
+    # work gets `long_share` of the model while ordinary work waits, bulk work `bulk_share`.
+    max_jobs: int = 8
+    max_resident: int = 4
+    tenant_share: float = 0.5
+    long_share: float = 0.25
+    bulk_share: float = 0.05
+    step_s: float = 0.5
     prior_cache_size: int = 4096
     max_body_bytes: int = 6 * 1024 * 1024
     max_labels: int = 26
@@ -82,6 +91,8 @@ class ScorerSettings:
                 runtime[target] = raw.strip().lower() in ("true", "on", "1", "enabled", "yes")
             else:
                 runtime[target] = _int(key, raw)
+        if env.get("SCORER_CONTEXT_JOBS"):
+            runtime["context_jobs"] = _at_least("SCORER_CONTEXT_JOBS", env["SCORER_CONTEXT_JOBS"], 1)
         readout = env.get(PREFIX + "READOUT") or env.get("SCORER_READOUT")
         if readout and readout not in ("letters", "likelihood"):
             raise ValueError(f"{PREFIX}READOUT must be 'letters' or 'likelihood'")
@@ -91,7 +102,12 @@ class ScorerSettings:
             runtime=RuntimeSettings(**runtime),  # type: ignore[arg-type]
             readout=readout or None,
             alias=env.get(PREFIX + "ALIAS") or None,
-            max_waiting=_int("SCORER_MAX_WAITING", env.get("SCORER_MAX_WAITING", "4")),
+            max_jobs=_at_least("SCORER_MAX_JOBS", env.get("SCORER_MAX_JOBS", "8"), 1),
+            max_resident=_at_least("SCORER_MAX_RESIDENT", env.get("SCORER_MAX_RESIDENT", "4"), 1),
+            tenant_share=_fraction("SCORER_TENANT_SHARE", env.get("SCORER_TENANT_SHARE", "0.5"), inclusive=True),
+            long_share=_fraction("SCORER_LONG_SHARE", env.get("SCORER_LONG_SHARE", "0.25")),
+            bulk_share=_fraction("SCORER_BULK_SHARE", env.get("SCORER_BULK_SHARE", "0.05")),
+            step_s=_seconds("SCORER_STEP_S", env.get("SCORER_STEP_S", "0.5")),
             prior_cache_size=_int("SCORER_PRIOR_CACHE_SIZE", env.get("SCORER_PRIOR_CACHE_SIZE", "4096")),
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
@@ -145,6 +161,23 @@ def _temperature(raw: str | None) -> float | None:
     low, high = TEMPERATURE_RANGE
     if not low <= value <= high:  # also refuses nan and inf
         raise ValueError(f"SCORER_TEMPERATURE must be between {low} and {high:g}")
+    return value
+
+
+def _at_least(name: str, raw: str, low: int) -> int:
+    value = _int(name, raw)
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}")
+    return value
+
+
+def _fraction(name: str, raw: str, inclusive: bool = False) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number") from None
+    if not (0 < value < 1 or (inclusive and value == 1)):
+        raise ValueError(f"{name} must be a fraction between 0 and 1")
     return value
 
 

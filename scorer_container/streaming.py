@@ -22,10 +22,10 @@ import time
 
 from starlette.responses import StreamingResponse
 
-from scorer_container.admission import Ticket
 from scorer_container.chat import ChatUsage, chunk, new_completion_id
 from scorer_container.deadline import Deadline
 from scorer_container.errors import DeadlineExceeded
+from scorer_container.scheduler import Job
 from scorer_container.schema import ChatRequest
 from scorer_container.service import Loaded
 
@@ -45,10 +45,12 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 async def stream_chat(
-    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, ticket: Ticket, include_usage: bool,
+    loaded: Loaded, request: ChatRequest, tokens: list[int], budget: int, job: Job, cells: int, include_usage: bool,
     deadline: Deadline,
 ):
-    """Server-sent events; generation runs in a worker thread that stops when the client goes."""
+    """Server-sent events; generation runs in one of the resident jobs' threads, in turns with
+    other jobs, and stops when the client goes. The job has its place in line already; its
+    memory is waited for here, after the 200 (a wait past the deadline is said in the stream)."""
     completion_id, created, model = new_completion_id(), int(time.time()), loaded.model_name
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -58,7 +60,7 @@ async def stream_chat(
 
     def work() -> None:
         try:
-            for piece in loaded.chat.generate(request, tokens, budget, usage, stop, deadline):
+            for piece in loaded.chat.generate(request, tokens, budget, usage, stop, deadline, job):
                 loop.call_soon_threadsafe(queue.put_nowait, piece)
         except Exception as exc:
             loop.call_soon_threadsafe(queue.put_nowait, exc)
@@ -71,34 +73,34 @@ async def stream_chat(
                      usage.completion_tokens)
 
     try:
-        async with ticket.running(deadline):
-            worker = loop.run_in_executor(None, work)
-            try:
-                yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
-                while (item := await queue.get()) is not done:
-                    if isinstance(item, Exception):
-                        log.error("chat stream failed: %s", type(item).__name__)
-                        yield _sse({"error": {"message": "generation failed", "type": "server_error"}})
-                        break
-                    if item.text:
-                        yield _sse(chunk(completion_id, model, created, {"content": item.text}, None))
-                    if item.finish_reason:
-                        yield _sse(chunk(completion_id, model, created, {}, item.finish_reason))
-                if include_usage:
-                    final = chunk(completion_id, model, created, {}, None)
-                    final["choices"], final["usage"] = [], usage.as_dict()
-                    yield _sse(final)
-                yield "data: [DONE]\n\n"
-            finally:
-                stop.set()
-                await asyncio.shield(worker)
+        await job.resident(cells, 1)
+        worker = job.run(work)
+        try:
+            yield _sse(chunk(completion_id, model, created, {"role": "assistant", "content": ""}, None))
+            while (item := await queue.get()) is not done:
+                if isinstance(item, Exception):
+                    log.error("chat stream failed: %s", type(item).__name__)
+                    yield _sse({"error": {"message": "generation failed", "type": "server_error"}})
+                    break
+                if item.text:
+                    yield _sse(chunk(completion_id, model, created, {"content": item.text}, None))
+                if item.finish_reason:
+                    yield _sse(chunk(completion_id, model, created, {}, item.finish_reason))
+            if include_usage:
+                final = chunk(completion_id, model, created, {}, None)
+                final["choices"], final["usage"] = [], usage.as_dict()
+                yield _sse(final)
+            yield "data: [DONE]\n\n"
+        finally:
+            stop.set()
+            await asyncio.shield(worker)
     except DeadlineExceeded:
         # Out of time in line, after the 200 went out: say so in the stream, and end it properly.
         yield _sse({"error": {"message": "the request's deadline passed while it waited for the model",
                               "type": "server_error", "code": "timeout"}})
         yield "data: [DONE]\n\n"
     finally:
-        ticket.release()
+        job.release()
 
 
 def _sse(payload: dict) -> str:

@@ -194,7 +194,7 @@ def long_decision(n_questions=12):
 @pytest.fixture(scope="module")
 def tight_scorer(smollm2_path):
     settings = ScorerSettings.from_env(
-        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "0",
+        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_JOBS": "1",
          "SCORER_MAX_REQUEST_TOKENS": "60000"}
     )
     with ServerThread(create_app(settings, load_in_background=False)) as server:
@@ -252,7 +252,7 @@ def test_a_model_that_does_not_match_its_manifest_never_becomes_healthy(tmp_path
 @pytest.fixture(scope="module")
 def bounded_scorer(smollm2_path):
     settings = ScorerSettings.from_env(
-        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_WAITING": "2",
+        {"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2", "SCORER_MAX_JOBS": "3",
          "SCORER_MAX_REQUEST_TOKENS": "8000"}
     )
     with ServerThread(create_app(settings, load_in_background=False)) as server:

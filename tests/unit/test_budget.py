@@ -4,19 +4,55 @@ from __future__ import annotations
 
 import pytest
 
-from scorer_container.budget import MARGIN, MAX_AGE_S, MAX_SLOWDOWN, Budget, Prefill, WorkRate
+from scorer_container.budget import (
+    MARGIN,
+    MAX_AGE_S,
+    MAX_SLOWDOWN,
+    MAX_SPEEDUP,
+    MIN_TO_RAISE,
+    Budget,
+    Prefill,
+    WorkRate,
+    step_tokens_for,
+)
 
 PREFILL = Prefill(tokens_per_s=300.0, row_cost=0.5)
 
 
-def test_the_rate_is_the_slower_of_the_load_measurement_and_recent_decisions():
-    # Given a rate measured at load of 0.002 s a unit, decisions that ran faster do not
-    # loosen it, and decisions that ran slower (a busier machine an hour later) tighten it.
+def test_a_slower_machine_tightens_the_rate_at_once_and_a_faster_one_loosens_it_once_several_agree():
+    # Given a rate measured at load of 0.002 s a unit
     rate = WorkRate(0.002)
+    # When one decision runs faster, nothing moves: one decision fast for reasons of its own
     rate.observe(1000, 1.0)
     assert rate.seconds_per_unit() == 0.002
+    # When one runs slower (a busier machine an hour later), the rate tightens at once
     rate.observe(1000, 5.0)
-    assert rate.seconds_per_unit() == pytest.approx(6.0 / 2000)
+    assert rate.seconds_per_unit() == pytest.approx(3.0 / 1000)
+    # And once MIN_TO_RAISE recent decisions say the machine is faster, it loosens
+    for _ in range(MIN_TO_RAISE):
+        rate.observe(1000, 1.0)
+    assert rate.seconds_per_unit() == pytest.approx(0.001)
+
+
+def test_a_scorer_started_under_load_answers_as_one_started_quiet_once_the_machine_is_quiet():
+    # Given one scorer that measured its rate beside other work (24 tokens/s where the quiet
+    # machine runs 80: 3.3 times slower) and one that measured it on the quiet machine
+    now = [0.0]
+    busy = Budget(seconds=18.7, prefill=PREFILL, rate=WorkRate(1 / 24, clock=lambda: now[0]))
+    quiet = Budget(seconds=18.7, prefill=PREFILL, rate=WorkRate(1 / 80, clock=lambda: now[0]))
+    assert busy.max_units() < quiet.max_units() / 3
+    # When the machine is quiet and both run decisions at the quiet rate
+    for _ in range(8):
+        now[0] += 5
+        for budget in (busy, quiet):
+            budget.rate.observe(400, 400 / 80)
+    # Then both allow the same work per request, and say so on /ping
+    assert busy.max_units() == quiet.max_units() == int(18.7 / (400 / 80 / 400))
+    assert busy.figures()["units_per_s"] == quiet.figures()["units_per_s"] == 80.0
+    # And however fast decisions say it is, the rate never passes MAX_SPEEDUP times the load's
+    for _ in range(16):
+        busy.rate.observe(1000, 0.001)
+    assert busy.rate.seconds_per_unit() == pytest.approx((1 / 24) / MAX_SPEEDUP)
 
 
 def test_recent_decisions_are_read_by_their_median_and_small_ones_say_nothing():
@@ -95,3 +131,11 @@ def test_a_request_with_a_deadline_no_buffered_request_has_may_do_long_work():
     # And only work past the ordinary budget is long
     assert not budget.is_long(int(20.0 * MARGIN / 0.01)) and budget.is_long(int(20.0 * MARGIN / 0.01) + 10)
     assert not Budget(seconds=1.0, prefill=PREFILL, rate=WorkRate(1.0), fixed_units=8000).is_long(8000)
+
+
+def test_a_turn_is_about_the_step_seconds_of_prefill_in_a_power_of_two():
+    # The quality model (81 tokens/s) gets 32-token turns, the fast one (300) 128: each ~0.4-0.5 s
+    assert step_tokens_for(81.0, 0.5, 512) == 32
+    assert step_tokens_for(300.0, 0.5, 512) == 128
+    # Never past one batch, never below the floor where a decode's fixed cost dominates
+    assert step_tokens_for(1e6, 0.5, 512) == 512 and step_tokens_for(1.0, 0.5, 512) == 32

@@ -14,7 +14,7 @@ SCORER = Path(__file__).resolve().parents[2] / "scorer_container"
 LAYERS = (
     ("errors", "scoring", "priors"),  # no domain types: errors, distributions, a bounded cache
     ("deadline", "untrusted", "schema", "llama_runtime", "model_files"),  # the request, the state, the model
-    ("prompts", "prefix_tree", "admission", "embedded", "settings"),  # templates, one tree of decodes, the line
+    ("prompts", "prefix_tree", "scheduler", "embedded", "settings"),  # templates, one tree of decodes, the line
     ("questions", "decision_settings", "chat"),  # the options as the model reads them; how they are read
     ("probes",),  # one prompt listing options in one order
     ("counting",),  # what a plan costs, before any decoding

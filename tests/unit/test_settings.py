@@ -16,14 +16,19 @@ def test_sagemaker_llama_cpp_variables_map_to_engine_settings():
             "SM_LLAMA_CPP_NO_MMAP": "true",
             "SM_LLAMA_CPP_READOUT": "letters",
             "SM_LLAMA_CPP_API_KEY_FILE": "/secret",
-            "SCORER_MAX_WAITING": "2",
+            "SCORER_MAX_JOBS": "6",
+            "SCORER_MAX_RESIDENT": "3",
+            "SCORER_TENANT_SHARE": "1",
+            "SCORER_LONG_SHARE": "0.4",
+            "SCORER_CONTEXT_JOBS": "3",
         }
     )
     runtime = settings.runtime
     assert settings.model == "/opt/ml/model/m.gguf"
     assert (runtime.n_ctx, runtime.n_gpu_layers, runtime.n_threads, runtime.n_batch) == (8192, 999, 4, 1024)
     assert runtime.n_seq_max == 16 and runtime.flash_attn and not runtime.use_mmap
-    assert settings.readout == "letters" and settings.max_waiting == 2
+    assert settings.readout == "letters" and (settings.max_jobs, settings.max_resident) == (6, 3)
+    assert (settings.tenant_share, settings.long_share, runtime.context_jobs) == (1.0, 0.4, 3)
     # Unknown options are reported by name (never by value) and ignored.
     assert settings.ignored_options == ("api-key-file",)
 
@@ -32,7 +37,9 @@ def test_a_false_flag_keeps_the_default():
     assert ScorerSettings.from_env({"SM_LLAMA_CPP_NO_MMAP": "false"}).runtime.use_mmap
 
 
-@pytest.mark.parametrize("env", [{"SM_LLAMA_CPP_CTX_SIZE": "big"}, {"SM_LLAMA_CPP_READOUT": "vibes"}])
+@pytest.mark.parametrize("env", [{"SM_LLAMA_CPP_CTX_SIZE": "big"}, {"SM_LLAMA_CPP_READOUT": "vibes"},
+                                 {"SCORER_MAX_JOBS": "0"}, {"SCORER_TENANT_SHARE": "0"}, {"SCORER_LONG_SHARE": "1"},
+                                 {"SCORER_LONG_SHARE": "nan"}, {"SCORER_CONTEXT_JOBS": "0"}, {"SCORER_STEP_S": "0"}])
 def test_bad_values_are_refused(env):
     with pytest.raises(ValueError):
         ScorerSettings.from_env(env)

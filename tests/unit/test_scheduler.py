@@ -1,0 +1,280 @@
+"""The scheduler: a bounded line with a share per tenant, memory in fair order, turns a step at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from scorer_container.deadline import Deadline
+from scorer_container.errors import CallerGone, LongOverShare, Overloaded, QueueTimeout, TenantOverShare
+from scorer_container.scheduler import UNTAGGED, Scheduler
+
+
+def scheduler(**overrides) -> Scheduler:
+    settings = dict(cells=8192, seqs=128, job_cells=4096, max_jobs=8, max_resident=4)
+    settings.update(overrides)
+    return Scheduler(**settings)
+
+
+def soon(seconds: float = 30.0) -> Deadline:
+    return Deadline(seconds)
+
+
+# -- the line ---------------------------------------------------------------------------------
+
+
+def test_a_tenant_over_its_share_of_the_line_is_refused_alone_and_others_still_get_in():
+    # Given a line of 8 places, of which one tenant may hold half
+    line = scheduler()
+    held = [line.admit("a" * 24, "ordinary", soon()) for _ in range(4)]
+    # When the same tenant asks for a fifth
+    with pytest.raises(TenantOverShare) as refused:
+        line.admit("a" * 24, "ordinary", soon())
+    # Then it is a refusal of that tenant (429 tenant_share, with a Retry-After), not the endpoint's
+    assert refused.value.status == 429 and refused.value.state == "tenant_share" and refused.value.retry_after >= 1
+    # And another tenant, and the untagged lane (direct callers: no tenant, no cap), are still admitted
+    others = [line.admit("b" * 24, "ordinary", soon())] + [line.admit("", "ordinary", soon()) for _ in range(3)]
+    assert others[1].tenant == UNTAGGED and line.admitted == 8
+    for job in held + others:
+        job.release()
+    assert line.admitted == 0
+
+
+def test_a_full_line_is_busy_for_everyone_and_a_tenant_at_its_share_hears_about_its_share():
+    line = scheduler(max_jobs=4)
+    jobs = [line.admit(tenant, "ordinary", soon()) for tenant in ("a", "a", "b", "c")]
+    with pytest.raises(Overloaded) as busy:
+        line.admit("d", "ordinary", soon())
+    assert busy.value.status == 503 and busy.value.state is None  # saturation: the gateway may go elsewhere
+    with pytest.raises(TenantOverShare):
+        line.admit("a", "ordinary", soon())  # its own share comes first: its retry depends on itself
+    for job in jobs:
+        job.release()
+
+
+def test_long_work_never_takes_every_resident_place():
+    # Given 4 resident places, long work may have at most 3 admitted
+    line = scheduler()
+    long_jobs = [line.admit(tenant, "long", soon(58)) for tenant in ("a", "b", "c")]
+    with pytest.raises(LongOverShare) as refused:
+        line.admit("d", "long", soon(58))
+    assert refused.value.status == 429 and refused.value.state == "long_share"
+    # And ordinary work is still admitted beside it
+    line.admit("d", "ordinary", soon()).release()
+    for job in long_jobs:
+        job.release()
+
+
+def test_a_job_is_released_exactly_once():
+    line = scheduler()
+    job = line.admit("a", "ordinary", soon())
+    job.release()
+    job.release()
+    assert line.admitted == 0
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def test_memory_is_given_in_fair_order_and_a_tenant_always_leaves_room_for_another():
+    async def scenario():
+        line = scheduler(max_resident=3)
+        # Given one tenant with three jobs that want memory
+        flood = [line.admit("a", "ordinary", soon()) for _ in range(3)]
+        waits = [asyncio.create_task(job.resident(1000, 1)) for job in flood]
+        await asyncio.sleep(0.01)
+        # Then it holds all but one resident place: room stays for someone else's next job
+        assert [job.resident_now for job in flood] == [True, True, False]
+        # When another tenant arrives, it gets that place at once
+        other = line.admit("b", "ordinary", soon())
+        await asyncio.wait_for(other.resident(1000, 1), 1)
+        # And when one of the flood's ends, its third job comes in
+        flood[0].release()
+        await asyncio.wait_for(waits[2], 1)
+        assert flood[2].resident_now and len({s for j in (*flood[1:], other) for s in j.seqs}) == 3
+        for job in (*flood, other):
+            job.release()
+        await asyncio.gather(*waits)
+
+    asyncio.run(scenario())
+
+
+def test_long_work_holds_no_more_memory_than_leaves_one_jobs_context_free():
+    async def scenario():
+        line = scheduler()  # 8,192 cells, 4,096 one job's context
+        first = line.admit("a", "long", soon(58))
+        await first.resident(3000, 1)
+        second = line.admit("b", "long", soon(58))
+        waiting = asyncio.create_task(second.resident(3000, 1))
+        await asyncio.sleep(0.01)
+        assert not second.resident_now  # 6,000 cells of long work would leave less than a context
+        ordinary = line.admit("c", "ordinary", soon())
+        await asyncio.wait_for(ordinary.resident(4096, 1), 1)  # ordinary work still fits a whole context
+        first.release()
+        await asyncio.wait_for(waiting, 1)
+        for job in (second, ordinary):
+            job.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_for_memory_past_the_deadline_is_busy_and_gives_everything_back():
+    async def scenario():
+        line = scheduler(max_resident=1)
+        holder = line.admit("a", "ordinary", soon())
+        await holder.resident(100, 1)
+        late = line.admit("b", "ordinary", Deadline(0.05))
+        with pytest.raises(QueueTimeout) as busy:
+            await late.resident(100, 1)
+        assert busy.value.status == 503 and busy.value.state == "queue_timeout"
+        late.release()
+        gone = line.admit("c", "ordinary", Deadline(0.05))
+        gone.deadline.caller_gone()
+        with pytest.raises(CallerGone):
+            await gone.resident(100, 1)
+        gone.release()
+        holder.release()
+        assert line.admitted == 0 and line.figures()["line"]["cells_held"] == 0
+
+    asyncio.run(scenario())
+
+
+def test_planning_is_one_at_a_time_and_the_next_planner_is_chosen_fairly():
+    async def scenario():
+        line = scheduler()
+        order = []
+        gate = asyncio.Event()
+
+        async def plan(job, name):
+            async with job.planning():
+                order.append(name)
+                await gate.wait()
+
+        # Given tenant a planning, with two more of its requests and one of tenant b's waiting
+        jobs = [line.admit("a", "ordinary", soon()) for _ in range(3)] + [line.admit("b", "ordinary", soon())]
+        tasks = [asyncio.create_task(plan(job, f"{job.tenant}{i}")) for i, job in enumerate(jobs)]
+        await asyncio.sleep(0.01)
+        assert order == ["a0"]
+        # When each plan ends, b's goes next (a has had its time), then a's others in turn
+        gate.set()
+        await asyncio.gather(*tasks)
+        assert order[:2] == ["a0", "b3"]
+        for job in jobs:
+            job.release()
+
+    asyncio.run(scenario())
+
+
+# -- turns --------------------------------------------------------------------------------------
+
+
+class Clock:
+    """Seconds that pass only when a step says so: turns are charged what they 'took'."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            return self.now
+
+    def spend(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+def run_steps(line: Scheduler, jobs: dict[str, tuple], clock: Clock) -> list[str]:
+    """Each job (name -> (job, steps, seconds a step)) takes its steps in a thread of its own;
+    the order the model served them in."""
+    order: list[str] = []
+    started = threading.Barrier(len(jobs))
+
+    def work(name, job, steps, seconds):
+        started.wait()
+        for _ in range(steps):
+            with job.step():
+                order.append(name)
+                clock.spend(seconds)
+                time.sleep(0.002)  # the others are waiting for the turn by now
+
+    threads = [threading.Thread(target=work, args=(name, *spec)) for name, spec in jobs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return order
+
+
+def resident(line: Scheduler, tenant: str, work: str = "ordinary", weight: float = 1.0):
+    async def take():
+        job = line.admit(tenant, work, Deadline(3600, clock=line.clock), weight)
+        await job.resident(100, 1)
+        return job
+
+    return asyncio.run(take())
+
+
+def test_long_work_yields_between_steps_and_gets_its_share_while_ordinary_work_waits():
+    # Given a long job (1 s steps, as a long chat's prefill pieces) and an ordinary decision (0.25 s
+    # steps) of two tenants, both ready to run
+    clock = Clock()
+    line = scheduler(clock=clock)
+    long_job, decision = resident(line, "a", "long"), resident(line, "b")
+    order = run_steps(line, {"long": (long_job, 12, 1.0), "decision": (decision, 24, 0.25)}, clock)
+    # Then, until the decision is done, it never waits behind more than one of the long job's steps
+    done_decision = max(i for i, name in enumerate(order) if name == "decision")
+    served = "".join("L" if n == "long" else "d" for n in order[:done_decision])
+    assert max(len(run) for run in served.split("d")) <= 1
+    # And while both were ready, long work had about its share (25%) of the model's time
+    long_s = sum(1.0 for name in order[:done_decision] if name == "long")
+    assert 0.15 <= long_s / (long_s + 24 * 0.25) <= 0.4
+    figures = line.figures()
+    assert figures["busy_s_by_work"] == {"long": 12.0, "ordinary": 6.0}
+
+
+def test_tenants_of_one_kind_share_the_model_by_their_weights():
+    clock = Clock()
+    line = scheduler(clock=clock)
+    heavy, light = resident(line, "a", weight=2.0), resident(line, "b")
+    order = run_steps(line, {"heavy": (heavy, 30, 0.1), "light": (light, 30, 0.1)}, clock)
+    # While both were ready (until the light one's 10th step at least), 2 steps to 1
+    first_30 = order[:30]
+    assert 18 <= first_30.count("heavy") <= 22
+
+
+def test_a_job_alone_gets_every_turn_long_work_included():
+    clock = Clock()
+    line = scheduler(clock=clock)
+    alone = resident(line, "a", "long")
+    assert run_steps(line, {"long": (alone, 20, 0.5)}, clock) == ["long"] * 20
+    assert alone.own_s == 10.0 and not alone.shared
+
+
+def test_a_tenant_that_arrives_late_starts_level_and_banks_no_idle_time():
+    # Given tenant a busy alone for a long while
+    clock = Clock()
+    line = scheduler(clock=clock)
+    early = resident(line, "a")
+    run_steps(line, {"early": (early, 10, 1.0)}, clock)
+    # When tenant b arrives, neither is owed the past: they alternate
+    late = resident(line, "b")
+    order = run_steps(line, {"early": (early, 10, 0.1), "late": (late, 10, 0.1)}, clock)
+    assert max(len(run) for run in "".join(n[0] for n in order).replace("e", " e ").split()) <= 3
+
+
+def test_a_job_waiting_for_its_turn_stops_at_its_deadline():
+    clock = Clock()
+    line = scheduler()
+    holder = resident(line, "a")
+    late = line.admit("b", "ordinary", Deadline(0.2))
+    asyncio.run(late.resident(100, 1))
+    with holder.step():
+        with pytest.raises(Exception) as cut:
+            with late.step():
+                pass
+    assert type(cut.value).__name__ == "DeadlineExceeded"
+    assert clock() == 0.0
