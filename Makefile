@@ -10,10 +10,10 @@ SCORER_PORT ?= 8080
 FAST_MODEL := models/gemma-3-270m-q4_k_m
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
-test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long \
+test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -104,6 +104,10 @@ bench-options: setup  ## 16 to 255 options and the largest valid body, end to en
 bench-long: setup  ## a decision needing about 40 s of scorer time: refused buffered, answered on the streaming route, refused while the model is busy
 	@$(PY) -m bench.long --model $(MODEL)
 	@$(PY) scripts/docs_pages.py bench-long
+
+bench-tenants: setup  ## two tenants through make up FAST=1's stack: long chats or a flood of one beside the other's steady decisions; 200s, latency against alone, the scorer's time per tenant
+	@$(PY) -m bench.tenants --model $(MODEL)
+	@$(PY) scripts/docs_pages.py bench-tenants
 
 bench-stream: setup  ## a 200-token chat streamed through the gateway with the OpenAI SDK: first chunk and gaps against the whole stream
 	@$(PY) -m bench.stream --model $(MODEL)

@@ -1,7 +1,7 @@
 """`make bench-load`: the gateway's pools under load and under a fault, on the local stack.
 
 Two scorer processes are the two endpoints of one pool: the first with little capacity
-(`SCORER_MAX_WAITING=0`: one request at a time, any other gets 503), the second with the
+(`SCORER_MAX_JOBS=1`: one request at a time, any other gets 503), the second with the
 default. A bounded number of decisions is sent at concurrency 1, 4 and 16 through the
 gateway's local runner; then the same again with the first scorer killed halfway. For
 each run it prints throughput, p50/p95/p99 latency, the share served by fallback (by
@@ -146,7 +146,7 @@ def main() -> int:
             set_limits(store, tenant, rate_per_s=1000, burst=1000, max_in_flight=64, monthly_budget_usd=1000.0)
             key = issue_api_key(store, tenant, ["decide"]).secret
             uptime = Uptime()
-            with ScorerProcess({**model, "SCORER_MAX_WAITING": "0"}) as first, ScorerProcess(model) as second:
+            with ScorerProcess({**model, "SCORER_MAX_JOBS": "1"}) as first, ScorerProcess(model) as second:
                 first.wait("ready")
                 second.wait("ready")
                 uptime.start("first", "second")

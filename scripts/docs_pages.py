@@ -379,9 +379,33 @@ def render_bench_long(report: dict) -> list[str]:
         " the local runner's `POST /v1/systemone` (a streaming route):", "",
         f"- with the ordinary deadline: **{ordinary['status']}** in {num(ordinary['seconds'])} s: \"{ordinary['message']}\";",
         f"- with `Prefer: wait=58` while another decision held the model: **{busy['status']}** in"
-        f" {num(busy['seconds'])} s, Retry-After {busy['retry_after']} s;",
+        f" {num(busy['seconds'])} s" + (f", Retry-After {busy['retry_after']} s;" if busy["retry_after"] else
+                                         " (the two took turns at the model);"),
         f"- with `Prefer: wait=58` on an idle model: **{asked['status']}** in {num(asked['seconds'])} s,"
         f" {asked['answers']} answers.", ""]
+
+
+def render_bench_tenants(report: dict) -> list[str]:
+    phases = report["phases"]
+    alone = phases["alone"]
+    lines = [f"With `{report['model']}`; steady alone: {pct(alone['ok_share'])} answered 200, median"
+             f" {num(alone['median_s'])} s.", ""]
+    rows = []
+    for name in ("long chats", "flood", "half load"):
+        steady, heavy = phases[name]["steady"], phases[name]["heavy"]
+        share = phases[name]["busy_share"]
+        rows.append([name, f"{pct(steady['ok_share'])} of {steady['sent']}", num(steady["median_s"]),
+                     f"{steady['vs_alone']:.2f}x" if steady["vs_alone"] else "-",
+                     ", ".join(f"{n} {status}" for status, n in sorted(heavy["statuses"].items())),
+                     f"{pct(share.get('steady', 0))} / {pct(share.get('heavy', 0))}"])
+    lines += table(["heavy", "steady: 200s", "steady: median (s)", "against alone", "heavy's requests by status",
+                    "scorer's busy time: steady / heavy"], rows)
+    heavy = phases["heavy alone"]["heavy"]
+    lines += [f"Heavy alone, looping long chats: {pct(heavy['scorer_share'])} of the scorer's time; its longest chat"
+              f" {heavy['longest_chat_tokens']} tokens in {num(heavy['longest_chat_s'])} s"
+              f" ({', '.join(f'{n} {status}' for status, n in sorted(heavy['statuses'].items()))}).", ""]
+    lines += [f"- {'met' if ok else '**not met**'}: {check}" for check, ok in report["checks"].items()] + [""]
+    return lines + image("bench-tenants.png", "steady's answers and latency beside heavy, and the scorer's time per tenant")
 
 
 def render_eval_stack(report: dict) -> list[str]:
@@ -480,6 +504,8 @@ FRAGMENTS = {f.name: f for f in (
     Fragment("bench-stream", "bench_stream.json", "make bench-stream", render_bench_stream,
              (("bench_stream.png", "bench-stream.png"),)),
     Fragment("bench-long", "bench_long.json", "make bench-long", render_bench_long),
+    Fragment("bench-tenants", "bench_tenants.json", "make bench-tenants", render_bench_tenants,
+             (("bench_tenants.png", "bench-tenants.png"),)),
     Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),
