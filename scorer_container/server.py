@@ -85,8 +85,10 @@ from systemone.sidechannel import (
 
 log = logging.getLogger("scorer")
 Flavor = Literal["systemone", "openai"]
-# Sequences a decision's prefix tree may use: its deepest path and a batch of sibling leaves.
-DECISION_SEQS = 64
+# Sequences a decision's prefix tree may use: its deepest path (a handful of nodes) and a batch
+# of sibling leaves (at most 32: a decode's logits rows), so that two decisions and a few chats
+# fit the context's 128 at once.
+DECISION_SEQS = 48
 
 
 def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> Starlette:

@@ -30,6 +30,7 @@ _RUNTIME_OPTIONS = {
     "seed": "seed", "s": "seed",
 }
 _NOT_OPTIONS = {"model", "model-dir"}
+MAX_SEQUENCES = 128  # llama.cpp 0.3.36 failed its decodes with 256
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,19 @@ class ScorerSettings:
                 runtime[target] = _int(key, raw)
         if env.get("SCORER_CONTEXT_JOBS"):
             runtime["context_jobs"] = _at_least("SCORER_CONTEXT_JOBS", env["SCORER_CONTEXT_JOBS"], 1)
+        settings = RuntimeSettings(**runtime)  # type: ignore[arg-type]
+        if not 1 <= settings.n_seq_max <= min(MAX_SEQUENCES, settings.n_batch):
+            # llama.cpp aborts the process on a decode when its sequences outnumber its batch
+            # (measured with 0.3.36), and refuses more than MAX_SEQUENCES: say so at start instead.
+            raise ValueError(f"{PREFIX}PARALLEL must be between 1 and {MAX_SEQUENCES}, and at most"
+                             f" {PREFIX}BATCH_SIZE ({settings.n_batch})")
         readout = env.get(PREFIX + "READOUT") or env.get("SCORER_READOUT")
         if readout and readout not in ("letters", "likelihood"):
             raise ValueError(f"{PREFIX}READOUT must be 'letters' or 'likelihood'")
         return cls(
             model=env.get(PREFIX + "MODEL") or None,
             model_dir=env.get(PREFIX + "MODEL_DIR") or None,
-            runtime=RuntimeSettings(**runtime),  # type: ignore[arg-type]
+            runtime=settings,
             readout=readout or None,
             alias=env.get(PREFIX + "ALIAS") or None,
             max_jobs=_at_least("SCORER_MAX_JOBS", env.get("SCORER_MAX_JOBS", "8"), 1),

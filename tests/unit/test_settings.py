@@ -39,7 +39,9 @@ def test_a_false_flag_keeps_the_default():
 
 @pytest.mark.parametrize("env", [{"SM_LLAMA_CPP_CTX_SIZE": "big"}, {"SM_LLAMA_CPP_READOUT": "vibes"},
                                  {"SCORER_MAX_JOBS": "0"}, {"SCORER_TENANT_SHARE": "0"}, {"SCORER_LONG_SHARE": "1"},
-                                 {"SCORER_LONG_SHARE": "nan"}, {"SCORER_CONTEXT_JOBS": "0"}, {"SCORER_STEP_S": "0"}])
+                                 {"SCORER_LONG_SHARE": "nan"}, {"SCORER_CONTEXT_JOBS": "0"}, {"SCORER_STEP_S": "0"},
+                                 {"SM_LLAMA_CPP_PARALLEL": "256"},
+                                 {"SM_LLAMA_CPP_PARALLEL": "128", "SM_LLAMA_CPP_BATCH_SIZE": "64"}])
 def test_bad_values_are_refused(env):
     with pytest.raises(ValueError):
         ScorerSettings.from_env(env)
