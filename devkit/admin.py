@@ -16,7 +16,7 @@ are printed once, to stdout, and never logged.
     revoke-token-id TOKEN_ID --tenant ID
     revoke-tokens --tenant ID | --principal ARN   (every token minted until now)
     set-limits ID [--rate-per-s R] [--burst B] [--max-options N] [--max-text-bytes N]
-               [--max-request-tokens N] [--max-chat-tokens N] [--max-in-flight N]
+               [--max-request-tokens N] [--max-chat-tokens N] [--max-in-flight N|none]
                [--monthly-budget-usd USD|none] [--endpoint-seconds-per-minute S|none]
                [--share-weight W] [--usage-plan API_ID:STAGE]
     usage ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]   (spend by day and entry, and the budgets)
@@ -93,11 +93,12 @@ def _tenant_commands(commands: Any) -> None:
     c = commands.add_parser("set-limits")
     c.add_argument("tenant_id")
     for name, kind in (("rate-per-s", float), ("burst", int), ("max-options", int), ("max-text-bytes", int),
-                       ("max-request-tokens", int), ("max-chat-tokens", int), ("max-in-flight", int),
-                       ("share-weight", float)):
+                       ("max-request-tokens", int), ("max-chat-tokens", int), ("share-weight", float)):
         c.add_argument(f"--{name}", type=kind)
     for name in ("monthly-budget-usd", "endpoint-seconds-per-minute"):  # "none" lifts the limit
         c.add_argument(f"--{name}", type=_float_or_none, default=_UNCHANGED)
+    # "none": the model's own figure, half of what its scorers run at once
+    c.add_argument("--max-in-flight", type=_int_or_none, default=_UNCHANGED)
     c.add_argument("--usage-plan", metavar="API_ID:STAGE",
                    help="give the tenant its own usage plan key with these rate and burst (AWS: API_ID:STAGE;"
                         " 'local' for the local runner); without one a tenant shares the default bucket")
@@ -183,6 +184,10 @@ _UNCHANGED = object()  # an optional limit not given on the command line
 
 def _float_or_none(text: str) -> float | None:
     return None if text.lower() == "none" else float(text)
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
 
 
 def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
@@ -282,10 +287,10 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     from gateway.auth import tenants
 
     changes = {name: getattr(args, name) for name in ("rate_per_s", "burst", "max_options", "max_text_bytes",
-                                                      "max_request_tokens", "max_chat_tokens", "max_in_flight",
-                                                      "share_weight")
+                                                      "max_request_tokens", "max_chat_tokens", "share_weight")
                if getattr(args, name) is not None}
-    changes.update({name: getattr(args, name) for name in ("monthly_budget_usd", "endpoint_seconds_per_minute")
+    changes.update({name: getattr(args, name) for name in ("monthly_budget_usd", "endpoint_seconds_per_minute",
+                                                           "max_in_flight")
                     if getattr(args, name) is not _UNCHANGED})
     tenant = tenants.set_limits(store, args.tenant_id, **changes)
     if args.usage_plan == "local":

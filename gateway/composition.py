@@ -29,6 +29,7 @@ from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
+from systemone.values import replace
 
 
 def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
@@ -95,7 +96,8 @@ def build_registry(settings: GatewaySettings) -> ModelRegistry:
     for m in settings.models:
         members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=tier, weight=e.weight)
                         for e, tier in zip(m.endpoints, m.tiers(), strict=True))
-        pool = EndpointPool(members, pool_policy(m.routing or settings.routing), circuits)
+        policy = replace(pool_policy(m.routing or settings.routing), line=m.line, min_instances=m.min_instances)
+        pool = EndpointPool(members, policy, circuits)
         routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date, pool,
                                  m.max_request_tokens))
     return ModelRegistry(routes)

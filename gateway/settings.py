@@ -105,6 +105,12 @@ class ModelSettings(_Settings):
     # Estimated tokens one decision may make the model evaluate (decisions/budget.py);
     # set it to the scorer's own budget (its /ping shows max_request_tokens).
     max_request_tokens: int = Field(default=32000, ge=256, le=10_000_000)
+    # The scorer's line: the jobs one instance of the first tier admits at once (its
+    # SCORER_MAX_JOBS), of which one tenant may hold half; and the least instances it runs.
+    # A tenant without a `max_in_flight` of its own may have half the line on each of them
+    # in flight on this model (gateway.services.throttle): what the scorers would let it hold.
+    line: int = Field(default=8, ge=1, le=1024)
+    min_instances: int = Field(default=1, ge=0, le=10_000)
 
     @model_validator(mode="after")
     def _no_cold_fallback(self) -> Self:

@@ -27,7 +27,9 @@ class TenantLimits:
     max_text_bytes: int = 256 * 1024  # UTF-8 text the model reads for one request: state, questions, options, messages
     max_request_tokens: int | None = None  # estimated evaluation tokens per decision; None: the model's own limit
     max_chat_tokens: int = 1024  # the most a chat completion may generate
-    max_in_flight: int = 8  # decisions and chats of this tenant running at once (gateway.services.throttle)
+    # Decisions and chats of this tenant running at once (gateway.services.throttle); None: the
+    # model's own figure, half of its scorers' line (EndpointPool's PoolPolicy.tenant_in_flight).
+    max_in_flight: int | None = None
     monthly_budget_usd: float | None = None  # spend per calendar month (UTC), reserved before work (gateway.services.spending)
     endpoint_seconds_per_minute: float | None = None  # endpoint time per clock minute, reserved the same way
     # The tenant's share of a scorer against other tenants' (the scorer serves tenants in turn,

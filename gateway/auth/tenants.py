@@ -40,7 +40,7 @@ _LIMIT_BOUNDS = {"rate_per_s": (0.01, 10_000), "burst": (1, 100_000), "max_optio
                  "monthly_budget_usd": (0.0, 10_000_000.0), "endpoint_seconds_per_minute": (0.1, 1_000_000.0),
                  "share_weight": (MIN_WEIGHT, MAX_WEIGHT)}
 # Limits that may be None: no limit of that kind.
-_OPTIONAL_LIMITS = {"max_request_tokens", "monthly_budget_usd", "endpoint_seconds_per_minute"}
+_OPTIONAL_LIMITS = {"max_request_tokens", "max_in_flight", "monthly_budget_usd", "endpoint_seconds_per_minute"}
 
 
 def set_limits(store: TenantStore, tenant_id: str, **changes: Any) -> Tenant:

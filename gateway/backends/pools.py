@@ -99,6 +99,14 @@ class PoolPolicy:
     failure_threshold: int = 3
     cooldown_s: float = 15.0
     default_retry_after_s: int = 2
+    line: int = 8  # the jobs one scorer instance admits at once (half of them one tenant's at most)
+    min_instances: int = 1  # the least instances the pool's first tier runs
+
+    def tenant_in_flight(self) -> int:
+        """What one tenant may have in flight on the pool when its limits do not say: half a
+        scorer's line on each of the pool's least instances, what the scorers let one tenant
+        hold (more would only be refused there, after a call), and never less than one."""
+        return max(1, (self.line // 2) * self.min_instances)
 
 
 @frozen

@@ -22,7 +22,7 @@ from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
 from gateway.auth.tenant_cache import TenantCache
 from gateway.backends.base import Caller, InferenceBackend
 from gateway.backends.pools import EndpointPool, Invocation, MetricsSink
-from gateway.backends.routing import ModelRegistry
+from gateway.backends.routing import ModelRegistry, ModelRoute
 from gateway.backends.scorer import backend_request, json_bytes, json_object, read_result
 from gateway.catalogs.model import INJECTION_THRESHOLD
 from gateway.catalogs.policy import apply_catalogs
@@ -112,9 +112,12 @@ class DecideService:
         self.tags = tags or TenantTags(None)
         self.clock = clock
 
-    def in_flight(self, tenant_id: str) -> contextlib.AbstractContextManager[None]:
-        """One of the tenant's places in flight for the backend call (429 when all are held)."""
-        return self.throttle.in_flight(tenant_id) if self.throttle is not None else contextlib.nullcontext()
+    def in_flight(self, tenant_id: str, pool: EndpointPool) -> contextlib.AbstractContextManager[None]:
+        """One of the tenant's places in flight for the backend call (429 when all are held): its
+        own limit, or what the pool's scorers let one tenant hold."""
+        if self.throttle is None:
+            return contextlib.nullcontext()
+        return self.throttle.in_flight(tenant_id, pool.policy.tenant_in_flight())
 
     def deadline(self, tenant_id: str, pool: EndpointPool, streaming: bool, wait_s: float | None) -> float:
         """The request's deadline: the ordinary one, or what the caller asked for (`Prefer: wait`)
@@ -157,10 +160,11 @@ class DecideService:
         """The result and the id of its record (stored before this returns). On a streaming
         route (`streaming`) the caller may ask for a longer deadline (`wait_s`) for more work."""
         require_model(principal, decision.model)
+        model = self.registry.route_for(decision.model, "decisions")
         started = self.clock()
-        with self.in_flight(principal.tenant_id):
-            asked, result = self._ask(principal, decision, request_id=request_id, metrics=metrics, streaming=streaming,
-                                      wait_s=wait_s)
+        with self.in_flight(principal.tenant_id, model.pool):
+            asked, result = self._ask(principal, model, decision, request_id=request_id, metrics=metrics,
+                                      streaming=streaming, wait_s=wait_s)
         measure_injection(result, metrics)
         measure_cost(result, principal.tenant_id, metrics)
         decision_id = self.recorder.new_id()
@@ -168,10 +172,10 @@ class DecideService:
                              result=result, latency_ms=(self.clock() - started) * 1000)
         return result, decision_id
 
-    def _ask(self, principal: Principal, decision: Decision, *, request_id: str = "", metrics: MetricsSink | None = None,
-             streaming: bool = False, wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
+    def _ask(self, principal: Principal, model: ModelRoute, decision: Decision, *, request_id: str = "",
+             metrics: MetricsSink | None = None, streaming: bool = False,
+             wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
         """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
-        model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
         asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
@@ -196,7 +200,7 @@ class DecideService:
         deadline the caller may ask for)."""
         model, body = self._chat_request(principal, request, stream=False)
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
-        with self.in_flight(principal.tenant_id), self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
+        with self.in_flight(principal.tenant_id, model.pool), self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
                                                             deadline) as held:
             invocation = model.pool.ask(self.backend, body, "chat", metrics,
                                         self.caller(principal.tenant_id, model.pool, deadline, request_id), held.meter,
@@ -216,7 +220,7 @@ class DecideService:
         deadline_s = self.deadline(principal.tenant_id, model.pool, True, wait_s)
         started = self.clock()
         with contextlib.ExitStack() as held:
-            held.enter_context(self.in_flight(principal.tenant_id))
+            held.enter_context(self.in_flight(principal.tenant_id, model.pool))
             meter = held.enter_context(self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY], deadline_s)).meter
             caller = self.caller(principal.tenant_id, model.pool, deadline_s, request_id)
             answer, invocation = model.pool.ask_stream(self.backend, body, "chat", deadline_s, metrics, caller, meter)
@@ -224,7 +228,7 @@ class DecideService:
         relay = ChatRelay(answer, release, meter, started + deadline_s, self.clock, metrics)
         return relay, invocation
 
-    def _chat_request(self, principal: Principal, request: dict[str, Any], *, stream: bool) -> tuple[Any, bytes]:
+    def _chat_request(self, principal: Principal, request: dict[str, Any], *, stream: bool) -> tuple[ModelRoute, bytes]:
         require_model(principal, str(request.get("model")))
         model = self.registry.route_for(request["model"], "chat")
         payload = {**request, "stream": stream, **check_chat_budget(request, self.limits(principal.tenant_id))}

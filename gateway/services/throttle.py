@@ -13,9 +13,12 @@ file locally), so many Lambda instances count as one:
   are fixed (one conditional write a request), so a burst straddling a window's edge can
   reach twice `burst` within a moment: a bound on the sum, not a smoothed rate;
 - in flight: at most `max_in_flight` decisions and chats of one tenant at once, each a
-  place held until it ends (or, if its function died, until its deadline passed); a
-  tenant that fills the scorers' lines gets 429 instead of starving the others. Spend
-  budgets can reserve on the same places later.
+  place held until it ends (or, if its function died, until its deadline passed). A
+  tenant without a figure of its own may have what the model's scorers let one tenant
+  hold: half a scorer's line on each of the pool's least instances (`line // 2 *
+  min_instances`, 4 for one instance of 8), so a tenant past its share gets 429 here,
+  before a call, rather than the scorer's own refusal after one. The places are counted
+  across the tenant's models; the limit is that of the model asked.
 
 Each refusal is a 429 naming the limit, with a Retry-After. A store that cannot be
 reached is a 503: nothing is admitted unchecked.
@@ -64,11 +67,15 @@ class TenantThrottle:
                               max(1, math.ceil(start + window - now)))
 
     @contextmanager
-    def in_flight(self, tenant_id: str) -> Iterator[None]:
-        """Hold one of the tenant's places in flight for the work inside, or RateLimited (429)."""
+    def in_flight(self, tenant_id: str, model_share: int) -> Iterator[None]:
+        """Hold one of the tenant's places in flight for the work inside, or RateLimited (429):
+        its own `max_in_flight`, or else `model_share` (what the model's scorers let one tenant
+        hold: `PoolPolicy.tenant_in_flight`)."""
         limits = self._store(lambda: self.limits(tenant_id))
-        with self._held(f"inflight:{tenant_id}", limits.max_in_flight, tenant_id,
-                        f"this tenant may have {limits.max_in_flight} decisions or chats in flight at once"):
+        limit = limits.max_in_flight if limits.max_in_flight is not None else model_share
+        why = "" if limits.max_in_flight is not None else " on this model (half of what its scorers run at once)"
+        with self._held(f"inflight:{tenant_id}", limit, tenant_id,
+                        f"this tenant may have {limit} decisions or chats in flight at once{why}"):
             yield
 
     @contextmanager

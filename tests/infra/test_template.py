@@ -620,6 +620,7 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
     conditions = {"HasCpu": cpu, "HasGpu": gpu, "HasBoth": cpu and gpu, "HasServerless": serverless,
                   "HasProvisioned": provisioned}
     parameters = {name: str(p["Default"]) for name, p in template["Parameters"].items() if "Default" in p}
+    parameters.update(GpuMinInstances="2", CpuMinInstances="3")  # told apart
     value = _resolved(template["Resources"]["ModelsParameter"]["Properties"]["Value"], conditions, parameters)
     settings = GatewaySettings.from_env({"GATEWAY_MODELS": value})
     names = [m.name for m in settings.models]
@@ -633,8 +634,14 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
         kind = "GpuInstanceType" if endpoint.name == "gpuendpoint" else "CpuInstanceType"
         hourly = PRICES["sagemaker_realtime_usd_per_hour"][parameters[kind]]
         assert built(endpoint, "us-east-1").usd_per_second == pytest.approx(hourly / 3600)
+    # A tenant may have in flight on a pool what its scorers let one tenant hold: half the line
+    # on each of the first tier's least instances (the Serverless pool's line is 2)
+    first_tier = "GpuMinInstances" if gpu else "CpuMinInstances"
+    for model in settings.models[:2]:
+        assert (model.line, model.min_instances) == (8, int(parameters[first_tier]))
     if serverless:
         (quiet,) = settings.models[2].endpoints
+        assert settings.models[2].line == 2
         assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned
         gb = int(parameters["ServerlessMemoryMiB"]) / 1024
         assert built(quiet, "us-east-1").usd_per_second == pytest.approx(gb * PRICES["sagemaker_serverless_usd_per_gb_second"])

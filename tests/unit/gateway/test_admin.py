@@ -78,3 +78,8 @@ def test_an_operator_weighs_a_tenants_share_of_the_scorers_within_bounds(where, 
     assert limits["limits"] == {"share_weight": 2.0}
     assert admin.main([*where, "set-limits", "acme", "--share-weight", "0.01"]) == 2
     assert admin.main([*where, "set-limits", "acme", "--share-weight", "1000"]) == 2
+    # And its work in flight: a figure of its own, or "none" for the model's (half its scorers' line)
+    [limits] = run(capsys, *where, "set-limits", "acme", "--max-in-flight", "3")
+    assert limits["limits"] == {"share_weight": 2.0, "max_in_flight": 3}
+    [limits] = run(capsys, *where, "set-limits", "acme", "--max-in-flight", "none")
+    assert limits["limits"] == {"share_weight": 2.0}

@@ -131,6 +131,47 @@ def test_a_tenant_at_its_limit_in_flight_gets_429_before_any_backend_call_and_ot
     assert call(event("POST", "/v1/systemone", DECISION), second)[0] == 200
 
 
+def test_a_tenant_without_a_figure_of_its_own_may_hold_half_of_its_models_scorer_line(path):
+    # Given acme with no max_in_flight of its own, on a model whose one scorer admits 8 jobs
+    # at once (of which the scorer lets one tenant hold 4), and four of its decisions running
+    store = SQLiteStore(path)
+    set_limits(store, "acme", max_in_flight=None)
+    gate = Gate()
+    replies: list[int] = []
+
+    def send() -> threading.Thread:
+        handler = function(path, gate)  # each on an instance of its own, with its own tenant cache
+        worker = threading.Thread(target=lambda: replies.append(call(event("POST", "/v1/systemone", DECISION),
+                                                                     handler)[0]))
+        worker.start()
+        return worker
+
+    workers = [send() for _ in range(4)]
+    try:
+        for _ in range(4):
+            assert gate.inside.acquire(timeout=30)
+        # When it sends a fifth, then it is 429 before any backend call, naming the figure
+        status, _, body = call(event("POST", "/v1/systemone", DECISION), function(path, gate))
+        assert status == 429 and not gate.inside.acquire(timeout=0.2)
+        assert "4 decisions or chats in flight at once on this model" in body["detail"]["message"]
+        # And a figure of its own wins: at 5, the fifth is admitted
+        set_limits(store, "acme", max_in_flight=5)
+        workers.append(send())
+        assert gate.inside.acquire(timeout=30)
+    finally:
+        gate.opened.set()
+        for worker in workers:
+            worker.join(30)
+    assert replies == [200] * 5
+
+
+@pytest.mark.parametrize(("line", "min_instances", "share"), [(8, 1, 4), (8, 3, 12), (2, 1, 1), (1, 1, 1), (8, 0, 1)])
+def test_a_models_share_for_one_tenant_is_half_its_line_on_each_least_instance(line, min_instances, share):
+    from gateway.backends.pools import PoolPolicy
+
+    assert PoolPolicy(line=line, min_instances=min_instances).tenant_in_flight() == share
+
+
 def test_a_failed_decision_gives_its_place_back(path):
     set_limits(SQLiteStore(path), "acme", max_in_flight=1)
     handler = function(path)
@@ -159,5 +200,5 @@ def test_limits_that_cannot_be_checked_admit_nothing():
         throttle = TenantThrottle(BrokenStore(), limits, hold_s=25)
         with pytest.raises(BackendUnavailable):
             throttle.admit("acme")
-        with pytest.raises(BackendUnavailable), throttle.in_flight("acme"):
+        with pytest.raises(BackendUnavailable), throttle.in_flight("acme", 4):
             pass
