@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.auth.credentials import SCOPES, NewApiKey, api_key_id, hash_api_key, new_api_key
-from gateway.auth.store import ApiKeyRecord, Tenant, TenantStore
+from gateway.auth.store import MIN_ENDPOINT_SECONDS_PER_MINUTE, ApiKeyRecord, Tenant, TenantStore
 from systemone.sidechannel import MAX_WEIGHT, MIN_WEIGHT
 from systemone.values import replace
 
@@ -37,7 +37,8 @@ def create_tenant(store: TenantStore, tenant_id: str, name: str = "", *, catalog
 _LIMIT_BOUNDS = {"rate_per_s": (0.01, 10_000), "burst": (1, 100_000), "max_options": (2, 102_000),
                  "max_text_bytes": (1024, 6 * 1024 * 1024), "max_request_tokens": (256, 10_000_000),
                  "max_chat_tokens": (1, 32_768), "max_in_flight": (1, 10_000),
-                 "monthly_budget_usd": (0.0, 10_000_000.0), "endpoint_seconds_per_minute": (0.1, 1_000_000.0),
+                 "monthly_budget_usd": (0.0, 10_000_000.0),
+                 "endpoint_seconds_per_minute": (MIN_ENDPOINT_SECONDS_PER_MINUTE, 1_000_000.0),
                  "share_weight": (MIN_WEIGHT, MAX_WEIGHT)}
 # Limits that may be None: no limit of that kind.
 _OPTIONAL_LIMITS = {"max_request_tokens", "max_in_flight", "monthly_budget_usd", "endpoint_seconds_per_minute"}

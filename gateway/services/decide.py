@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
-from gateway.auth.store import DEFAULT_LIMITS, Tenant, TenantLimits
+from gateway.auth.store import DEFAULT_LIMITS, MIN_ENDPOINT_SECONDS_PER_MINUTE, Tenant, TenantLimits
 from gateway.auth.tenant_cache import TenantCache
 from gateway.backends.base import Caller, InferenceBackend
 from gateway.backends.pools import EndpointPool, Invocation, MetricsSink
@@ -32,7 +32,7 @@ from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.cost import Meter
 from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
-from gateway.errors import BackendFailed, NotFound, PayloadTooLarge
+from gateway.errors import BackendFailed, NotFound, PayloadTooLarge, RateLimited
 from gateway.services.relay import ChatRelay
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.tenant_tags import TenantTags
@@ -121,11 +121,19 @@ class DecideService:
 
     def deadline(self, tenant_id: str, pool: EndpointPool, streaming: bool, wait_s: float | None) -> float:
         """The request's deadline: the ordinary one, or what the caller asked for (`Prefer: wait`)
-        up to the route's longest, and never more than the tenant's endpoint time a minute (a
-        request reserves its deadline's worth: a longer one could never be admitted)."""
+        up to the route's longest, and never more than the tenant's endpoint time a minute (one
+        request never uses more than a minute's worth). A minute's worth too short for an attempt
+        to answer in (set before its minimum, or written to the store by hand) is refused with
+        429 naming the figures: every request would otherwise fail as if the model were down."""
         deadline = pool.deadline(streaming, wait_s)
         per_minute = self.limits(tenant_id).endpoint_seconds_per_minute
-        return min(deadline, per_minute) if per_minute is not None else deadline
+        if per_minute is None or per_minute >= deadline:
+            return deadline
+        if per_minute < MIN_ENDPOINT_SECONDS_PER_MINUTE:
+            raise RateLimited(f"this tenant may use {per_minute:g} s of model endpoint time a minute, and a request"
+                              f" needs at least {MIN_ENDPOINT_SECONDS_PER_MINUTE:g} s of it for the model to answer; an"
+                              " operator can raise its endpoint_seconds_per_minute", 60)
+        return per_minute
 
     def caller(self, tenant_id: str, pool: EndpointPool, deadline_s: float, request_id: str) -> Caller:
         """Whom the backend call is for, as the scorer's scheduler reads it: the tenant's tag and

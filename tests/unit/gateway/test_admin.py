@@ -67,6 +67,9 @@ def test_an_operator_sets_sees_and_lifts_a_tenants_budgets(where, capsys):
     [limits] = run(capsys, *where, "set-limits", "acme", "--monthly-budget-usd", "none")
     assert limits["limits"] == {"endpoint_seconds_per_minute": 90.0}
     assert admin.main([*where, "set-limits", "acme", "--monthly-budget-usd", "-1"]) == 2
+    # Less endpoint time a minute than one attempt needs would fail every request: refused
+    assert admin.main([*where, "set-limits", "acme", "--endpoint-seconds-per-minute", "1"]) == 2
+    assert "between 5.0 and" in capsys.readouterr().err
     assert admin.main([*where, "usage", "ghost"]) == 2
 
 

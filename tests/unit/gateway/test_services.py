@@ -15,11 +15,12 @@ from gateway.catalogs.service import CatalogService
 from gateway.composition import build_registry, build_runtime
 from gateway.decisions.model import Decision, Option, Question
 from gateway.decisions.records import DecisionRecorder
-from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RecordNotStored
+from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RateLimited, RecordNotStored
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
 from gateway.services.tenant_tags import TenantTags
 from systemone.sidechannel import TENANT_TAG_LENGTH, tenant_tag
+from systemone.values import replace
 from tests.fakes import FixedBackend, ManualClock
 from tests.gateway_helpers import tenant_store
 
@@ -165,3 +166,26 @@ def test_without_a_key_no_tag_is_sent_and_the_key_is_read_on_first_use_not_at_bu
     assert backend.callers[-1].tenant_tag == ""
     [logged] = [r for r in caplog.records if r.name == "gateway.tenant_tags"]
     assert "shared lane" in logged.getMessage() and "acme" not in str(vars(logged))
+
+
+def test_a_minute_of_endpoint_time_too_short_for_an_attempt_is_429_naming_it_never_an_outage(store):
+    # Given a tenant whose endpoint time a minute (0.3 s, written to the store before the
+    # operator's minimum existed) caps every deadline below what an attempt needs
+    tenant = store.get_tenant("acme")
+    store.put_tenant(replace(tenant, limits=replace(tenant.limits, endpoint_seconds_per_minute=0.3)))
+    backend = FixedBackend()
+    service = decide_service(store, backend)
+    # When it asks a decision or a chat, then each is 429 naming both figures (not a 503 that
+    # looks like an outage), before any backend call
+    chat = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}]}
+    for ask in (lambda: service.decide(ACME, DECISION, route="systemone"), lambda: service.chat(ACME, chat)):
+        with pytest.raises(RateLimited) as raised:
+            ask()
+        assert raised.value.status == 429 and "0.3 s of model endpoint time a minute" in raised.value.message
+        assert "at least 5 s" in raised.value.message
+    assert backend.calls == []
+    # And at the minimum, the deadline is the minute's figure and the decision is answered
+    set_limits(store, "acme", endpoint_seconds_per_minute=5.0)
+    service = decide_service(store, backend)  # a tenant cache that has not read the old figure
+    assert service.deadline("acme", service.registry.route_for("jev-latest", "decisions").pool, False, None) == 5.0
+    service.decide(ACME, DECISION, route="systemone")

@@ -147,9 +147,10 @@ def test_a_concurrent_burst_from_many_instances_overshoots_by_at_most_one_worst_
 
 
 def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(path):
-    # Given 1 endpoint-second a minute and a worst case of 2 s, while one decision is in
-    # flight (reserving 2 s) a second waits for the next minute: 429 with Retry-After.
-    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=1.0)
+    # Given 5 endpoint-seconds a minute, 3.5 of them spent this minute, and a worst case of 2 s:
+    # while one decision is in flight (reserving 2 s) a second waits for the next minute: 429
+    # with Retry-After.
+    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=5.0)
     gate, inside = threading.Event(), threading.Semaphore(0)
 
     class Held(SlowBackend):
@@ -160,6 +161,7 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
 
     backend = Held()
     minute = (time.time() // 60 + 1) * 60 + 20.5  # both requests in one minute, 20.5 s into it
+    SQLiteStore(path).add_within(f"work:acme:{minute - 20.5:.0f}", 3500, None, minute + 3600)
     handler = function(path, backend, clock=lambda: minute)
     worker = threading.Thread(target=lambda: call(event("POST", "/v1/systemone", DECISION), handler))
     worker.start()
@@ -168,7 +170,7 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
     gate.set()
     worker.join(30)
     assert status == 429 and headers["retry-after"] == "40"
-    assert "1 s of model endpoint time a minute" in body["detail"]["message"] and len(backend.calls) == 1
+    assert "5 s of model endpoint time a minute" in body["detail"]["message"] and len(backend.calls) == 1
 
 
 def test_a_request_that_fails_on_the_endpoint_still_settles_its_time(path):
