@@ -143,14 +143,16 @@ class DecideService:
 
     def work(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str], deadline_s: float) -> HeldWork:
         """What a backend call holds: the tenant's one place for long work (a deadline past the
-        ordinary one), and its worst case reserved within its budgets (429 when over one), settled
+        ordinary one), and its spend reserved within its budgets (429 when over one: its worst
+        case within the month's, no more than the ordinary deadline within the minute's), settled
         with the meter's figures when the stack closes. `enter_context` order: long work, spend."""
         held = HeldWork()
         try:
             if pool.is_long(deadline_s) and self.throttle is not None:
                 held.enter_context(self.throttle.long_work(tenant_id))
             held.meter = (held.enter_context(self.spending.spend(tenant_id, pool.worst_case(len(body), deadline_s),
-                                                                 entries)) if self.spending is not None else Meter())
+                                                                 entries, pool.policy.deadline_s))
+                          if self.spending is not None else Meter())
         except BaseException:
             held.close()
             raise

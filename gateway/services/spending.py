@@ -4,18 +4,25 @@ A tenant may have a monthly budget (`TenantLimits.monthly_budget_usd`) and a rat
 (`endpoint_seconds_per_minute`). Many function instances spend at once, so both live on
 the store's shared tallies (DynamoDB in AWS, the SQLite file locally):
 
-- before any backend call, a request reserves its worst case (every second until its
-  deadline, on the dearest endpoint it may be sent to: `EndpointPool.worst_case`) on
-  the month's tally and on the minute's, each admitted only while its tally is under
-  the limit (one conditional write each);
+- before any backend call, a request reserves on the month's tally its worst case (every
+  second until its deadline, on the dearest endpoint it may be sent to:
+  `EndpointPool.worst_case`), since a budget must not be overspent; and on the minute's
+  its expected endpoint time: its deadline, but no more than the pool's ordinary one (a
+  58 s request on the streaming routes reserves 25 s). A rate is not a budget: reserving
+  a long request's whole deadline would let a tenant at 60 s a minute start nothing
+  beside one long request, and a rate low enough to protect other tenants could never
+  admit one. Each is admitted only while its tally is under the limit (one conditional
+  write each);
 - when the work ends, however it ends, the reservation is replaced by what it spent
   (the pool's meter: every attempt's endpoint time, failed ones included).
 
-Each admission sees every write before it, so a tally passes its limit by at most the
-last admitted request's worst case, however many instances spend at once. A request
-over a limit is refused with 429 naming it before the backend is asked: the month's
-with `insufficient_quota` and Retry-After at the month's end (UTC), the minute's with
-Retry-After at the next minute.
+Each admission sees every write before it, so the month's tally passes its budget by at
+most the last admitted request's worst case, however many instances spend at once; the
+minute's passes its rate by at most the last request's reservation, plus what a long
+request runs past the ordinary deadline (settled in the minute it started; a tenant has
+one long request at a time). A request over a limit is refused with 429 naming it before
+the backend is asked: the month's with `insufficient_quota` and Retry-After at the
+month's end (UTC), the minute's with Retry-After at the next minute.
 
 The settled figures are also added to the tenant's usage by day (UTC) and entry, which
 `GET /v1/usage` reads: the day's total, and a request's cost split evenly among the
@@ -69,19 +76,22 @@ class Spending:
         self.clock = clock
 
     @contextmanager
-    def spend(self, tenant_id: str, worst: Cost, entries: Sequence[str]) -> Iterator[Meter]:
-        """Reserve `worst` within the tenant's budgets (or 429), and yield the meter the work
+    def spend(self, tenant_id: str, worst: Cost, entries: Sequence[str], expected_s: float | None = None) -> Iterator[Meter]:
+        """Reserve `worst` within the tenant's monthly budget and at most `expected_s` of endpoint
+        time (None: the worst case's) within its minute (or 429), and yield the meter the work
         adds its endpoint time to; when the work ends, settle what the meter holds."""
         now = self.clock()
         limits = _checked(lambda: self.limits(tenant_id))
-        reserved = self._reserve(tenant_id, limits, worst, now)
+        seconds = worst.endpoint_seconds if expected_s is None else min(worst.endpoint_seconds, expected_s)
+        reserved = self._reserve(tenant_id, limits, worst, seconds, now)
         meter = Meter()
         try:
             yield meter
         finally:
             self._settle(tenant_id, reserved, meter, entries, now)
 
-    def _reserve(self, tenant_id: str, limits: TenantLimits, worst: Cost, now: float) -> list[Reservation]:
+    def _reserve(self, tenant_id: str, limits: TenantLimits, worst: Cost, seconds: float,
+                 now: float) -> list[Reservation]:
         reserved: list[Reservation] = []
         if limits.monthly_budget_usd is not None and limits.monthly_budget_usd <= 0:
             raise self._over_budget(tenant_id, limits.monthly_budget_usd, now)  # suspended: not even a first request
@@ -93,14 +103,14 @@ class Spending:
             reserved.append(month)
         if limits.endpoint_seconds_per_minute is not None:
             start = math.floor(now / 60) * 60
-            minute = Reservation(f"work:{tenant_id}:{start:.0f}", math.ceil(worst.endpoint_seconds * 1000))
+            minute = Reservation(f"work:{tenant_id}:{start:.0f}", math.ceil(seconds * 1000))
             if not _checked(lambda: self.store.add_within(minute.name, minute.amount,
                                                           round(limits.endpoint_seconds_per_minute * 1000), start + 3600)):
                 self._give_back(reserved)
                 raise RateLimited(
                     f"this tenant may use {limits.endpoint_seconds_per_minute:g} s of model endpoint time a minute, and"
-                    f" this minute's is used or reserved (each request reserves up to {worst.endpoint_seconds:g} s, its"
-                    " deadline, until it ends); retry in the next minute", max(1, math.ceil(start + 60 - now)))
+                    f" this minute's is used or reserved (each request reserves up to {seconds:g} s, its deadline or"
+                    " the ordinary one, until it ends); retry in the next minute", max(1, math.ceil(start + 60 - now)))
             reserved.append(minute)
         return reserved
 

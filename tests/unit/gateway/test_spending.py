@@ -242,3 +242,42 @@ def test_a_budget_of_zero_suspends_the_tenant_from_its_first_request(path):
     set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.0)
     status, _, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend))
     assert status == 429 and body["detail"]["error_type"] == "budget_exhausted" and not backend.calls
+
+
+def test_a_lone_tenant_runs_a_58_s_request_beside_its_decisions_and_each_settles_what_it_used(path):
+    # Given a lone tenant at 60 endpoint-seconds a minute and 10 USD a month, and a pool whose
+    # ordinary deadline is 25 s (its streaming routes' 58 s)
+    from gateway.services.spending import Spending, nano_usd
+
+    store = SQLiteStore(path)
+    set_limits(store, "acme", endpoint_seconds_per_minute=60.0, monthly_budget_usd=10.0)
+    now = (time.time() // 60 + 1) * 60 + 5.0
+    spending = Spending(store, lambda tenant: store.get_tenant(tenant).limits, clock=lambda: now)
+    minute, month = f"work:acme:{now - 5:.0f}", f"spend:acme:{time.strftime('%Y-%m', time.gmtime(now))}"
+    long, ordinary = worst_case(58.0, 0.1), worst_case(25.0, 0.1)
+    # When it starts a 58 s chat, then the minute holds its expected time (the ordinary
+    # deadline), the month its worst case (a budget is never overspent)
+    with spending.spend("acme", long, ["(chat)"], expected_s=25.0) as meter:
+        assert store.tally(minute) == 25_000 and store.tally(month) == nano_usd(long.usd)
+        # And two ordinary decisions still start beside it (25 + 25 is under 60: admitted)
+        with spending.spend("acme", ordinary, ["(inline)"], expected_s=25.0) as first, \
+                spending.spend("acme", ordinary, ["(inline)"], expected_s=25.0) as second:
+            assert store.tally(minute) == 75_000
+            first.add("dg-cpu", 2.0, 0.1)
+            second.add("dg-cpu", 3.0, 0.1)
+        meter.add("dg-cpu", 40.0, 0.1)
+    # Then each reservation is replaced by what it used: 40 + 2 + 3 s, in money too
+    assert store.tally(minute) == 45_000
+    assert store.tally(month) == sum(nano_usd(m.cost().usd) for m in (meter, first, second))
+
+
+def test_the_decide_service_reserves_a_long_requests_ordinary_deadline_on_the_minute(path):
+    # Given a tenant at 60 endpoint-seconds a minute on a pool whose ordinary deadline is 2 s
+    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=60.0)
+    runtime = build_runtime(priced_settings(), SlowBackend(), authenticator=Authenticator(SQLiteStore(path)))
+    now = (time.time() // 60 + 1) * 60 + 5.0
+    runtime.spending.clock = lambda: now
+    pool = runtime.registry.route_for("chat-default", "chat").pool
+    # When a 58 s request holds its work, then the minute holds 2 s of it, the ordinary deadline
+    with runtime.decide.work("acme", pool, b"{}", ["(chat)"], 58.0):
+        assert SQLiteStore(path).tally(f"work:acme:{now - 5:.0f}") == 2_000
