@@ -491,8 +491,14 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
     for flavor, condition in (("Cpu", "HasCpu"), ("Gpu", "HasGpu")):
         for suffix in ("Model", "EndpointConfig", "Endpoint", "ScalableTarget", "ScalingPolicy"):
             assert template["Resources"][f"{flavor}{suffix}"]["Condition"] == condition
+        # Scaled on requests in flight, which a few long requests reach, not on invocations a
+        # minute, which they never do; and each request sent to the least busy instance
         policy = template["Resources"][f"{flavor}ScalingPolicy"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-        assert policy["PredefinedMetricSpecification"]["PredefinedMetricType"] == "SageMakerVariantInvocationsPerInstance"
+        assert (policy["PredefinedMetricSpecification"]["PredefinedMetricType"]
+                == "SageMakerVariantConcurrentRequestsPerModelHighResolution")
+        assert policy["TargetValue"] == {"Ref": "TargetConcurrentRequestsPerInstance"}
+        (variant,) = template["Resources"][f"{flavor}EndpointConfig"]["Properties"]["ProductionVariants"]
+        assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
         image = template["Parameters"][f"{flavor}ImageUri"]["AllowedPattern"]
         assert "@sha256:[0-9a-f]{64}" in image  # images are pinned by digest
     gpu = template["Resources"]["GpuEndpointConfig"]["Properties"]["ProductionVariants"][0]
@@ -501,6 +507,12 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
     assert gpu["InferenceAmiVersion"] == {"Ref": "GpuInferenceAmiVersion"}
     env = template["Resources"]["GpuModel"]["Properties"]["PrimaryContainer"]["Environment"]
     assert env["SM_LLAMA_CPP_N_GPU_LAYERS"] == "999" and "SCORER_IMAGE_DIGEST" in env
+    # The target keeps an instance under a scorer's line (8): the rest takes a burst while a
+    # new instance loads; the Serverless variant has neither a routing nor a scaling policy
+    target = template["Parameters"]["TargetConcurrentRequestsPerInstance"]
+    assert 1 <= target["MinValue"] <= target["Default"] < 8
+    (quiet,) = template["Resources"]["ServerlessEndpointConfig"]["Properties"]["ProductionVariants"]
+    assert "RoutingConfig" not in quiet and "ServerlessConfig" in quiet
 
 
 def test_alarms_cover_5xx_fallbacks_and_p99(template):
