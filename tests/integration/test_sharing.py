@@ -2,6 +2,7 @@
 tenant over its share is refused alone (the scheduler's unit tests hold the order; these hold it
 against llama.cpp over HTTP)."""
 
+import json
 import threading
 import time
 
@@ -14,6 +15,14 @@ from systemone.sidechannel import attributes, tenant_tag
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.model
+
+
+def words(line: str) -> bool:
+    """Whether a server-sent event carries generated text."""
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
 
 A, B = tenant_tag("tenant-a", b"k" * 32), tenant_tag("tenant-b", b"k" * 32)
 DECISION = {
@@ -93,7 +102,7 @@ def test_a_tenant_over_its_share_is_refused_429_alone_and_another_tenant_is_serv
                 "X-Amzn-SageMaker-Custom-Attributes": attributes("chat", 58_000, tenant=A)}) as response:
             chat["status"] = response.status_code
             for line in response.iter_lines():
-                if '"content": "' in line and '"content": ""' not in line:
+                if words(line):
                     generating.set()
 
     worker = threading.Thread(target=stream)
