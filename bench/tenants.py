@@ -258,7 +258,7 @@ def main() -> int:
                     "elapsed_s": elapsed}
 
         phases["heavy alone"] = phase(stack, "heavy alone", heavy_alone)
-    for name, figures in phases.items():
+    for figures in phases.values():
         busy = figures["busy_s"]
         total = sum(busy.values()) or 1.0
         figures["busy_share"] = {("steady" if tag == steady_tag else "heavy"): round(s / total, 3)

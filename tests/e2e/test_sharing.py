@@ -4,8 +4,8 @@ the gateway's pool and circuit in front of a scorer process that refuses long wo
 
 from __future__ import annotations
 
-import os
 import json
+import os
 import threading
 import time
 
