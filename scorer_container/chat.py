@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from scorer_container.deadline import Deadline, never
 from scorer_container.errors import CallerGone, ContextOverflow, DeadlineExceeded, InvalidRequest
-from scorer_container.llama_runtime import Batch, ModelShare, Runtime, WholeModel, prefill_pieces
+from scorer_container.llama_runtime import Batch, ModelShare, Runtime, Sampler, WholeModel, prefill_pieces
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import ChatRequest
 from scorer_container.untrusted import without_control_tokens
@@ -74,23 +74,12 @@ class ChatGenerator:
         reason "length"); one that passes during the prompt raises DeadlineExceeded."""
         deadline = deadline or never()
         share = share or WholeModel(self.runtime)
-        seq = share.seqs[0]
-        stops = request.stop_strings()
         temperature = 0.7 if request.temperature is None else request.temperature
         sampler = self.runtime.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
         usage.prompt_tokens = len(tokens)
         try:
-            pieces = list(prefill_pieces(tokens, max(1, share.step_tokens), seq))
-            token = -1
-            for n, batch in enumerate(pieces):
-                deadline.check()
-                with share.step():
-                    self.runtime.decode(batch)
-                    if n == len(pieces) - 1:
-                        token = sampler.sample(len(batch) - 1)
-            pending = b""  # bytes of an unfinished UTF-8 character
-            held = ""  # text that might be the start of a stop string
-            position = len(tokens)
+            token: int | None = self._read_prompt(tokens, share, sampler, deadline)
+            text = _Text(request.stop_strings())
             finish = "length"
             for produced in range(budget):
                 if stop_event.is_set():
@@ -98,46 +87,53 @@ class ChatGenerator:
                     break
                 if deadline.gone:
                     raise CallerGone("the caller closed the connection; the generation was abandoned")
-                if deadline.expired():
+                if token is None or deadline.expired():
                     break  # out of time: the text so far, cut short ("length")
                 if self.runtime.is_end_of_generation(token):
                     finish = "stop"
                     break
                 usage.completion_tokens += 1
-                pending += self.runtime.token_bytes(token)
-                text, pending = _complete_utf8(pending)
-                held += text
-                cut = _find_stop(held, stops)
-                if cut is not None:
-                    if held[:cut]:
-                        yield Piece(held[:cut])
-                    held = ""
+                out, stopped = text.add(self.runtime.token_bytes(token))
+                if out:
+                    yield Piece(out)
+                if stopped:
                     finish = "stop"
                     break
-                safe = len(held) - _stop_prefix_overlap(held, stops)
-                if safe > 0:
-                    yield Piece(held[:safe])
-                    held = held[safe:]
-                if produced == budget - 1:
-                    break  # the budget is spent: no token after it is drawn
-                try:
-                    with share.step():
-                        batch = Batch.empty()
-                        batch.add(token, position, seq, True)
-                        self.runtime.decode(batch)
-                        token = sampler.sample(0)
-                except DeadlineExceeded:
-                    if deadline.gone:
-                        raise
-                    break  # out of time waiting for its turn: the text so far, cut short
-                position += 1
-            if held:
-                yield Piece(held)
+                if produced < budget - 1:  # no token after the budget's last is drawn
+                    token = self._next_token(token, len(tokens) + produced, share, sampler)
+            if text.held:
+                yield Piece(text.held)
             yield Piece("", finish)
         finally:
             sampler.close()
             with self.runtime.lock:
                 self.runtime.drop_sequences(share.seqs)
+
+    def _read_prompt(self, tokens: list[int], share: ModelShare, sampler: Sampler, deadline: Deadline) -> int:
+        """Decode the prompt, a turn a piece, and draw the first token from its last logits."""
+        pieces = list(prefill_pieces(tokens, max(1, share.step_tokens), share.seqs[0]))
+        token = -1
+        for n, batch in enumerate(pieces):
+            deadline.check()
+            with share.step():
+                self.runtime.decode(batch)
+                if n == len(pieces) - 1:
+                    token = sampler.sample(len(batch) - 1)
+        return token
+
+    def _next_token(self, token: int, position: int, share: ModelShare, sampler: Sampler) -> int | None:
+        """Decode `token` at `position` and draw the next, in one turn; None when the deadline
+        passed while it waited for the turn (the text so far is the answer)."""
+        try:
+            with share.step():
+                batch = Batch.empty()
+                batch.add(token, position, share.seqs[0], True)
+                self.runtime.decode(batch)
+                return sampler.sample(0)
+        except CallerGone:
+            raise
+        except DeadlineExceeded:
+            return None
 
     def completion(self, request: ChatRequest, deadline: Deadline | None = None, share: ModelShare | None = None,
                    prepared: tuple[list[int], int] | None = None) -> dict:
@@ -176,6 +172,28 @@ def chunk(completion_id: str, model: str, created: int, delta: dict, finish: str
         "model": model,
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
+
+
+class _Text:
+    """Generated bytes as text: whole UTF-8 characters only, and held back while they may begin a
+    stop string (a stop string is never sent, nor anything after it)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.pending = b""  # bytes of an unfinished UTF-8 character
+        self.held = ""  # text that might be the start of a stop string
+
+    def add(self, data: bytes) -> tuple[str, bool]:
+        """(The text that may be sent now, whether a stop string ended the generation.)"""
+        text, self.pending = _complete_utf8(self.pending + data)
+        self.held += text
+        cut = _find_stop(self.held, self.stops)
+        if cut is not None:
+            out, self.held = self.held[:cut], ""
+            return out, True
+        safe = len(self.held) - _stop_prefix_overlap(self.held, self.stops)
+        out, self.held = self.held[:safe], self.held[safe:]
+        return out, False
 
 
 def _complete_utf8(data: bytes) -> tuple[str, bytes]:

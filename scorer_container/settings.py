@@ -49,7 +49,7 @@ class ScorerSettings:
     tenant_share: float = 0.5
     long_share: float = 0.25
     bulk_share: float = 0.05
-    step_s: float = 0.5
+    step_s: float = 1.0
     prior_cache_size: int = 4096
     max_body_bytes: int = 6 * 1024 * 1024
     max_labels: int = 26
@@ -114,7 +114,7 @@ class ScorerSettings:
             tenant_share=_fraction("SCORER_TENANT_SHARE", env.get("SCORER_TENANT_SHARE", "0.5"), inclusive=True),
             long_share=_fraction("SCORER_LONG_SHARE", env.get("SCORER_LONG_SHARE", "0.25")),
             bulk_share=_fraction("SCORER_BULK_SHARE", env.get("SCORER_BULK_SHARE", "0.05")),
-            step_s=_seconds("SCORER_STEP_S", env.get("SCORER_STEP_S", "0.5")),
+            step_s=_seconds("SCORER_STEP_S", env.get("SCORER_STEP_S", "1")),
             prior_cache_size=_int("SCORER_PRIOR_CACHE_SIZE", env.get("SCORER_PRIOR_CACHE_SIZE", "4096")),
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),

@@ -88,7 +88,7 @@ def more_time_may_fit(refused: PayloadTooLarge, pool: EndpointPool, streaming: b
     if longest <= deadline:
         return refused
     return PayloadTooLarge(f"{refused.message}; or give it more time: send the header Prefer: wait={math.floor(longest)}"
-                           f" (up to {longest:g} s; work past the ordinary deadline runs only on an idle model)")
+                           f" (up to {longest:g} s; work past the ordinary deadline gets a share of the model beside other work)")
 
 
 def require_model(principal: Principal, model: str) -> None:

@@ -649,11 +649,15 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
     # A tenant may have in flight on a pool what its scorers let one tenant hold: half the line
     # on each of the first tier's least instances (the Serverless pool's line is 2)
     first_tier = "GpuMinInstances" if gpu else "CpuMinInstances"
+    scorer_line = {name: int(template["Resources"][name]["Properties"]["PrimaryContainer"]["Environment"]["SCORER_MAX_JOBS"])
+                   for name in ("CpuModel", "GpuModel", "ServerlessModel")}
     for model in settings.models[:2]:
+        # the gateway's `line` is what the pool's scorers admit (one contract, two copies: held equal)
         assert (model.line, model.min_instances) == (8, int(parameters[first_tier]))
+        assert model.line == scorer_line["GpuModel" if gpu else "CpuModel"]
     if serverless:
         (quiet,) = settings.models[2].endpoints
-        assert settings.models[2].line == 2
+        assert settings.models[2].line == 2 == scorer_line["ServerlessModel"]
         assert quiet.name == "serverlessendpoint" and quiet.serverless and quiet.provisioned == provisioned
         gb = int(parameters["ServerlessMemoryMiB"]) / 1024
         assert built(quiet, "us-east-1").usd_per_second == pytest.approx(gb * PRICES["sagemaker_serverless_usd_per_gb_second"])
