@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -379,7 +378,7 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline, caller: C
     job = caller.admit(loaded, deadline)
     include_usage = request.include_usage()
     events = stream_chat(loaded, request, tokens, budget, job, cells, include_usage, deadline)
-    return ClosingStreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(job.release))
+    return ClosingStreamingResponse(events, media_type="text/event-stream", on_close=job.release)
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -33,15 +33,26 @@ log = logging.getLogger("scorer")
 
 
 class ClosingStreamingResponse(StreamingResponse):
-    """A streaming response that closes its body iterator however the response ends."""
+    """A streaming response that closes its body iterator however the response ends, and then
+    calls `on_close` (a job's release): a generator closed before it started runs no `finally`
+    of its own, and a background task does not run when the response was cancelled, so a place
+    in line released only there could leak and shrink the line for good."""
+
+    def __init__(self, *args, on_close=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_close = on_close
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            close = getattr(self.body_iterator, "aclose", None)
-            if close is not None:
-                await close()
+            try:
+                close = getattr(self.body_iterator, "aclose", None)
+                if close is not None:
+                    await close()
+            finally:
+                if self.on_close is not None:
+                    self.on_close()
 
 
 async def stream_chat(

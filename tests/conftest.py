@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -192,3 +193,11 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
 @pytest.fixture
 def local_stack(_local_stack) -> LocalStack:
     return _local_stack
+
+
+def words(line: str) -> bool:
+    """Whether a line of server-sent events carries generated text (a chat chunk's delta content)."""
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))

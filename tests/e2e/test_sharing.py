@@ -4,7 +4,6 @@ the gateway's pool and circuit in front of a scorer process that refuses long wo
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -13,16 +12,9 @@ import httpx
 import pytest
 
 from systemone.sidechannel import CUSTOM_ATTRIBUTES, attributes, tenant_tag
+from tests.conftest import words
 
 pytestmark = pytest.mark.model
-
-
-def words(line: str) -> bool:
-    """Whether a server-sent event carries generated text."""
-    if not line.startswith("data: {"):
-        return False
-    choices = json.loads(line[6:]).get("choices") or [{}]
-    return bool(choices[0].get("delta", {}).get("content"))
 
 DECISION = {"model": "jev-latest", "state": "I was charged twice for order 4411, refund one please.",
             "questions": {"refund": {"type": "noul", "instructions": "Is this a refund request?"}}}

@@ -2,7 +2,6 @@
 tenant over its share is refused alone (the scheduler's unit tests hold the order; these hold it
 against llama.cpp over HTTP)."""
 
-import json
 import threading
 import time
 
@@ -12,17 +11,9 @@ import pytest
 from scorer_container.server import create_app
 from scorer_container.settings import ScorerSettings
 from systemone.sidechannel import attributes, tenant_tag
-from tests.conftest import ServerThread
+from tests.conftest import ServerThread, words
 
 pytestmark = pytest.mark.model
-
-
-def words(line: str) -> bool:
-    """Whether a server-sent event carries generated text."""
-    if not line.startswith("data: {"):
-        return False
-    choices = json.loads(line[6:]).get("choices") or [{}]
-    return bool(choices[0].get("delta", {}).get("content"))
 
 A, B = tenant_tag("tenant-a", b"k" * 32), tenant_tag("tenant-b", b"k" * 32)
 DECISION = {
