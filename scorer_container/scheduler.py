@@ -20,9 +20,12 @@ A request passes three gates, each served in a fair order, and gives everything 
 The fair order is start-time fair queueing on two levels, by the seconds each step really took:
 first the kind of work (ordinary, long, bulk, weighted so that long work gets `long_share` of the
 model while ordinary work waits, bulk `bulk_share`), then, within it, tenants by their weight
-(the gateway's `weight`); a tenant or kind that becomes active starts level with the active ones,
-so idle time is never banked. It is work-conserving: a job alone gets every step, long work
-included, and nothing is kept idle while anyone is ready.
+(the gateway's `weight`). A tenant or kind that becomes active starts level with the active ones,
+less what it saved by idling, up to `IDLE_CREDIT_S` of service: a tenant that decides now and
+then gets its decision through at about its speed alone beside a tenant that works all the time
+(which never idles, so never saves), and one that sends requests back to back saves nothing.
+It is work-conserving: a job alone gets every step, long work included, and nothing is kept
+idle while anyone is ready.
 
 Whoever can reach the container picks its tenant tag: the scorer trusts its caller (the
 gateway), and untagged calls share one lane of their own.
@@ -54,6 +57,10 @@ from scorer_container.errors import (
 from systemone.sidechannel import WORKS, Work
 
 UNTAGGED = "-"  # the lane of calls without a tenant tag (direct callers of the container)
+# Service a tenant or kind saves by idling, at most: about one ordinary decision's worth, so an
+# occasional decision runs at its speed alone, and no one banks minutes of priority.
+IDLE_CREDIT_S = 1.0
+MAX_LANES = 1024  # idle lanes remembered (what each saved), the least recently active forgotten first
 _ORDER = {work: rank for rank, work in enumerate(WORKS)}  # ties go to ordinary, then long, then bulk
 _POLL_S = 0.25  # a job waiting for its turn notices a caller that left within this
 
@@ -65,6 +72,7 @@ class _Share:
     weight: float
     vtime: float = 0.0  # seconds of service, divided by the weight
     jobs: int = 0  # jobs admitted in it: it is active while this is above zero
+    last_active: float = 0.0
 
 
 @dataclass(eq=False)
@@ -185,6 +193,7 @@ class Scheduler:
             self._activate(self._classes[work], self._classes.values())
             lane = self._lanes.get((work, tenant))
             if lane is None:
+                self._forget_idle_lanes()
                 lane = self._lanes[(work, tenant)] = _Share(weight)
             lane.weight = weight  # the tenant's latest weight
             self._activate(lane, [s for (w, _), s in self._lanes.items() if w == work])
@@ -208,14 +217,23 @@ class Scheduler:
         so that someone else's next job always has room (all of it where there is just one)."""
         return max(1, places - 1)
 
-    @staticmethod
-    def _activate(share: _Share, peers: Any) -> None:
-        """A share that becomes active starts level with the active ones: idle time is not banked."""
+    def _activate(self, share: _Share, peers: Any) -> None:
+        """A share that becomes active starts level with the active ones, less what it saved by
+        idling (it fell behind while they were served), up to IDLE_CREDIT_S of service."""
         if share.jobs == 0:
             active = [p.vtime for p in peers if p is not share and p.jobs > 0]
             if active:
-                share.vtime = max(share.vtime, min(active))
+                share.vtime = max(share.vtime, min(active) - IDLE_CREDIT_S / share.weight)
         share.jobs += 1
+        share.last_active = self.clock()
+
+    def _forget_idle_lanes(self) -> None:
+        """Past MAX_LANES, the least recently active idle lanes are forgotten (a forgotten lane
+        starts level with the active ones, less the whole credit, when it comes back)."""
+        if len(self._lanes) >= MAX_LANES:
+            idle = sorted((s.last_active, key) for key, s in self._lanes.items() if s.jobs == 0)
+            for _, key in idle[: len(self._lanes) - MAX_LANES + 1]:
+                del self._lanes[key]
 
     def _release(self, job: Job) -> None:
         grants: list[Job] = []
@@ -231,8 +249,8 @@ class Scheduler:
             self._classes[job.work].jobs -= 1
             lane = self._lanes[(job.work, job.tenant)]
             lane.jobs -= 1
-            if lane.jobs == 0:
-                del self._lanes[(job.work, job.tenant)]  # it starts level again when it comes back
+            lane.last_active = self.clock()
+            self._classes[job.work].last_active = lane.last_active
             if job.resident_now:
                 job.resident_now = False
                 self._free_seqs.extend(job.seqs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from scorer_container.deadline import Deadline
 from scorer_container.errors import CallerGone, LongOverShare, Overloaded, QueueTimeout, TenantOverShare
-from scorer_container.scheduler import UNTAGGED, Scheduler
+from scorer_container.scheduler import IDLE_CREDIT_S, MAX_LANES, UNTAGGED, Scheduler
 
 
 def scheduler(**overrides) -> Scheduler:
@@ -209,6 +210,10 @@ def run_steps(line: Scheduler, jobs: dict[str, tuple], clock: Clock) -> list[str
     return order
 
 
+def longest_run(order: list[str]) -> int:
+    return max(len(list(run)) for _, run in itertools.groupby(order))
+
+
 def resident(line: Scheduler, tenant: str, work: str = "ordinary", weight: float = 1.0):
     async def take():
         job = line.admit(tenant, work, Deadline(3600, clock=line.clock), weight)
@@ -254,16 +259,40 @@ def test_a_job_alone_gets_every_turn_long_work_included():
     assert alone.own_s == 10.0 and not alone.shared
 
 
-def test_a_tenant_that_arrives_late_starts_level_and_banks_no_idle_time():
+def test_a_tenant_that_arrives_late_gets_at_most_the_idle_credit_then_shares_level():
     # Given tenant a busy alone for a long while
     clock = Clock()
     line = scheduler(clock=clock)
     early = resident(line, "a")
     run_steps(line, {"early": (early, 10, 1.0)}, clock)
-    # When tenant b arrives, neither is owed the past: they alternate
+    # When tenant b arrives, it runs first for the service it saved by idling (IDLE_CREDIT_S), no
+    # more: it banks no minutes of priority; then they alternate
     late = resident(line, "b")
-    order = run_steps(line, {"early": (early, 10, 0.1), "late": (late, 10, 0.1)}, clock)
-    assert max(len(run) for run in "".join(n[0] for n in order).replace("e", " e ").split()) <= 3
+    order = run_steps(line, {"early": (early, 20, 0.1), "late": (late, 20, 0.1)}, clock)
+    head = order.index("early")
+    assert round(IDLE_CREDIT_S / 0.1) <= head <= round(IDLE_CREDIT_S / 0.1) + 1  # + a float's rounding
+    assert longest_run(order[head:30]) <= 2
+
+
+def test_a_tenant_that_sends_back_to_back_saves_no_credit():
+    # Given tenant a working all along, and tenant b sending one short job after another
+    clock = Clock()
+    line = scheduler(clock=clock)
+    steady = resident(line, "a")
+    first = resident(line, "b")
+    run_steps(line, {"a": (steady, 10, 0.1), "b": (first, 10, 0.1)}, clock)
+    first.release()
+    # When b's next job comes at once, it starts level with a: alternating, no head start
+    again = resident(line, "b")
+    order = run_steps(line, {"a": (steady, 6, 0.1), "b": (again, 6, 0.1)}, clock)
+    assert longest_run(order[:10]) <= 2 and order[:4].count("b") <= 2
+
+
+def test_idle_lanes_are_remembered_within_a_bound():
+    line = scheduler(max_jobs=10_000)
+    for n in range(MAX_LANES + 10):
+        line.admit(f"{n:024x}", "ordinary", soon()).release()
+    assert len(line._lanes) <= MAX_LANES
 
 
 def test_a_job_waiting_for_its_turn_stops_at_its_deadline():
