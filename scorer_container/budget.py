@@ -26,8 +26,8 @@ read for 23 s, of which it gives the scorer 22.75) less a 15% margin, and never 
 than what is left of its own deadline. A request whose deadline is longer than any
 buffered API Gateway request can have (29 s: it came by the gateway's streaming routes,
 or straight from SageMaker, which allows 60 s) may take up to `SCORER_LONG_BUDGET_S`
-(default 55 s) less the margin; work estimated past the ordinary budget is long work,
-which shares the model with other work at long work's share (`scheduler.py`). `SCORER_MAX_REQUEST_TOKENS` instead fixes the
+(default 55 s) less the margin; such a request is long work, which shares the model with
+other work at long work's share (`scheduler.py`). `SCORER_MAX_REQUEST_TOKENS` instead fixes the
 budget in units, the operator's word over the measurement: requests up to it are
 admitted whatever time they take, and cut at their deadline (504) when it runs out.
 The figures are logged and shown on /ping.
@@ -61,7 +61,8 @@ _SAMPLE_ROWS = 32  # the most rows the engine reads in one decode
 MARGIN = 0.85
 # Decisions smaller than this say more about fixed overheads than about the rate.
 _MIN_OBSERVED_UNITS = 64
-_WINDOW = 16  # recent decisions the rate is read from
+_WINDOW = 16  # recent decisions of each tenant the rate is read from
+_MAX_TENANTS = 64  # tenants whose decisions are kept; the one heard from least recently goes first
 MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
 MAX_SPEEDUP = 4.0  # ... nor faster than this many times (a load beside other work measured 24 tokens/s, quiet 68-81)
@@ -86,37 +87,53 @@ class WorkRate:
     nothing), only decisions large enough that their time is mostly work, none older than
     `MAX_AGE_S` (a busy hour passes), never more than `MAX_SLOWDOWN` times slower than the
     load measurement (whatever the machine does, the budget keeps a floor) and never more
-    than `MAX_SPEEDUP` times faster, and faster only once `MIN_TO_RAISE` decisions say so.
-    Thread-safe."""
+    than `MAX_SPEEDUP` times faster, and faster only once `MIN_TO_RAISE` decisions say so;
+    per tenant, the slowest tenant's median counting. Thread-safe."""
 
     def __init__(self, seconds_per_unit: float, window: int = _WINDOW,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.measured = seconds_per_unit
-        self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)  # (when, s/unit)
+        # Each tenant's recent decisions, (when, seconds a unit): one that sends many cannot push
+        # the others' out of the window.
+        self._window = window
+        self._recent: dict[str, collections.deque[tuple[float, float]]] = {}
         self._clock = clock
         self._lock = threading.Lock()
 
-    def observe(self, units: float, seconds: float) -> None:
+    def observe(self, units: float, seconds: float, tenant: str = "") -> None:
         if units >= _MIN_OBSERVED_UNITS and seconds > 0 and math.isfinite(seconds):
             with self._lock:
-                self._recent.append((self._clock(), seconds / units))
+                if tenant not in self._recent and len(self._recent) >= _MAX_TENANTS:
+                    stalest = min(self._recent, key=lambda t: self._recent[t][-1][0])
+                    del self._recent[stalest]
+                self._recent.setdefault(tenant, collections.deque(maxlen=self._window)).append(
+                    (self._clock(), seconds / units))
 
-    def observed(self) -> float | None:
-        """The median rate of the recent decisions, within the caps; None when there are none,
-        and when they say faster than at load but fewer than `MIN_TO_RAISE` of them do."""
+    def _rates(self) -> list[tuple[float, str]]:
         now = self._clock()
         with self._lock:
-            rates = [rate for when, rate in self._recent if now - when <= MAX_AGE_S]
-        if not rates:
+            return [(rate, tenant) for tenant, recent in self._recent.items() for when, rate in recent
+                    if now - when <= MAX_AGE_S]
+
+    def observed(self) -> float | None:
+        """The recent decisions' rate, within the caps; None when there are none. Read per tenant
+        (its median), and the slowest tenant's is the one: a tenant whose decisions run fast per
+        unit (a long state, one small question) cannot make the others' look cheaper."""
+        by_tenant: dict[str, list[float]] = {}
+        for rate, tenant in self._rates():
+            by_tenant.setdefault(tenant, []).append(rate)
+        if not by_tenant:
             return None
-        median = statistics.median(rates)
-        if median < self.measured and len(rates) < MIN_TO_RAISE:
-            return None
-        return min(max(median, self.measured / MAX_SPEEDUP), MAX_SLOWDOWN * self.measured)
+        slowest = max(statistics.median(rates) for rates in by_tenant.values())
+        return min(max(slowest, self.measured / MAX_SPEEDUP), MAX_SLOWDOWN * self.measured)
 
     def seconds_per_unit(self) -> float:
+        """The observed rate when slower than at load; when faster, only once MIN_TO_RAISE recent
+        decisions say so (one fast decision moves nothing); else the load measurement."""
         observed = self.observed()
-        return self.measured if observed is None else observed
+        if observed is None or (observed < self.measured and len(self._rates()) < MIN_TO_RAISE):
+            return self.measured
+        return observed
 
 
 @dataclass
@@ -148,10 +165,6 @@ class Budget:
 
     def seconds_for(self, units: float) -> float:
         return units * self.rate.seconds_per_unit()
-
-    def is_long(self, units: float) -> bool:
-        """Work past the ordinary budget (only a request with a longer deadline can have it planned)."""
-        return not self.fixed and self.seconds_for(units) > self.seconds
 
     def describe(self) -> str:
         units_per_s = 1 / self.rate.seconds_per_unit()

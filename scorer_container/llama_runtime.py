@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,16 +312,6 @@ class WholeModel:
 
     def step(self) -> AbstractContextManager[object]:
         return self._runtime.lock
-
-
-def released(runtime: Runtime, share: ModelShare, work: Callable[[], object]) -> object:
-    """Run `work`, then free the share's sequences however it ended (under the model's lock:
-    dropping cells touches the cache, but needs no turn of its own)."""
-    try:
-        return work()
-    finally:
-        with runtime.lock:
-            runtime.drop_sequences(share.seqs)
 
 
 class Sampler:

@@ -55,7 +55,7 @@ def as_response_stream(response: Response) -> Response:
     headers = {k: v for k, v in response.headers.items() if k.lower() in ("x-request-id", "x-typesafe-request-id")}
     headers["X-Amzn-SageMaker-Content-Type"] = response.headers.get("content-type", "application/json")
     return ClosingStreamingResponse(_events(parts), media_type=EVENT_STREAM, headers=headers,
-                                    background=response.background)
+                                    background=response.background, on_close=getattr(response, "on_close", None))
 
 
 async def _whole(body: bytes) -> AsyncIterator[bytes]:

@@ -90,6 +90,8 @@ class Job:
     own_s: float = 0.0  # seconds of the model's time its steps took
     waited_s: float = 0.0  # seconds it waited, resident, for others' steps
     released: bool = False
+    working: bool = False  # a worker thread runs it: it is released when that ends
+    abandoned: bool = False  # released while working: its next wait for a turn ends it
     _grant: asyncio.Future | None = field(default=None, repr=False)
     _need: tuple[int, int] = (0, 0)
 
@@ -120,12 +122,27 @@ class Job:
         await self.scheduler._resident(self, cells, seqs)
 
     def run(self, func: Callable[..., Any], *args: Any) -> asyncio.Future:
-        """`func(*args)` on one of the resident jobs' threads (there are as many as resident places)."""
-        return asyncio.get_running_loop().run_in_executor(self.scheduler.workers, func, *args)
+        """`func(*args)` on one of the resident jobs' threads (there are as many as resident places).
+        A release asked for while it runs waits for it to end (`Scheduler._release`)."""
+        with self.scheduler._lock:
+            self.working = True
 
-    def timed_out(self) -> QueueTimeout:
-        return QueueTimeout("the request's deadline passed while it waited for the model, shared with other work;"
-                            " retry later", self.scheduler.retry_after())
+        def work() -> Any:
+            try:
+                return func(*args)
+            finally:
+                with self.scheduler._lock:
+                    self.working = False
+                    abandoned = self.abandoned
+                if abandoned:
+                    self.release()
+
+        return asyncio.get_running_loop().run_in_executor(self.scheduler.workers, work)
+
+    def timed_out(self) -> Exception:
+        """Its deadline passed before the model could finish it, for waiting (in line, for memory,
+        or for turns the others took): busy, retry later (503); or its caller left."""
+        return self.scheduler._late(self)
 
     def release(self) -> None:
         self.scheduler._release(self)
@@ -156,6 +173,9 @@ class Scheduler:
         self._classes = {"ordinary": _Share(1.0), "long": _Share(long_share / (1 - long_share)),
                          "bulk": _Share(bulk_share / (1 - bulk_share))}
         self._lanes: dict[tuple[Work, str], _Share] = {}
+        # Each level's virtual time: where a share that becomes active starts (less its credit).
+        self._class_clock = 0.0
+        self._lane_clock: dict[Work, float] = {work: 0.0 for work in WORKS}
         self._jobs: list[Job] = []  # admitted, in arrival order
         self._numbers = itertools.count()
         self._lock = threading.Lock()
@@ -190,13 +210,13 @@ class Scheduler:
                     "long work's share of this instance is taken by other long requests; retry later, or ask for"
                     " less (an ordinary deadline)", self._retry_after())
             job = Job(self, tenant, work, deadline, next(self._numbers))
-            self._activate(self._classes[work], self._classes.values())
+            self._activate(self._classes[work], self._classes.values(), self._class_clock)
             lane = self._lanes.get((work, tenant))
             if lane is None:
                 self._forget_idle_lanes()
                 lane = self._lanes[(work, tenant)] = _Share(weight)
             lane.weight = weight  # the tenant's latest weight
-            self._activate(lane, [s for (w, _), s in self._lanes.items() if w == work])
+            self._activate(lane, [s for (w, _), s in self._lanes.items() if w == work], self._lane_clock[work])
             self._jobs.append(job)
             return job
 
@@ -217,13 +237,15 @@ class Scheduler:
         so that someone else's next job always has room (all of it where there is just one)."""
         return max(1, places - 1)
 
-    def _activate(self, share: _Share, peers: Any) -> None:
-        """A share that becomes active starts level with the active ones, less what it saved by
-        idling (it fell behind while they were served), up to IDLE_CREDIT_S of service."""
+    def _activate(self, share: _Share, peers: Any, clock: float) -> None:
+        """A share that becomes active starts level with the active ones (with none, where the
+        service last given at its level ended: `clock`), less what it saved by idling, up to
+        IDLE_CREDIT_S of service; never behind by more, whatever it had when it left, and never
+        ahead of what it already had."""
         if share.jobs == 0:
             active = [p.vtime for p in peers if p is not share and p.jobs > 0]
-            if active:
-                share.vtime = max(share.vtime, min(active) - IDLE_CREDIT_S / share.weight)
+            level = min(active) if active else clock
+            share.vtime = max(share.vtime, level - IDLE_CREDIT_S / share.weight)
         share.jobs += 1
         share.last_active = self.clock()
 
@@ -239,6 +261,12 @@ class Scheduler:
         grants: list[Job] = []
         with self._lock:
             if job.released:
+                return
+            if job.working:
+                # Its thread still runs (a stream's caller left): the thread releases it when it
+                # ends, its sequences dropped; until then nothing of it may be handed to another.
+                job.abandoned = True
+                self._turns.notify_all()
                 return
             job.released = True
             if job in self._ready:
@@ -256,7 +284,7 @@ class Scheduler:
                 self._free_seqs.extend(job.seqs)
                 job.seqs = ()
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * job.own_s
-                grants = self._grant_memory()
+            grants = self._grant_memory()  # a waiter that left may have been the one in the way
             self._turns.notify_all()
         _wake(grants)
 
@@ -271,9 +299,13 @@ class Scheduler:
                                         self._lanes[(j.work, j.tenant)].vtime, j.number))
 
     def _charge(self, job: Job, seconds: float) -> None:
-        self._classes[job.work].vtime += seconds / self._classes[job.work].weight
-        lane = self._lanes[(job.work, job.tenant)]
+        """The service a turn (or a plan) gave, on its kind's and its lane's account; each level's
+        clock moves to where that service ended, for shares that become active with no peer."""
+        kind, lane = self._classes[job.work], self._lanes[(job.work, job.tenant)]
+        kind.vtime += seconds / kind.weight
         lane.vtime += seconds / lane.weight
+        self._class_clock = max(self._class_clock, kind.vtime)
+        self._lane_clock[job.work] = max(self._lane_clock[job.work], lane.vtime)
         job.own_s += seconds
         self._busy.append((self.clock(), job.tenant, job.work, seconds))
 
@@ -292,7 +324,7 @@ class Scheduler:
                 self._planning_waiting.append((job, waiter))
         if waiter is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), _finite(job.deadline.remaining()))
+                await _granted(waiter, job.deadline)
             except (TimeoutError, asyncio.CancelledError) as exc:
                 with self._lock:
                     granted = self._planner is job
@@ -337,11 +369,15 @@ class Scheduler:
             grants = self._grant_memory()
         _wake(grants)
         try:
-            await asyncio.wait_for(asyncio.shield(job._grant), _finite(job.deadline.remaining()))
-        except TimeoutError:
+            await _granted(job._grant, job.deadline)
+        except (TimeoutError, asyncio.CancelledError) as exc:
             with self._lock:
                 if job in self._memory_waiting:
                     self._memory_waiting.remove(job)
+                grants = self._grant_memory()  # it may have been the one in the way
+            _wake(grants)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise self._late(job) from None
 
     def _grant_memory(self) -> list[Job]:
@@ -392,6 +428,8 @@ class Scheduler:
             self._ready.append(job)
             try:
                 while self._holder is not None or self._next(self._ready) is not job:
+                    if job.abandoned:
+                        raise CallerGone("the caller closed the connection; the job was abandoned")
                     remaining = job.deadline.remaining()
                     if job.deadline.expired():
                         job.deadline.check()
@@ -432,12 +470,21 @@ class Scheduler:
         """Its deadline passed before it got what it waited for: the caller left, or busy (503)."""
         if job.deadline.gone:
             return CallerGone("the caller closed the connection; the job was abandoned")
-        return QueueTimeout("the request's deadline passed while it waited for the model; retry later",
-                            self.retry_after())
+        return QueueTimeout("the request's deadline passed while it waited for the model, shared with other work;"
+                            " retry later", self.retry_after())
 
 
-def _finite(seconds: float) -> float | None:
-    return None if seconds == math.inf else max(0.0, seconds)
+async def _granted(future: asyncio.Future, deadline: Deadline) -> None:
+    """Wait for `future`, or TimeoutError once the deadline passes or the caller leaves (checked
+    every _POLL_S: a caller that hung up gives its place back within that)."""
+    while True:
+        if deadline.expired():
+            raise TimeoutError
+        try:
+            await asyncio.wait_for(asyncio.shield(future), min(_POLL_S, max(0.0, deadline.remaining())))
+            return
+        except TimeoutError:
+            continue
 
 
 def _resolve(future: asyncio.Future) -> None:

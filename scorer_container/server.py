@@ -279,9 +279,11 @@ class Caller:
     weight: float
 
     def work_for(self, deadline: Deadline) -> Work:
-        """The kind of work the scheduler counts it as: what is claimed, but long whatever is claimed
-        when its deadline is past any buffered request's (a caller cannot dodge long work's share)."""
-        if self.work == "ordinary" and deadline.given and deadline.seconds > BUFFERED_LIMIT_S:
+        """The kind of work the scheduler counts it as: what is claimed, but long when its deadline
+        is past any buffered request's, given or not (the budget lets such a request do long
+        work: a caller cannot dodge long work's share by claiming less); bulk stays bulk, the
+        lowest priority of all."""
+        if self.work == "ordinary" and deadline.seconds > BUFFERED_LIMIT_S:
             return "long"
         return self.work
 
@@ -335,7 +337,7 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
         # Its own time, waits for others' turns excluded: what a decision costs here keeps the
         # estimate honest (budget.WorkRate), and is what the gateway charges it.
         own_s = time.perf_counter() - started - job.waited_s
-        budget.rate.observe(result["usage"]["input_tokens"] + plan.cost.rows * budget.row_cost, own_s)
+        budget.rate.observe(result["usage"]["input_tokens"] + plan.cost.rows * budget.row_cost, own_s, job.tenant)
         busy_s += own_s
     # The time this machine worked on the request, its waits excluded: what the gateway charges
     # a decision on an instance that serves others while it waits.
@@ -367,18 +369,24 @@ def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Plan:
 async def _chat(service: ScorerService, body: Any, deadline: Deadline, caller: Caller) -> Response:
     request = parse(ChatRequest, body)
     loaded = service.require()
-    tokens, budget = loaded.chat.prepare(request)
-    # Its cells: the prompt and every token it may generate, held from its first turn to its last.
-    cells = min(loaded.engine.runtime.cells, len(tokens) + budget)
-    if not request.stream:
-        with caller.admit(loaded, deadline) as job:
-            await job.resident(cells, 1)
-            result = await job.run(loaded.chat.completion, request, deadline, job, (tokens, budget))
-        return JSONResponse(result)
     job = caller.admit(loaded, deadline)
-    include_usage = request.include_usage()
-    events = stream_chat(loaded, request, tokens, budget, job, cells, include_usage, deadline)
-    return ClosingStreamingResponse(events, media_type="text/event-stream", on_close=job.release)
+    try:
+        # Rendering and tokenizing up to a 6 MB body is CPU work: off the event loop, one request
+        # at a time in fair order, as a decision's planning.
+        async with job.planning():
+            tokens, budget = await asyncio.to_thread(loaded.chat.prepare, request)
+        # Its cells: the prompt and every token it may generate, held from its first turn to its last.
+        cells = min(loaded.engine.runtime.cells, len(tokens) + budget)
+        if request.stream:
+            events = stream_chat(loaded, request, tokens, budget, job, cells, request.include_usage(), deadline)
+            return ClosingStreamingResponse(events, media_type="text/event-stream", on_close=job.release)
+        await job.resident(cells, 1)
+        result = await job.run(loaded.chat.completion, request, deadline, job, (tokens, budget))
+    except BaseException:
+        job.release()
+        raise
+    job.release()
+    return JSONResponse(result)
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class ScorerSettings:
     max_request_tokens: int | None = None
     budget_s: float = 22.0
     # A request with a deadline past any buffered API Gateway request's (the gateway's
-    # streaming routes): up to this much work, admitted when nothing else runs or waits.
+    # streaming routes): up to this much work, run as long work (at long work's share).
     long_budget_s: float = 55.0
     # The longest any job may run: SageMaker allows 60 s per invocation; a caller's own
     # deadline (custom attribute timeout_ms) can only shorten it.

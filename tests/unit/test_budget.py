@@ -128,9 +128,6 @@ def test_a_request_with_a_deadline_no_buffered_request_has_may_do_long_work():
     # And one from the streaming routes gets its deadline's worth, up to the long budget
     assert budget.max_units(seconds=40.0) == int(40.0 * MARGIN / 0.01)
     assert budget.max_units(seconds=58.0) == int(50.0 * MARGIN / 0.01) == budget.figures()["max_long_request_tokens"]
-    # And only work past the ordinary budget is long
-    assert not budget.is_long(int(20.0 * MARGIN / 0.01)) and budget.is_long(int(20.0 * MARGIN / 0.01) + 10)
-    assert not Budget(seconds=1.0, prefill=PREFILL, rate=WorkRate(1.0), fixed_units=8000).is_long(8000)
 
 
 def test_a_turn_is_about_the_step_seconds_of_prefill_in_a_power_of_two():
@@ -139,3 +136,20 @@ def test_a_turn_is_about_the_step_seconds_of_prefill_in_a_power_of_two():
     assert step_tokens_for(300.0, 0.5, 512) == 128
     # Never past one batch, never below the floor where a decode's fixed cost dominates
     assert step_tokens_for(1e6, 0.5, 512) == 512 and step_tokens_for(1.0, 0.5, 512) == 32
+
+
+def test_a_tenant_whose_decisions_run_fast_per_unit_cannot_make_the_others_look_cheaper():
+    # Given one tenant sending decisions that run four times faster per unit than at load (a long
+    # state, one small question), and another whose decisions run at the load's rate
+    rate = WorkRate(0.004)
+    for _ in range(12):
+        rate.observe(1000, 1.0, tenant="fast")
+    assert rate.seconds_per_unit() == pytest.approx(0.001)  # alone, its own figure counts
+    for _ in range(2):
+        rate.observe(1000, 4.0, tenant="branchy")
+    # Then the rate in use is the slowest tenant's: the other's work is not admitted at the fast rate
+    assert rate.seconds_per_unit() == pytest.approx(0.004)
+    # However many more the fast tenant sends: each tenant has a window of its own
+    for _ in range(100):
+        rate.observe(1000, 1.0, tenant="fast")
+    assert rate.seconds_per_unit() == pytest.approx(0.004)

@@ -307,3 +307,23 @@ def test_a_job_waiting_for_its_turn_stops_at_its_deadline():
                 pass
     assert type(cut.value).__name__ == "DeadlineExceeded"
     assert clock() == 0.0
+
+
+def test_a_share_that_comes_back_after_others_ran_alone_starts_level_not_ahead_or_behind():
+    # Given tenant a served an hour, then idle while tenant b arrived and ran alone
+    clock = Clock()
+    line = scheduler(clock=clock)
+    a = resident(line, "a")
+    run_steps(line, {"a": (a, 1, 3600.0)}, clock)
+    a.release()
+    b = resident(line, "b")
+    run_steps(line, {"b": (b, 2, 1.0)}, clock)
+    # When a comes back, neither is owed the hour: b's arrival started level with where a's
+    # service ended, and a starts level again (less its idle credit, it idled)
+    back = resident(line, "a")
+    order = run_steps(line, {"a": (back, 10, 0.1), "b": (b, 10, 0.1)}, clock)
+    assert order[:4].count("b") >= 1 and longest_run(order[:16]) <= round(IDLE_CREDIT_S / 0.1) + 2
+    # And long work that arrives in a lull of ordinary work gets its share, not an hour's priority
+    long_job = resident(line, "c", "long")
+    order = run_steps(line, {"long": (long_job, 8, 0.5), "ordinary": (b, 24, 0.5)}, clock)
+    assert order[:16].count("long") <= 7
