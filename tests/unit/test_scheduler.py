@@ -327,3 +327,55 @@ def test_a_share_that_comes_back_after_others_ran_alone_starts_level_not_ahead_o
     long_job = resident(line, "c", "long")
     order = run_steps(line, {"long": (long_job, 8, 0.5), "ordinary": (b, 24, 0.5)}, clock)
     assert order[:16].count("long") <= 7
+
+
+def test_a_job_released_while_its_thread_runs_is_released_when_the_thread_ends():
+    # Given a job whose work runs in a worker thread (a streamed chat whose caller then leaves)
+    async def scenario():
+        line = scheduler()
+        job = line.admit("a", "ordinary", soon())
+        await job.resident(100, 1)
+        started, finish = threading.Event(), threading.Event()
+
+        def work():
+            started.set()
+            finish.wait(5)
+
+        running = job.run(work)
+        await asyncio.to_thread(started.wait, 5)
+        # When the job is released while the thread still runs
+        job.release()
+        # Then nothing of it is handed to another yet: its place, memory and sequences stay its own
+        assert not job.released and job.resident_now and job.seqs and line.admitted == 1
+        finish.set()
+        await running
+        # And the thread's end releases it
+        assert job.released and line.admitted == 0 and line.figures()["line"]["cells_held"] == 0
+
+    asyncio.run(scenario())
+
+
+def test_an_abandoned_job_waiting_for_its_turn_stops_at_once():
+    async def scenario():
+        line = scheduler()
+        holder, waiter = line.admit("a", "ordinary", soon()), line.admit("b", "ordinary", soon())
+        for job in (holder, waiter):
+            await job.resident(100, 1)
+        outcome = {}
+
+        def wait_for_turn():
+            try:
+                with waiter.step():
+                    outcome["ran"] = True
+            except CallerGone:
+                outcome["gone"] = True
+
+        with holder.step():
+            running = waiter.run(wait_for_turn)
+            await asyncio.sleep(0.05)
+            waiter.release()  # its caller left while it waited
+            await asyncio.wait_for(running, 2)  # it did not wait for the turn, nor its deadline
+        assert outcome == {"gone": True} and waiter.released
+        holder.release()
+
+    asyncio.run(scenario())
