@@ -8,9 +8,11 @@ measured speed) behind the gateway's local runner. A decision is sized to need a
 1. through the gateway (POST /v1/systemone on the local runner, a streaming route) with the
    ordinary deadline: refused at once with 413, the figures, and how to ask for more time,
    as every decision was before the streaming routes;
-2. the same with `Prefer: wait=58`, while another decision holds the model: answered 200,
-   the two taking turns at the model (long work has a share of the model, not the model:
-   scorer_container/scheduler.py), within SageMaker's 60 s;
+2. the same with `Prefer: wait=58`, while another decision holds the model: admitted, the
+   two taking turns at the model (long work has a share of the model, not the model:
+   scorer_container/scheduler.py): answered 200 within SageMaker's 60 s, or, where the time
+   lost waiting for the other's plan and turns leaves too little of its deadline for work
+   this size, refused with a Retry-After (429: busy, a retry can succeed), never cut;
 3. the same on an idle model: answered 200 within SageMaker's 60 s.
 
 Prints each status and time; writes reports/bench_long.json.
@@ -120,8 +122,9 @@ def main() -> int:
         report = run(stack, args.target_s)
     REPORTS.mkdir(exist_ok=True)
     (REPORTS / "bench_long.json").write_text(json.dumps({"model": args.model.name, **report}, indent=2) + "\n")
-    ok = (report["ordinary"]["status"] == 413 and report["while_busy"]["status"] == 200
-          and report["asked_for_time"]["status"] == 200)
+    busy = report["while_busy"]
+    ok = (report["ordinary"]["status"] == 413 and report["asked_for_time"]["status"] == 200
+          and (busy["status"] == 200 or (busy["status"] == 429 and int(busy["retry_after"] or 0) >= 1)))
     print("bench-long: " + ("as expected" if ok else "NOT as expected"), flush=True)
     return 0 if ok else 1
 
