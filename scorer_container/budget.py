@@ -67,6 +67,7 @@ MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
 MAX_SPEEDUP = 4.0  # ... nor faster than this many times (a load beside other work measured 24 tokens/s, quiet 68-81)
 MIN_TO_RAISE = 4  # recent decisions that must agree before the rate is taken as faster than at load
+MIN_TO_VOTE = 3  # a tenant's decisions before its median counts while another tenant's does
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit
 # No buffered request through API Gateway has a longer deadline: one that does may do long work.
 BUFFERED_LIMIT_S = API_GATEWAY_TIMEOUT_S
@@ -115,25 +116,38 @@ class WorkRate:
             return [(rate, tenant) for tenant, recent in self._recent.items() for when, rate in recent
                     if now - when <= MAX_AGE_S]
 
-    def observed(self) -> float | None:
-        """The recent decisions' rate, within the caps; None when there are none. Read per tenant
-        (its median), and the slowest tenant's is the one: a tenant whose decisions run fast per
-        unit (a long state, one small question) cannot make the others' look cheaper."""
+    def _medians(self) -> tuple[dict[str, float], dict[str, int]]:
         by_tenant: dict[str, list[float]] = {}
         for rate, tenant in self._rates():
             by_tenant.setdefault(tenant, []).append(rate)
-        if not by_tenant:
+        return ({t: statistics.median(r) for t, r in by_tenant.items()}, {t: len(r) for t, r in by_tenant.items()})
+
+    def observed(self) -> float | None:
+        """What recent decisions typically say, within the caps; None when there are none: the
+        median of the tenants' medians, each tenant one vote, and only tenants with
+        `MIN_TO_VOTE` decisions vote while any has (one decision, or one tenant's few, slow for
+        reasons of their own move nothing)."""
+        medians, counts = self._medians()
+        if not medians:
             return None
-        slowest = max(statistics.median(rates) for rates in by_tenant.values())
-        return min(max(slowest, self.measured / MAX_SPEEDUP), MAX_SLOWDOWN * self.measured)
+        voters = [m for t, m in medians.items() if counts[t] >= MIN_TO_VOTE] or list(medians.values())
+        return min(max(statistics.median(voters), self.measured / MAX_SPEEDUP), MAX_SLOWDOWN * self.measured)
 
     def seconds_per_unit(self) -> float:
-        """The observed rate when slower than at load; when faster, only once MIN_TO_RAISE recent
-        decisions say so (one fast decision moves nothing); else the load measurement."""
+        """Slower than at load as soon as the decisions typically say so (`observed`); faster only
+        once MIN_TO_RAISE recent decisions say so and every tenant's own median agrees (a tenant
+        whose decisions run fast per unit, a long state and one small question, cannot make the
+        others' look cheaper), and then no faster than the slowest tenant's."""
         observed = self.observed()
-        if observed is None or (observed < self.measured and len(self._rates()) < MIN_TO_RAISE):
+        if observed is None:
             return self.measured
-        return observed
+        if observed >= self.measured:
+            return observed
+        medians, counts = self._medians()
+        slowest = max(medians.values())
+        if slowest >= self.measured or sum(counts.values()) < MIN_TO_RAISE:
+            return self.measured
+        return max(slowest, self.measured / MAX_SPEEDUP)
 
 
 @dataclass

@@ -137,7 +137,9 @@ class Job:
                 if abandoned:
                     self.release()
 
-        return asyncio.get_running_loop().run_in_executor(self.scheduler.workers, work)
+        # Shielded: a caller cancelled before the thread picked it up must not cancel the work
+        # item too, or nothing would ever run the `finally` that releases the job.
+        return asyncio.shield(asyncio.get_running_loop().run_in_executor(self.scheduler.workers, work))
 
     def timed_out(self) -> Exception:
         """Its deadline passed before the model could finish it, for waiting (in line, for memory,
@@ -210,13 +212,15 @@ class Scheduler:
                     "long work's share of this instance is taken by other long requests; retry later, or ask for"
                     " less (an ordinary deadline)", self._retry_after())
             job = Job(self, tenant, work, deadline, next(self._numbers))
-            self._activate(self._classes[work], self._classes.values(), self._class_clock)
             lane = self._lanes.get((work, tenant))
             if lane is None:
                 self._forget_idle_lanes()
                 lane = self._lanes[(work, tenant)] = _Share(weight)
             lane.weight = weight  # the tenant's latest weight
-            self._activate(lane, [s for (w, _), s in self._lanes.items() if w == work], self._lane_clock[work])
+            self._join(job)
+            for share in (self._classes[work], lane):
+                share.jobs += 1
+                share.last_active = self.clock()
             self._jobs.append(job)
             return job
 
@@ -237,17 +241,26 @@ class Scheduler:
         so that someone else's next job always has room (all of it where there is just one)."""
         return max(1, places - 1)
 
-    def _activate(self, share: _Share, peers: Any, clock: float) -> None:
-        """A share that becomes active starts level with the active ones (with none, where the
-        service last given at its level ended: `clock`), less what it saved by idling, up to
-        IDLE_CREDIT_S of service; never behind by more, whatever it had when it left, and never
-        ahead of what it already had."""
-        if share.jobs == 0:
-            active = [p.vtime for p in peers if p is not share and p.jobs > 0]
-            level = min(active) if active else clock
-            share.vtime = max(share.vtime, level - IDLE_CREDIT_S / share.weight)
-        share.jobs += 1
-        share.last_active = self.clock()
+    def _join(self, job: Job) -> None:
+        """Level the job's kind and lane with those competing for the model now (ready for a turn,
+        or holding it), unless one of their jobs competes already: called when a job is admitted
+        (for the order of planning and memory) and whenever it asks for a turn. A share that did
+        not compete (idle, or waiting for memory or a plan) fell behind while the others were
+        served; it keeps at most IDLE_CREDIT_S of that, never more, so nothing waited for is
+        banked as priority, and a newcomer is never levelled with a share's frozen figure."""
+        competing = [j for j in (*self._ready, self._holder) if j is not None and j is not job]
+        if not any(j.work == job.work for j in competing):
+            self._level(self._classes[job.work], [self._classes[j.work] for j in competing], self._class_clock)
+        if not any(j.work == job.work and j.tenant == job.tenant for j in competing):
+            peers = [self._lanes[(j.work, j.tenant)] for j in competing if j.work == job.work]
+            self._level(self._lanes[(job.work, job.tenant)], peers, self._lane_clock[job.work])
+
+    @staticmethod
+    def _level(share: _Share, competing: list[_Share], clock: float) -> None:
+        """At least level with the competing shares (with none, where the service last given at
+        its level ended: `clock`), less IDLE_CREDIT_S of service; never less than it has."""
+        level = min((p.vtime for p in competing if p is not share), default=clock)
+        share.vtime = max(share.vtime, level - IDLE_CREDIT_S / share.weight)
 
     def _forget_idle_lanes(self) -> None:
         """Past MAX_LANES, the least recently active idle lanes are forgotten (a forgotten lane
@@ -298,7 +311,7 @@ class Scheduler:
         return min(jobs, key=lambda j: (self._classes[j.work].vtime, _ORDER[j.work],
                                         self._lanes[(j.work, j.tenant)].vtime, j.number))
 
-    def _charge(self, job: Job, seconds: float) -> None:
+    def _charge(self, job: Job, seconds: float, model: bool = True) -> None:
         """The service a turn (or a plan) gave, on its kind's and its lane's account; each level's
         clock moves to where that service ended, for shares that become active with no peer."""
         kind, lane = self._classes[job.work], self._lanes[(job.work, job.tenant)]
@@ -306,8 +319,9 @@ class Scheduler:
         lane.vtime += seconds / lane.weight
         self._class_clock = max(self._class_clock, kind.vtime)
         self._lane_clock[job.work] = max(self._lane_clock[job.work], lane.vtime)
-        job.own_s += seconds
-        self._busy.append((self.clock(), job.tenant, job.work, seconds))
+        if model:  # a plan's seconds count in the order, not as the model's busy time
+            job.own_s += seconds
+            self._busy.append((self.clock(), job.tenant, job.work, seconds))
 
     # -- planning ----------------------------------------------------------------------
 
@@ -339,7 +353,7 @@ class Scheduler:
             yield
         finally:
             with self._lock:
-                self._charge(job, self.clock() - started)
+                self._charge(job, self.clock() - started, model=False)
             self._end_planning(job)
 
     def _end_planning(self, job: Job) -> None:
@@ -425,6 +439,9 @@ class Scheduler:
         """Block (a worker thread) until the model is free and this job comes next among the ready."""
         asked = self.clock()
         with self._turns:
+            if job.abandoned:  # released while its thread ran: no more turns, even a free one
+                raise CallerGone("the caller closed the connection; the job was abandoned")
+            self._join(job)
             self._ready.append(job)
             try:
                 while self._holder is not None or self._next(self._ready) is not job:

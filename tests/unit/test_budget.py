@@ -153,3 +153,20 @@ def test_a_tenant_whose_decisions_run_fast_per_unit_cannot_make_the_others_look_
     for _ in range(100):
         rate.observe(1000, 1.0, tenant="fast")
     assert rate.seconds_per_unit() == pytest.approx(0.004)
+
+
+def test_one_tenants_one_slow_decision_does_not_halve_everyones_budget():
+    # Given a tenant whose decisions run at the load's rate, and another's one slow decision
+    rate = WorkRate(0.01)
+    for _ in range(16):
+        rate.observe(1000, 10.0, tenant="a")
+    rate.observe(64, 5.0, tenant="b")
+    # Then the rate stays the first's: one decision, slow for reasons of its own, votes nothing
+    assert rate.seconds_per_unit() == pytest.approx(0.01)
+    # But once that tenant's decisions are slow as a rule, the typical rate slows
+    for _ in range(2):
+        rate.observe(1000, 30.0, tenant="b")
+    rate.observe(1000, 30.0, tenant="c")
+    for _ in range(2):
+        rate.observe(1000, 30.0, tenant="c")
+    assert rate.seconds_per_unit() == pytest.approx(MAX_SLOWDOWN * 0.01)

@@ -379,3 +379,76 @@ def test_an_abandoned_job_waiting_for_its_turn_stops_at_once():
         holder.release()
 
     asyncio.run(scenario())
+
+
+def test_a_share_that_waited_for_memory_banks_no_priority_and_lends_none_to_newcomers():
+    # Given tenant a served 30 s, then tenant w admitted but waiting (for memory), a served 30 s more
+    clock = Clock()
+    line = scheduler(clock=clock)
+    a = resident(line, "a")
+    run_steps(line, {"a": (a, 30, 1.0)}, clock)
+    waiting = line.admit("w", "ordinary", Deadline(3600, clock=clock))
+    run_steps(line, {"a": (a, 30, 1.0)}, clock)
+    # When a newcomer arrives, it is levelled with a (who competes), not with w's frozen figure:
+    # at most its idle credit ahead
+    newcomer = resident(line, "n")
+    order = run_steps(line, {"a": (a, 12, 0.1), "n": (newcomer, 30, 0.1)}, clock)
+    assert order[:20].count("a") >= 4
+    # And when w at last competes, it too has at most the credit, not the 30 s it waited
+    asyncio.run(waiting.resident(100, 1))
+    order = run_steps(line, {"a": (a, 12, 0.1), "w": (waiting, 30, 0.1)}, clock)
+    assert order[:20].count("a") >= 4
+
+
+def test_an_abandoned_job_gets_no_turn_even_on_a_free_model():
+    async def scenario():
+        line = scheduler()
+        job = line.admit("a", "ordinary", soon())
+        await job.resident(100, 1)
+        go, outcome = threading.Event(), {}
+
+        def work():
+            go.wait(5)
+            try:
+                with job.step():
+                    outcome["ran"] = True
+            except CallerGone:
+                outcome["gone"] = True
+
+        running = job.run(work)
+        job.release()  # its caller left while its thread ran
+        go.set()
+        await running
+        assert outcome == {"gone": True} and job.released and line.admitted == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_job_whose_caller_is_cancelled_before_its_thread_starts_is_still_released():
+    async def scenario():
+        line = scheduler(max_resident=1)  # one worker thread
+        busy, free = line.admit("a", "ordinary", soon()), threading.Event()
+        await busy.resident(10, 1)
+        holding = busy.run(free.wait, 5)  # the one thread is taken
+        queued = line.admit("a", "ordinary", soon())
+        queued.resident_now = True  # as if granted, to reach run() behind the busy thread
+
+        async def caller():
+            with queued:
+                await queued.run(lambda: None)
+
+        task = asyncio.create_task(caller())
+        await asyncio.sleep(0.05)
+        task.cancel()  # the caller leaves while its work waits for a thread
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        free.set()
+        await holding
+        busy.release()
+        for _ in range(50):
+            if queued.released:
+                break
+            await asyncio.sleep(0.02)
+        assert queued.released and line.admitted == 0
+
+    asyncio.run(scenario())
