@@ -16,9 +16,10 @@ shared machine: an estimate built on either admitted work its deadline then cut.
 rate used is the recent decisions' (their own time: waits for other jobs' turns are not
 work), read per tenant (`WorkRate`): slower than at load as soon as the tenants typically
 say so, faster only once `MIN_TO_RAISE` decisions are in and every tenant agrees, and never
-past `MAX_SLOWDOWN` or `MAX_SPEEDUP` times the load measurement. A scorer that loaded beside other work measured a rate too slow, and
-would otherwise keep a budget several times too small for life (413, "never retry", for
-what it answers a minute later); one that loaded on a quiet machine is corrected down
+past `MAX_SLOWDOWN` or `MAX_SPEEDUP` times the load measurement. A scorer that loaded
+beside other work measured a rate too slow, and would otherwise keep a budget several
+times too small for life (413, "never retry", for what it answers a minute later); one
+that loaded on a quiet machine is corrected down
 when the machine gets busy, so the estimate still errs on the side of refusing.
 
 A request may take `SCORER_BUDGET_S` (default 22 s: the gateway's first attempt may
