@@ -61,14 +61,18 @@ def sized(scorer_url: str, target_s: float) -> dict[str, Any]:
     time. Scaled from the time a few questions take, measured warm (the first run also computes
     the options' content-free prior, which the scorer then keeps), at half that time a question:
     a decision over the budget first sheds its debiasing (order averaging, the prior) to fit.
-    Grown until an attempt with the ordinary deadline refuses it, which costs no model time (413 at once)."""
+    Grown until an attempt with the ordinary deadline refuses it, which costs no model time (413 at once),
+    never past the options a tenant at default limits may ask (1,024: 16 questions)."""
+    from gateway.auth.store import DEFAULT_LIMITS
+
     for _ in range(2):
         status, busy = busy_seconds(scorer_url, decision(4))
         if status != 200:
             raise RuntimeError(f"the scorer answered {status} to a small decision")
-    questions = max(1, math.ceil(target_s / (busy / 4 / 2)))
-    while busy_seconds(scorer_url, decision(questions), BUFFERED_ATTEMPT_MS)[0] == 200:
-        questions = math.ceil(questions * 1.5)
+    most = DEFAULT_LIMITS.max_options // OPTIONS_PER_QUESTION  # what a tenant at default limits may ask
+    questions = min(most, max(1, math.ceil(target_s / (busy / 4 / 2))))
+    while questions < most and busy_seconds(scorer_url, decision(questions), BUFFERED_ATTEMPT_MS)[0] == 200:
+        questions = min(most, math.ceil(questions * 1.5))
     return decision(questions)
 
 
