@@ -48,6 +48,7 @@ from scorer_container.errors import (
     CallerGone,
     DeadlineExceeded,
     InvalidRequest,
+    ModelNotReady,
     OverBudget,
     Overloaded,
     PayloadTooLarge,
@@ -140,7 +141,10 @@ async def _stats(request: Request) -> Response:
     """The scheduler's figures: the model's busy seconds by tenant tag and kind of work in the last
     minute, and the line now (for benchmarks and operators; SageMaker routes only /ping and
     /invocations, so it is reachable only beside the container)."""
-    return JSONResponse(_service(request).require().scheduler.figures())
+    loaded = _service(request).loaded
+    if loaded is None:  # still loading, or refused its model: /ping says why
+        return error_response(ModelNotReady(_service(request).reason), "systemone")
+    return JSONResponse(loaded.scheduler.figures())
 
 
 async def _models(request: Request) -> Response:

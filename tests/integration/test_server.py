@@ -245,6 +245,7 @@ def test_a_model_that_does_not_match_its_manifest_never_becomes_healthy(tmp_path
             time.sleep(0.1)
         assert ping.status_code == 503
         assert ping.json()["status"] == "failed" and "sha256" in ping.json()["reason"]
+        assert httpx.get(f"{server.url}/stats").status_code == 503  # no scheduler without a model: not a 500
         refused = httpx.post(f"{server.url}/v1/systemone", json=DECISION)
         assert refused.status_code == 503
 
