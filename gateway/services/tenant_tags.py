@@ -29,6 +29,7 @@ TAG_KEY_LABEL = b"scorer-tenant-tag"
 class TenantTags:
     def __init__(self, ring: KeyRing | None) -> None:
         self.ring = ring
+        self._derived: tuple[bytes, bytes] | None = None  # (the ring's current key, the tag key from it)
 
     def tag(self, tenant_id: str) -> str:
         """The tenant's tag, or "" (the shared lane) without a ring or when it cannot be read:
@@ -40,4 +41,12 @@ class TenantTags:
         except Exception:
             log.exception("the tenant tag's key cannot be read: this call goes to the scorer's shared lane")
             return ""
-        return tenant_tag(tenant_id, hmac.new(master, TAG_KEY_LABEL, hashlib.sha256).digest())
+        return tenant_tag(tenant_id, self._tag_key(master))
+
+    def _tag_key(self, master: bytes) -> bytes:
+        """The tag key derived from the ring's current key: once per key, not once per call (a
+        rotation gives a new current key, and so a new tag key)."""
+        derived = self._derived
+        if derived is None or derived[0] != master:
+            derived = self._derived = (master, hmac.new(master, TAG_KEY_LABEL, hashlib.sha256).digest())
+        return derived[1]

@@ -189,3 +189,21 @@ def test_a_minute_of_endpoint_time_too_short_for_an_attempt_is_429_naming_it_nev
     service = decide_service(store, backend)  # a tenant cache that has not read the old figure
     assert service.deadline("acme", service.registry.route_for("jev-latest", "decisions").pool, False, None) == 5.0
     service.decide(ACME, DECISION, route="systemone")
+
+
+def test_a_tag_key_is_derived_once_per_ring_key_and_a_rotation_gives_new_tags():
+    # Given a ring whose current key rotates
+    class Ring:
+        key = b"k1" * 16
+
+        def current(self):
+            return "kid", self.key
+
+    ring = Ring()
+    tags = TenantTags(ring)
+    first = tags.tag("acme")
+    # Then the same key gives the same tag (from the derived key kept), and another tenant another
+    assert tags.tag("acme") == first != tags.tag("globex")
+    # And a rotation gives every tenant a new tag, never the old derived key's
+    ring.key = b"k2" * 16
+    assert tags.tag("acme") not in (first, "") and tags.tag("acme") == TenantTags(ring).tag("acme")
