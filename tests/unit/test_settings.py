@@ -83,3 +83,23 @@ def test_the_temperature_comes_from_the_manifest_unless_the_deployment_sets_one(
 def test_a_temperature_outside_0_05_to_20_is_refused(raw):
     with pytest.raises(ValueError, match="SCORER_TEMPERATURE"):
         ScorerSettings.from_env({"SCORER_TEMPERATURE": raw})
+
+
+@pytest.mark.parametrize(
+    ("header", "tenant", "work", "weight"),
+    [
+        ("tenant=ABCdef0123;work=LONG;weight=2.5", "abcdef0123", "long", 2.5),
+        ("tenant=not-hex!;work=urgent;weight=nan", "", "ordinary", 1.0),  # malformed: the shared lane, ordinary, 1
+        ("tenant=" + "a" * 65 + ";weight=inf", "", "ordinary", 1.0),  # too long a tag; an infinite weight
+        ("weight=1e9", "", "ordinary", 100.0),  # clamped, never a lane that takes every turn
+        ("weight=-3;work=bulk", "", "bulk", 0.1),
+        ("weight=" + "9" * 40, "", "ordinary", 1.0),
+        ("tenant=;work=;weight=", "", "ordinary", 1.0),
+    ],
+)
+def test_whose_work_it_is_comes_from_the_custom_attributes_and_anything_malformed_is_no_claim(header, tenant, work,
+                                                                                              weight):
+    from systemone.sidechannel import parse_attributes, tenant_of, weight_of, work_of
+
+    pairs = parse_attributes(header)
+    assert (tenant_of(pairs), work_of(pairs), weight_of(pairs)) == (tenant, work, weight)
