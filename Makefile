@@ -13,7 +13,7 @@ MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -149,6 +149,9 @@ $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison poi
 bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16), then with the first killed halfway
 	@$(PY) -m bench.load
 	@$(PY) scripts/docs_pages.py bench-load
+
+smoke: setup  ## is a gateway answering? health, models, a decision in each format, a streamed chat, an outcome, a refusal (DG_URL, DG_API_KEY)
+	@$(PY) -m devkit.smoke
 
 validate: setup  ## cfn-lint and sam validate --lint on template.yaml (offline)
 	@.cache/tools/bin/cfn-lint template.yaml

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import sys
 
 import httpx
@@ -121,3 +123,13 @@ def test_the_sigv4_routes_refuse_what_sam_local_lets_through_unsigned(local_stac
     decided = httpx.post(f"{local_stack.url}/iam/v1/systemone", timeout=60, json={
         "model": "jev-latest", "state": "x", "questions": {"q": {"type": "noul", "instructions": "x"}}})
     assert decided.status_code in (401, 403), decided.text
+
+
+def test_make_smoke_passes_under_sam_local_start_api(arrangement):
+    """`make smoke` (devkit/smoke.py) against the functions as `sam local start-api` serves them:
+    the same steps a deployed stack is checked with, the streamed chat included."""
+    done = subprocess.run([sys.executable, "-m", "devkit.smoke"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "DG_URL": arrangement.url, "DG_API_KEY": arrangement.api_key})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "smoke: passed (7 steps)" in done.stdout, done.stdout
+    assert arrangement.api_key not in done.stdout + done.stderr
