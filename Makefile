@@ -13,7 +13,7 @@ MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -152,6 +152,16 @@ bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16),
 
 smoke: setup  ## is a gateway answering? health, models, a decision in each format, a streamed chat, an outcome, a refusal (DG_URL, DG_API_KEY)
 	@$(PY) -m devkit.smoke
+
+# make deploy / make teardown: devkit/deploy.py (docs/operations/deploy.md). DRY_RUN=1 prints every
+# AWS call (validated against botocore's models) and command, sends and runs none, needs no credentials.
+DEPLOY_ENV ?= default
+DEPLOY_ARGS = $(if $(DRY_RUN),--dry-run) --config-env $(DEPLOY_ENV)
+deploy: setup  ## image, model, sam build + deploy, first tenant and key, then make smoke (first run guided; DRY_RUN=1, DEPLOY_ENV, MODEL)
+	@$(PY) -m devkit.deploy deploy $(DEPLOY_ARGS) --model $(MODEL)
+
+teardown: setup  ## delete the stack, then what it leaves (tables, secrets, image, model, logs), each confirmed by name (DRY_RUN=1)
+	@$(PY) -m devkit.deploy teardown $(DEPLOY_ARGS)
 
 validate: setup  ## cfn-lint and sam validate --lint on template.yaml (offline)
 	@.cache/tools/bin/cfn-lint template.yaml
