@@ -180,6 +180,16 @@ def error_code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
+def unless_gone(call: Callable[[], dict], *gone: str) -> dict | None:
+    """The call's answer, or None when AWS answers that the resource is not there (`gone`)."""
+    try:
+        return call()
+    except ClientError as exc:
+        if error_code(exc) in gone:
+            return None
+        raise
+
+
 # -- commands, printed and (unless a dry run) run ------------------------------------------
 
 @dataclass
@@ -498,12 +508,9 @@ def table(aws: Aws, name: str) -> Leftover:
     dynamodb = aws.client("dynamodb")
 
     def exists() -> str | None:
-        try:
-            described = dynamodb.describe_table(TableName=name)["Table"]
-        except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        described = unless_gone(lambda: dynamodb.describe_table(TableName=name)["Table"], "ResourceNotFoundException")
+        if described is None:
+            return None
         return f"{described.get('ItemCount', 0)} items, {described.get('TableSizeBytes', 0)} bytes (retained on delete)"
 
     def delete() -> str:
@@ -517,13 +524,8 @@ def secret(aws: Aws, arn: str) -> Leftover:
     secrets = aws.client("secretsmanager")
 
     def exists() -> str | None:
-        try:
-            described = secrets.describe_secret(SecretId=arn)
-        except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
-        if described.get("DeletedDate"):
+        described = unless_gone(lambda: secrets.describe_secret(SecretId=arn), "ResourceNotFoundException")
+        if described is None or described.get("DeletedDate"):
             return None  # scheduled for deletion already, with its recovery window
         return "still held"
 
@@ -555,13 +557,8 @@ def model_object(aws: Aws, url: str) -> Leftover:
     bucket, _, key = url[len("s3://"):].partition("/")
 
     def exists() -> str | None:
-        try:
-            head = s3.head_object(Bucket=bucket, Key=key)
-        except ClientError as exc:
-            if error_code(exc) in ("404", "NoSuchKey", "NoSuchBucket"):
-                return None
-            raise
-        return f"{head.get('ContentLength', 0)} bytes (uploaded by make deploy)"
+        head = unless_gone(lambda: s3.head_object(Bucket=bucket, Key=key), "404", "NoSuchKey", "NoSuchBucket")
+        return None if head is None else f"{head.get('ContentLength', 0)} bytes (uploaded by make deploy)"
 
     def delete() -> str:
         s3.delete_object(Bucket=bucket, Key=key)
@@ -576,12 +573,8 @@ def image(aws: Aws, uri: str) -> Leftover:
     repository = repository_path.split("/", 1)[1]
 
     def exists() -> str | None:
-        try:
-            found = ecr.describe_images(repositoryName=repository, imageIds=[{"imageDigest": digest}])["imageDetails"]
-        except ClientError as exc:
-            if error_code(exc) in ("RepositoryNotFoundException", "ImageNotFoundException"):
-                return None
-            raise
+        found = unless_gone(lambda: ecr.describe_images(repositoryName=repository, imageIds=[{"imageDigest": digest}])
+                            ["imageDetails"], "RepositoryNotFoundException", "ImageNotFoundException")
         return f"{found[0].get('imageSizeInBytes', 0)} bytes (pushed by make deploy)" if found else None
 
     def delete() -> str:

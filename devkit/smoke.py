@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, o
     if not (0 < args.timeout <= 3600):
         print("smoke: --timeout is seconds, between 0 and 3600", file=sys.stderr)
         return 2
+    host = httpx.URL(url).host
+    if url.startswith("http://") and host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"smoke: warning: {url} is plain HTTP: the key crosses the network unencrypted", file=sys.stderr)
     smoke = Smoke(url, key, args.timeout, args.decision_model, args.chat_model)
     outcomes = smoke.run(out)
     return 1 if any(o.status == "FAILED" for o in outcomes) else 0
