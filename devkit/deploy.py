@@ -113,7 +113,7 @@ def saved_parameters(config_env: str, path: Path = SAMCONFIG) -> dict[str, str]:
 
 # -- AWS calls, printed and (in a dry run) answered without being sent ---------------------
 
-class Aws:
+class AwsApi:
     """botocore clients whose every call is printed once botocore has validated it against
     the service's model. In a dry run nothing is sent: moto's in-memory AWS answers, and
     CloudFormation (whose stack `sam deploy` would have made) answers from `stack_reply`."""
@@ -247,11 +247,11 @@ def confirm_by_name(what: str, name: str, interactive: bool, out: TextIO, dry_ru
 
 # -- make deploy ---------------------------------------------------------------------------
 
-def deploy(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, interactive: bool) -> int:
-    account = aws.client("sts").get_caller_identity()["Account"]
+def deploy(plan: Deployment, api: AwsApi, shell: Shell, out: TextIO, interactive: bool) -> int:
+    account = api.client("sts").get_caller_identity()["Account"]
     print(f"account {account}, region {plan.region}, stack {plan.stack} (config env {plan.config_env})", file=out)
-    image = scorer_image(plan, aws, shell, out, account)
-    model_url, pins = model_artifact(plan, aws, shell, out, account)
+    image = scorer_image(plan, api, shell, out, account)
+    model_url, pins = model_artifact(plan, api, shell, out, account)
     parameters = {
         "Stage": plan.stage, "Architecture": plan.architecture, "DeployCpuEndpoint": "true",
         "DeployGpuEndpoint": "false", "CpuImageUri": image, "CpuInstanceType": plan.instance_type,
@@ -264,7 +264,7 @@ def deploy(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, interactive: b
     shell.run([SAM, "build", "--config-env", plan.config_env], env={"LAMBDA_ARCH": plan.architecture})
     shell.run([SAM, "deploy", "--config-env", plan.config_env, "--stack-name", plan.stack, "--region", plan.region,
                "--parameter-overrides", *(f"{k}={v}" for k, v in parameters.items() if v), "--save-params"])
-    outputs = stack_outputs(aws, plan.stack)
+    outputs = stack_outputs(api, plan.stack)
     say(out, f"the first tenant ({plan.tenant}) and its API key")
     key = first_key(plan, outputs, shell, out, interactive)
     say(out, "smoke (make smoke against the stack's ApiUrl)")
@@ -280,11 +280,11 @@ def deploy(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, interactive: b
     return smoke.main([], environ={**os.environ, "DG_URL": url, "DG_API_KEY": key}, out=out)
 
 
-def scorer_image(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, account: str) -> str:
+def scorer_image(plan: Deployment, api: AwsApi, shell: Shell, out: TextIO, account: str) -> str:
     """The scorer image's URI pinned by digest: built for the endpoint's platform and pushed,
     unless the repository holds this revision's tag already."""
     say(out, f"the scorer image ({plan.platform}, for {plan.instance_type})")
-    ecr = aws.client("ecr")
+    ecr = api.client("ecr")
     registry = f"{account}.dkr.ecr.{plan.region}.amazonaws.com"
     revision = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip() or "unversioned"
@@ -319,7 +319,7 @@ def scorer_image(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, account:
                      placeholder=f"{registry}/{REPOSITORY}@{DRY_DIGEST}", capture=True)
 
 
-def model_artifact(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, account: str) -> tuple[str, dict[str, str]]:
+def model_artifact(plan: Deployment, api: AwsApi, shell: Shell, out: TextIO, account: str) -> tuple[str, dict[str, str]]:
     """The model's S3 URL and its two pins: packed and uploaded under its manifest's hash."""
     from scorer_container.model_files import MANIFEST_NAME, manifest_sha256
 
@@ -332,7 +332,7 @@ def model_artifact(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, accoun
     bucket = plan.bucket or f"decision-gateway-models-{account}-{plan.region}"
     key = f"models/{plan.model.name}/{pins['ModelManifestSha256'][:16]}/model.tar.gz"
     url = f"s3://{bucket}/{key}"
-    s3 = aws.client("s3")
+    s3 = api.client("s3")
     try:
         s3.head_object(Bucket=bucket, Key=key)
         print(f"{url} is uploaded already", file=out)
@@ -353,18 +353,18 @@ def model_artifact(plan: Deployment, aws: Aws, shell: Shell, out: TextIO, accoun
     artifact = ROOT / "build" / "model.tar.gz"
     shell.run([sys.executable, "-m", "scorer_container", "pack", gguf.relative_to(ROOT) if gguf.is_relative_to(ROOT)
                else gguf, "--output", artifact.relative_to(ROOT)])
-    size = 0 if aws.dry_run else artifact.stat().st_size
+    size = 0 if api.dry_run else artifact.stat().st_size
     if size > SINGLE_PUT_LIMIT:
         raise DeployError(f"{artifact} is {size} bytes, over S3's single upload ({SINGLE_PUT_LIMIT}): upload it with"
                           f" `aws s3 cp {artifact} {url}` and set ModelDataUrl")
-    with (contextlib.nullcontext(b"") if aws.dry_run else artifact.open("rb")) as body:
+    with (contextlib.nullcontext(b"") if api.dry_run else artifact.open("rb")) as body:
         # S3 checks the bytes it stored against this SHA-256 and refuses a corrupted upload.
         s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm="SHA256")
     return url, pins
 
 
-def stack_outputs(aws: Aws, stack: str) -> dict[str, str]:
-    described = aws.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
+def stack_outputs(api: AwsApi, stack: str) -> dict[str, str]:
+    described = api.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]
     return {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
 
 
@@ -428,8 +428,8 @@ class Leftover:
     delete: Callable[[], str]
 
 
-def teardown(plan: Deployment, aws: Aws, out: TextIO, interactive: bool, dry_run: bool) -> int:
-    cloudformation = aws.client("cloudformation")
+def teardown(plan: Deployment, api: AwsApi, out: TextIO, interactive: bool, dry_run: bool) -> int:
+    cloudformation = api.client("cloudformation")
     try:
         described = cloudformation.describe_stacks(StackName=plan.stack)["Stacks"][0]
     except ClientError as exc:
@@ -441,7 +441,7 @@ def teardown(plan: Deployment, aws: Aws, out: TextIO, interactive: bool, dry_run
     resources = []
     for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=plan.stack):
         resources.extend(page["StackResourceSummaries"])
-    leftovers = retained(resources, parameters, aws)
+    leftovers = retained(resources, parameters, api)
     say(out, f"the stack {plan.stack} ({described['StackStatus']}, {len(resources)} resources)")
     if not confirm_by_name("the stack", plan.stack, interactive, out, dry_run):
         print("teardown: nothing deleted", file=out)
@@ -482,21 +482,21 @@ def wait_deleted(cloudformation: Any, stack: str, out: TextIO) -> None:
     raise DeployError(f"the stack was still deleting after {STACK_WAIT_S} s")
 
 
-def retained(resources: list[dict], parameters: dict[str, str], aws: Aws) -> list[Leftover]:
+def retained(resources: list[dict], parameters: dict[str, str], api: AwsApi) -> list[Leftover]:
     found: list[Leftover] = []
     for resource in resources:
         kind, name = resource["ResourceType"], resource.get("PhysicalResourceId", "")
         if kind == "AWS::DynamoDB::Table":
-            found.append(table(aws, name))
+            found.append(table(api, name))
         elif kind == "AWS::SecretsManager::Secret":
-            found.append(secret(aws, name))
+            found.append(secret(api, name))
         elif kind == "AWS::SageMaker::Endpoint":
-            found.append(log_group(aws, f"/aws/sagemaker/Endpoints/{endpoint_name(name)}"))
+            found.append(log_group(api, f"/aws/sagemaker/Endpoints/{endpoint_name(name)}"))
     if (model := parameters.get("ModelDataUrl", "")).startswith("s3://"):
-        found.append(model_object(aws, model))
+        found.append(model_object(api, model))
     for parameter in ("CpuImageUri", "GpuImageUri"):
         if "@sha256:" in (uri := parameters.get(parameter, "")):
-            found.append(image(aws, uri))
+            found.append(image(api, uri))
     return found
 
 
@@ -504,8 +504,8 @@ def endpoint_name(physical_id: str) -> str:
     return physical_id.rsplit("/", 1)[-1]  # the endpoint's ARN, or its name
 
 
-def table(aws: Aws, name: str) -> Leftover:
-    dynamodb = aws.client("dynamodb")
+def table(api: AwsApi, name: str) -> Leftover:
+    dynamodb = api.client("dynamodb")
 
     def exists() -> str | None:
         described = unless_gone(lambda: dynamodb.describe_table(TableName=name)["Table"], "ResourceNotFoundException")
@@ -520,8 +520,8 @@ def table(aws: Aws, name: str) -> Leftover:
     return Leftover("table", name, exists, delete)
 
 
-def secret(aws: Aws, arn: str) -> Leftover:
-    secrets = aws.client("secretsmanager")
+def secret(api: AwsApi, arn: str) -> Leftover:
+    secrets = api.client("secretsmanager")
 
     def exists() -> str | None:
         described = unless_gone(lambda: secrets.describe_secret(SecretId=arn), "ResourceNotFoundException")
@@ -537,8 +537,8 @@ def secret(aws: Aws, arn: str) -> Leftover:
     return Leftover("secret", arn, exists, delete)
 
 
-def log_group(aws: Aws, name: str) -> Leftover:
-    logs = aws.client("logs")
+def log_group(api: AwsApi, name: str) -> Leftover:
+    logs = api.client("logs")
 
     def exists() -> str | None:
         groups = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
@@ -552,8 +552,8 @@ def log_group(aws: Aws, name: str) -> Leftover:
     return Leftover("log group", name, exists, delete)
 
 
-def model_object(aws: Aws, url: str) -> Leftover:
-    s3 = aws.client("s3")
+def model_object(api: AwsApi, url: str) -> Leftover:
+    s3 = api.client("s3")
     bucket, _, key = url[len("s3://"):].partition("/")
 
     def exists() -> str | None:
@@ -567,8 +567,8 @@ def model_object(aws: Aws, url: str) -> Leftover:
     return Leftover("model object", url, exists, delete)
 
 
-def image(aws: Aws, uri: str) -> Leftover:
-    ecr = aws.client("ecr")
+def image(api: AwsApi, uri: str) -> Leftover:
+    ecr = api.client("ecr")
     repository_path, _, digest = uri.partition("@")
     repository = repository_path.split("/", 1)[1]
 
@@ -726,12 +726,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             if args.dry_run:
                 print(f"DRY RUN: nothing is sent to AWS and no command runs; {args.command} would make these calls"
                       " (each validated against botocore's model of its service) and run these commands:", file=out)
-            aws = Aws(plan.region, out, args.dry_run, stack_reply)
-            stack.callback(aws.close)
+            api = AwsApi(plan.region, out, args.dry_run, stack_reply)
+            stack.callback(api.close)
             shell = Shell(out, args.dry_run)
             if args.command == "deploy":
-                return deploy(plan, aws, shell, out, interactive)
-            return teardown(plan, aws, out, interactive, args.dry_run)
+                return deploy(plan, api, shell, out, interactive)
+            return teardown(plan, api, out, interactive, args.dry_run)
     except DeployError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 1

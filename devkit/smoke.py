@@ -27,6 +27,8 @@ from typing import Any, TextIO
 
 import httpx
 
+from systemone.errors import read_error_body
+
 DECISION_MODEL = "decision-default"
 CHAT_MODEL = "chat-default"
 TIMEOUT_S = 120.0  # a decision on a cold CPU endpoint, a 58 s long request's worth and more
@@ -233,9 +235,8 @@ class Smoke:
             "questions": {"q": {"type": "no-such-type", "instructions": "?"}}})
         check(reply.status_code == 422, f"an unknown question type got {reply.status_code}, not 422:"
                                          f" {self.shown(reply.text)}")
-        detail = reply.json().get("detail")
-        check(isinstance(detail, list) and detail and "loc" in detail[0],
-              f"not System One's validation shape: {self.shown(reply.text)}")
+        detail = read_error_body(reply.content).details
+        check(detail, f"not System One's validation shape: {self.shown(reply.text)}")
         stranger = self.request("GET", "/v1/models", key="dgk_0123456789abcdef_" + "A" * 43)
         check(stranger.status_code == 401, f"an unknown key got {stranger.status_code}, not 401")
         return "422 for an unknown question type (at " + ".".join(map(str, detail[0]["loc"])) + "), 401 for a bad key"
@@ -282,17 +283,8 @@ def events(lines: Iterator[str], deadline: float, timeout_s: float) -> Iterator[
 
 
 def error_message(reply: httpx.Response) -> str:
-    try:
-        body = reply.json()
-    except ValueError:
-        return ""
-    if isinstance(body, dict):
-        error, detail = body.get("error"), body.get("detail")
-        if isinstance(error, dict):
-            return str(error.get("message", ""))
-        if isinstance(detail, dict):
-            return str(detail.get("message", ""))
-    return ""
+    """The message of an error body in either API's shape (systemone/ reads both), else ''."""
+    return read_error_body(reply.content).message or ""
 
 
 def is_probability(value: Any) -> bool:
