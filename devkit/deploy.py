@@ -35,7 +35,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ DRY_ACCOUNT = "123456789012"
 SINGLE_PUT_LIMIT = 5 * 1024**3  # S3's largest single PutObject
 SECRET_RECOVERY_DAYS = 30
 STACK_WAIT_S = 3600
+STACK_POLL_S = 15
 # What a printed call never shows: values of these parameters, and anything shaped like a key.
 HIDDEN_PARAMETERS = re.compile(r"password|secret(string|binary)|token|credential|key_hash", re.I)
 CREDENTIAL = re.compile(r"dgk_[A-Za-z0-9_\-]+|dgt_[A-Za-z0-9_.\-]+")
@@ -124,7 +124,6 @@ class AwsApi:
         from gateway import aws as gateway_aws
 
         self.region, self.out, self.dry_run, self.stack_reply = region, out, dry_run, stack_reply
-        self.calls: list[tuple[str, str, dict]] = []
         self.session = botocore.session.get_session()
         # The gateway's own session too: the admin CLI's store makes its clients from it.
         for session in (self.session, gateway_aws.session()):
@@ -146,19 +145,13 @@ class AwsApi:
     def _print_call(self, model: Any, context: dict, **_: Any) -> Any:
         service = model.service_model.service_name
         params = context.get("printed_parameters", {})
-        self.calls.append((service, model.name, params))
         print(f"aws {service}.{model.name} {json.dumps(printable(params), sort_keys=True, default=str)}",
               file=self.out, flush=True)
-        if self.dry_run and service == "cloudformation" and self.stack_reply is not None:
-            return _reply(self.stack_reply(model.name, params))
+        if self.stack_reply is not None and service == "cloudformation":
+            from botocore.awsrequest import AWSResponse
+
+            return AWSResponse("https://dry-run.invalid/", 200, {}, None), self.stack_reply(model.name, params)
         return None
-
-
-def _reply(parsed: dict) -> tuple[Any, dict]:
-    from botocore.awsrequest import AWSResponse
-
-    status = 400 if "Error" in parsed else 200
-    return AWSResponse("https://dry-run.invalid/", status, {}, None), parsed
 
 
 def printable(value: Any, name: str = "", hidden: bool = False) -> Any:
@@ -447,7 +440,7 @@ def teardown(plan: Deployment, api: AwsApi, out: TextIO, interactive: bool, dry_
         print("teardown: nothing deleted", file=out)
         return 1
     cloudformation.delete_stack(StackName=plan.stack)
-    wait_deleted(cloudformation, plan.stack, out)
+    wait_deleted(cloudformation, plan.stack)
     say(out, "what the deletion left behind")
     kept = []
     for leftover in leftovers:
@@ -463,23 +456,17 @@ def teardown(plan: Deployment, api: AwsApi, out: TextIO, interactive: bool, dry_
     return 0
 
 
-def wait_deleted(cloudformation: Any, stack: str, out: TextIO) -> None:
-    deadline = time.monotonic() + STACK_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            status = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"]
-        except ClientError as exc:
-            if error_code(exc) == "ValidationError":
-                return
-            raise
-        if status == "DELETE_COMPLETE":
-            return
-        if status == "DELETE_FAILED":
-            raise DeployError(f"the stack's deletion failed: see `aws cloudformation describe-stack-events"
-                              f" --stack-name {stack}`")
-        print(f"   {status}...", file=out, flush=True)
-        time.sleep(15)
-    raise DeployError(f"the stack was still deleting after {STACK_WAIT_S} s")
+def wait_deleted(cloudformation: Any, stack: str) -> None:
+    """botocore's waiter: DescribeStacks every STACK_POLL_S (each call printed, so the wait
+    shows) until the stack is gone, for at most STACK_WAIT_S."""
+    from botocore.exceptions import WaiterError
+
+    try:
+        cloudformation.get_waiter("stack_delete_complete").wait(
+            StackName=stack, WaiterConfig={"Delay": STACK_POLL_S, "MaxAttempts": STACK_WAIT_S // STACK_POLL_S})
+    except WaiterError as exc:
+        raise DeployError(f"the stack's deletion did not complete ({exc}): see"
+                          f" `aws cloudformation describe-stack-events --stack-name {stack}`") from None
 
 
 def retained(resources: list[dict], parameters: dict[str, str], api: AwsApi) -> list[Leftover]:

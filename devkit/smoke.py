@@ -15,6 +15,7 @@ the key is never printed: whatever is shown of an answer passes through `redact`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -73,16 +74,17 @@ class Smoke:
 
     # -- HTTP, bounded ------------------------------------------------------------------
 
-    def client(self) -> httpx.Client:
-        # The read timeout bounds each wait between bytes; `deadline` below bounds a stream whole.
+    @functools.cached_property
+    def http(self) -> httpx.Client:
+        """One client for the run: its connection (and TLS session) serves every step.
+        The read timeout bounds each wait between bytes; `events` bounds a stream whole."""
         return httpx.Client(base_url=self.url, timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
                             headers={"User-Agent": "decision-gateway-smoke"}, follow_redirects=False)
 
     def request(self, method: str, path: str, *, body: Any = None, key: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.key if key is None else key}"} if key != "" else {}
         try:
-            with self.client() as http:
-                return http.request(method, path, json=body, headers=headers)
+            return self.http.request(method, path, json=body, headers=headers)
         except httpx.TimeoutException:
             raise Failed(f"no answer from {method} {path} within {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
@@ -185,8 +187,8 @@ class Smoke:
         deadline = started + self.timeout_s
         chunks, first, done, text = 0, None, False, []
         try:
-            with self.client() as http, http.stream("POST", "/v1/chat/completions", json=body,
-                                                     headers={"Authorization": f"Bearer {self.key}"}) as reply:
+            with self.http.stream("POST", "/v1/chat/completions", json=body,
+                                  headers={"Authorization": f"Bearer {self.key}"}) as reply:
                 if reply.status_code != 200:
                     reply.read()
                     self.expect(reply, 200)
@@ -247,22 +249,26 @@ class Smoke:
                 ("decision (System One format)", self.decision_system_one),
                 ("chat (streamed)", self.chat_streamed), ("outcome", self.outcome), ("refusal", self.refusal)]
 
+    def run_step(self, name: str, step: Callable[[], str], out: TextIO) -> Outcome:
+        started = time.monotonic()
+        try:
+            if self.key_refused and name != "health":
+                raise Skipped("the key was refused at the model list")
+            status, detail = "ok", step()
+        except Skipped as skip:
+            status, detail = "skipped", str(skip)
+        except Failed as failure:
+            status, detail = "FAILED", str(failure)
+        outcome = Outcome(name, status, self.redact(detail), time.monotonic() - started)
+        print(f"  {status:<7} {name:<29} {outcome.seconds:6.2f} s  {outcome.detail}", file=out, flush=True)
+        return outcome
+
     def run(self, out: TextIO) -> list[Outcome]:
         outcomes: list[Outcome] = []
         print(f"smoke: {self.url} (each step bounded by {self.timeout_s:g} s)", file=out, flush=True)
-        for name, step in self.steps():
-            started = time.monotonic()
-            try:
-                if self.key_refused and name != "health":
-                    raise Skipped("the key was refused at the model list")
-                status, detail = "ok", step()
-            except Skipped as skip:
-                status, detail = "skipped", str(skip)
-            except Failed as failure:
-                status, detail = "FAILED", str(failure)
-            outcome = Outcome(name, status, self.redact(detail), time.monotonic() - started)
-            outcomes.append(outcome)
-            print(f"  {status:<7} {name:<29} {outcome.seconds:6.2f} s  {outcome.detail}", file=out, flush=True)
+        with self.http:
+            for name, step in self.steps():
+                outcomes.append(self.run_step(name, step, out))
         failed = [o.step for o in outcomes if o.status == "FAILED"]
         skipped = sum(o.status == "skipped" for o in outcomes)
         if failed:
