@@ -33,6 +33,7 @@ from systemone.errors import read_error_body
 DECISION_MODEL = "decision-default"
 CHAT_MODEL = "chat-default"
 TIMEOUT_S = 120.0  # a decision on a cold CPU endpoint, a 58 s long request's worth and more
+MAX_BODY = 8 * 1024 * 1024  # far more than any answer of the API; a hostile server's flood stops here
 SHOWN = 300  # characters of an unexpected answer shown in a failure
 # An API key's shape (gateway/auth/credentials.py) and a minted token's: hidden wherever seen.
 CREDENTIAL = re.compile(r"dgk_[A-Za-z0-9_\-]+|dgt_[A-Za-z0-9_.\-]+|eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_.\-]+")
@@ -82,9 +83,21 @@ class Smoke:
                             headers={"User-Agent": "decision-gateway-smoke"}, follow_redirects=False)
 
     def request(self, method: str, path: str, *, body: Any = None, key: str | None = None) -> httpx.Response:
+        """The whole answer, read within the step's bound however slowly it trickles, and at
+        most MAX_BODY bytes of it: a gateway that never stops sending fails the step."""
         headers = {"Authorization": f"Bearer {self.key if key is None else key}"} if key != "" else {}
+        deadline = time.monotonic() + self.timeout_s
         try:
-            return self.http.request(method, path, json=body, headers=headers)
+            with self.http.stream(method, path, json=body, headers=headers) as reply:
+                content = bytearray()
+                for chunk in reply.iter_bytes():
+                    content += chunk
+                    if len(content) > MAX_BODY:
+                        raise Failed(f"{method} {path} answered more than {MAX_BODY} bytes")
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer was still coming")
+            return httpx.Response(reply.status_code, headers=reply.headers, content=bytes(content),
+                                  request=reply.request)
         except httpx.TimeoutException:
             raise Failed(f"no answer from {method} {path} within {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
@@ -141,6 +154,7 @@ class Smoke:
                      {"type": "choice", "name": "queue", "instructions": "Which queue should handle it?",
                       "choices": [{"value": "billing", "description": "payments and refunds"},
                                   {"value": "delivery"}, {"value": "account"}]}]
+        started = time.monotonic()
         reply = self.request("POST", "/v1/decisions", body={"model": model, "input": STATE, "questions": questions})
         body = self.expect(reply, 200)
         answers = body.get("answers")
@@ -153,7 +167,7 @@ class Smoke:
               f"the choice's probabilities are {queue!r}")
         self.remember(body.get("id"), {"refund": True})
         return (f"refund {refund:.2f}, queue {answers[1].get('choice')!r}"
-                f" in {reply.elapsed.total_seconds():.1f} s, via {reply.headers.get('x-endpoint', '?')}")
+                f" in {time.monotonic() - started:.1f} s, via {reply.headers.get('x-endpoint', '?')}")
 
     def decision_system_one(self) -> str:
         model = self._model(self.decision_model)
@@ -163,6 +177,7 @@ class Smoke:
                       "criteria": {"billing": "payments, refunds", "delivery": "shipping", "account": None}},
             "anger": {"type": "score", "instructions": "How frustrated?", "criteria": ["calm", "annoyed", "angry"]},
         }
+        started = time.monotonic()
         reply = self.request("POST", "/v1/systemone", body={"model": model, "state": STATE, "questions": questions})
         body = self.expect(reply, 200)
         answers = body.get("answers")
@@ -173,7 +188,7 @@ class Smoke:
               f"the choice's probabilities are {queue!r}")
         self.remember(reply.headers.get("x-decision-id"), {"is_refund": True})
         best = max(queue, key=queue.get)
-        return f"queue {best} {queue[best]:.2f} in {reply.elapsed.total_seconds():.1f} s"
+        return f"queue {best} {queue[best]:.2f} in {time.monotonic() - started:.1f} s"
 
     def remember(self, decision_id: Any, answers: dict[str, Any]) -> None:
         if self.decision_id is None and isinstance(decision_id, str) and decision_id:

@@ -9,6 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -150,3 +153,41 @@ def test_whatever_is_printed_hides_credentials():
     check = smoke.Smoke("http://x", "dgk_abcdef0123456789_" + "Q" * 43)
     assert "Q" * 43 not in check.redact(f"echo {check.key} and dgk_other_key_123 and eyJhbGciOi.eyJzdWIi.sig")
     assert check.redact("plain words") == "plain words"
+
+
+class Hostile(BaseHTTPRequestHandler):
+    """A 'gateway' that drips its answer a byte at a time, or floods it without end."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            if self.path == "/health" and self.server.mode == "drip":
+                while True:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            while True:
+                self.wfile.write(b" " * 65536)
+        except OSError:
+            return
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize(("mode", "said"), [("drip", "within 2 s"), ("flood", "more than 8388608 bytes")])
+def test_a_gateway_that_never_stops_answering_fails_the_step_within_its_bound(mode, said):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    server.mode, server.daemon_threads = mode, True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        code, output = run_smoke(f"http://127.0.0.1:{server.server_address[1]}", "dgk_x", "--timeout", "2")
+        assert code == 1
+        assert said in line_of(output, "health"), output
+        assert time.monotonic() - started < 30  # every step bounded, none waiting on the server's good will
+    finally:
+        server.shutdown()
+        server.server_close()
