@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 ROOT = Path(__file__).resolve().parents[1]
 SAM = ROOT / ".cache" / "tools" / "bin" / "sam"
@@ -721,6 +721,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
             return teardown(plan, api, out, interactive, args.dry_run)
     except DeployError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
+        return 1
+    except (ClientError, BotoCoreError) as exc:  # refused or unreachable: botocore's message names the call
+        print(f"{args.command}: AWS: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"\n{args.command}: interrupted", file=sys.stderr)

@@ -5,6 +5,7 @@ step-by-step blocks are the commands `make deploy` runs."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -206,3 +207,42 @@ def test_the_deploy_pages_blocks_are_the_commands_make_deploy_runs(deployed):
 def test_the_comparison_fails_when_the_page_drifts(deployed):
     drifted = [line.replace("--save-params", "") for line in run_commands(deployed.stdout)]
     assert page_commands() != drifted
+
+
+# -- the first key, as a real (not dry) run writes it ------------------------------------------
+
+def test_the_first_key_goes_to_a_0600_file_once_and_a_later_deploy_issues_none(tmp_path, monkeypatch):
+    # Given the stack's tables (moto's DynamoDB) and no terminal,
+    from moto import mock_aws
+
+    from gateway.stores.dynamodb import DynamoDBStore
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        store = DynamoDBStore("tenants", "keys")
+        store.create_tables()
+        plan = deploy.Deployment("default", "dg", "us-east-1", Path(MODEL), key_file=tmp_path / "first.key")
+        outputs = {"TenantsTableName": "tenants", "KeysTableName": "keys"}
+        out = io.StringIO()
+        # when deploy issues the first key, it is in the file, mode 0600, and nowhere in what it printed;
+        key = deploy.first_key(plan, outputs, deploy.Shell(out, dry_run=False), out, interactive=False)
+        written = plan.key_file.read_text().strip()
+        assert written == key and key.startswith("dgk_")
+        assert plan.key_file.stat().st_mode & 0o777 == 0o600
+        assert key not in out.getvalue() and "(mode 0600)" in out.getvalue()
+        assert store.get_tenant("first") is not None
+        assert [k.name for k in store.list_api_keys("first")] == ["make deploy"]
+        # and a second deploy issues none (the first key still stands).
+        assert deploy.first_key(plan, outputs, deploy.Shell(out, dry_run=False), out, interactive=False) is None
+        assert len(store.list_api_keys("first")) == 1
+
+
+def test_without_credentials_a_real_run_stops_at_its_first_call_with_botocores_reason():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DG_", "GATEWAY_"))}
+    env.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true")
+    done = subprocess.run([sys.executable, "-m", "devkit.deploy", "teardown", "--region", "eu-west-1",
+                           "--config-env", "no-such-env"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert "teardown: AWS: Unable to locate credentials" in done.stderr and "Traceback" not in done.stderr
