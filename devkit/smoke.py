@@ -327,8 +327,9 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, o
     environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(prog="python -m devkit.smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=environ.get("DG_URL", ""), help="the gateway's base URL (DG_URL)")
-    parser.add_argument("--timeout", type=float, default=float(environ.get("SMOKE_TIMEOUT_S") or TIMEOUT_S),
-                        help=f"seconds a step may take (SMOKE_TIMEOUT_S; default {TIMEOUT_S:g})")
+    # DG_ like the URL and the key: the variables a caller's shell holds for this gateway.
+    parser.add_argument("--timeout", type=float, default=environ.get("DG_SMOKE_TIMEOUT_S") or TIMEOUT_S,
+                        help=f"seconds a step may take (DG_SMOKE_TIMEOUT_S; default {TIMEOUT_S:g})")
     parser.add_argument("--decision-model", default=DECISION_MODEL)
     parser.add_argument("--chat-model", default=CHAT_MODEL)
     args = parser.parse_args(argv)

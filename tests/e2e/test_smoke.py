@@ -4,6 +4,7 @@ tests/sam_local/test_sam_local.py."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -191,3 +192,11 @@ def test_a_gateway_that_never_stops_answering_fails_the_step_within_its_bound(mo
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("bound", ["abc", "-5", "0", "1e9"])
+def test_a_bound_that_is_not_seconds_is_a_usage_error(bound, capsys):
+    environ = {"DG_URL": "http://127.0.0.1:1", "DG_API_KEY": "dgk_x", "DG_SMOKE_TIMEOUT_S": bound}
+    with pytest.raises(SystemExit) if bound == "abc" else contextlib.nullcontext():
+        assert smoke.main([], environ=environ, out=io.StringIO()) == 2
+    assert "timeout" in capsys.readouterr().err
