@@ -672,7 +672,7 @@ def plan_from(args: argparse.Namespace, interactive: bool, environ: dict[str, st
               or ("us-east-1" if args.dry_run else ""))
     if guided:
         print("First deployment of this config env: each answer is saved in samconfig.toml by sam deploy.")
-    region = ask("AWS region", region or "us-east-1", guided)
+    region = ask("AWS region", region or "us-east-1", guided) if guided else region
     stack = args.stack or saved.get("stack_name") or "decision-gateway"
     plan = Deployment(config_env=args.config_env, stack=ask("Stack name", stack, guided), region=region,
                       model=Path(args.model).resolve(), saved=saved, tenant=args.tenant,

@@ -246,3 +246,12 @@ def test_without_credentials_a_real_run_stops_at_its_first_call_with_botocores_r
                           timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert "teardown: AWS: Unable to locate credentials" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_a_region_and_a_terminal_a_real_run_asks_for_one_rather_than_guess():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DG_", "GATEWAY_"))}
+    env.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    done = subprocess.run([sys.executable, "-m", "devkit.deploy", "deploy", "--config-env", "no-such-env"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert "no region: set AWS_REGION" in done.stderr and "aws " not in done.stdout
