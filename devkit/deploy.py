@@ -226,6 +226,12 @@ def ask(question: str, default: str, interactive: bool) -> str:
     return answer or default
 
 
+def count(what: str, answer: str) -> int:
+    if not answer.strip().isdigit() or not 0 < int(answer) <= 100:
+        raise DeployError(f"{what}: {answer!r} is not a whole number from 1 to 100")
+    return int(answer)
+
+
 def confirm_by_name(what: str, name: str, interactive: bool, out: TextIO, dry_run: bool) -> bool:
     """Whether the operator typed `name` to confirm deleting `what`; a dry run says it would ask."""
     if dry_run:
@@ -667,7 +673,7 @@ DRY_DIGEST = "sha256:" + "ab" * 32
 
 def plan_from(args: argparse.Namespace, interactive: bool, environ: dict[str, str]) -> Deployment:
     saved = saved_parameters(args.config_env)
-    guided = interactive and "CpuImageUri" not in saved
+    guided = interactive and args.command == "deploy" and "CpuImageUri" not in saved  # teardown asks nothing
     region = (args.region or saved.get("region") or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
               or ("us-east-1" if args.dry_run else ""))
     if guided:
@@ -678,8 +684,12 @@ def plan_from(args: argparse.Namespace, interactive: bool, environ: dict[str, st
                       model=Path(args.model).resolve(), saved=saved, tenant=args.tenant,
                       key_file=Path(args.key_file) if args.key_file else None)
     plan.instance_type = ask("CPU endpoint instance type", saved.get("CpuInstanceType", plan.instance_type), guided)
-    plan.min_instances = int(ask("Instances at least", saved.get("CpuMinInstances", str(plan.min_instances)), guided))
-    plan.max_instances = int(ask("Instances at most", saved.get("CpuMaxInstances", str(plan.max_instances)), guided))
+    plan.min_instances = count("Instances at least", ask("Instances at least", saved.get(
+        "CpuMinInstances", str(plan.min_instances)), guided))
+    plan.max_instances = count("Instances at most", ask("Instances at most", saved.get(
+        "CpuMaxInstances", str(plan.max_instances)), guided))
+    if plan.max_instances < plan.min_instances:
+        raise DeployError(f"at most {plan.max_instances} instances is fewer than at least {plan.min_instances}")
     plan.stage = saved.get("Stage", plan.stage)
     plan.architecture = saved.get("Architecture", plan.architecture)
     plan.operator_role_arn = ask("Operator role ARN (reads the secrets; empty: none)",

@@ -255,3 +255,10 @@ def test_without_a_region_and_a_terminal_a_real_run_asks_for_one_rather_than_gue
                           env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 1
     assert "no region: set AWS_REGION" in done.stderr and "aws " not in done.stdout
+
+
+@pytest.mark.parametrize("answer", ["two", "0", "-1", "101", "1.5", ""])
+def test_an_instance_count_that_is_not_one_to_a_hundred_is_refused_with_the_answer(answer):
+    with pytest.raises(deploy.DeployError, match="not a whole number"):
+        deploy.count("Instances at least", answer)
+    assert deploy.count("Instances at most", " 4 ") == 4
