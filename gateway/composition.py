@@ -8,6 +8,8 @@ while the function initialises (the init phase), SageMaker clients included.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
@@ -29,7 +31,6 @@ from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
-from systemone.values import replace
 
 
 def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,

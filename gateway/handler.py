@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import gc
 import logging
 import os
 import random
@@ -131,40 +130,13 @@ def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:
         return None, 0.0  # tests, the local runner and benchmarks build their own
     started = time.perf_counter()
     try:
-        snapshot = os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start"
-        with collector_paused(collect_first=snapshot):
-            function = build_function()
-            if snapshot:
-                build_deferred_models()
+        function = build_function()
+        if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+            build_deferred_models()
         return function, time.perf_counter() - started
     except Exception:
         log.exception("the function could not be built in the init phase; the first request tries again")
         return None, time.perf_counter() - started
-
-
-@contextlib.contextmanager
-def collector_paused(*, collect_first: bool = False) -> Iterator[None]:
-    """The init phase makes some 65,000 objects the collector tracks (modules, classes,
-    functions, the models' fields) and frees almost none: the cyclic collector, left on,
-    scans them again and again while they are made, about 14 ms of a cold start (make
-    bench-gateway). Paused while they are made; then, when the build succeeded, frozen:
-    what the init phase built lives as long as the instance, so later collections need not
-    scan it either (what gc.freeze is for). The price: the 600 or so objects the build
-    left as cyclic garbage (about 0.4 MB) are frozen too. `collect_first` collects them
-    before the freeze, for a SnapStart snapshot, whose init phase no caller waits on."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    except BaseException:
-        if was_enabled:
-            gc.enable()  # a failed build is garbage: left to the collector, never frozen
-        raise
-    if collect_first:
-        gc.collect()
-    gc.freeze()
-    if was_enabled:
-        gc.enable()
 
 
 def build_deferred_models() -> None:

@@ -34,10 +34,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.streaming import CONTENT_TYPE
-from systemone.values import frozen
 
 log = logging.getLogger("gateway.runtime_loop")
 API = "/2018-06-01/runtime"
@@ -48,7 +48,7 @@ ERROR_BODY_TRAILER = "Lambda-Runtime-Function-Error-Body"
 _UNHANDLED = "Function.Unhandled"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Invocation:
     request_id: str
     event: dict[str, Any]

@@ -18,17 +18,16 @@ import hmac
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
-
-from systemone.values import frozen
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 # Never signed: a proxy may change them, and botocore leaves them out too.
 _UNSIGNED = frozenset({"user-agent", "expect", "content-length", "transfer-encoding", "x-amzn-trace-id"})
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Credentials:
     access_key: str
     secret_key: str

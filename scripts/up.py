@@ -88,6 +88,9 @@ def main() -> int:
             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_SESSION_TOKEN": "",
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_PROFILE": "",
             "POWERTOOLS_METRICS_DISABLED": "true",
+            # What the template sets for the functions (template.yaml, Globals): no search for
+            # pydantic plugins, and one BLAS thread for a refit beside the scorer.
+            "PYDANTIC_DISABLE_PLUGINS": "__all__", "OPENBLAS_NUM_THREADS": "1",
         }
         gateway = start_process("gateway", [sys.executable, "-m", "devkit.local", "--port", str(args.gateway_port)], gateway_env)
         processes.append(gateway)

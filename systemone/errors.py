@@ -6,10 +6,10 @@ OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from systemone.json_text import object_or_none
-from systemone.values import frozen
 
 # JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
 _UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
@@ -72,7 +72,7 @@ def openai_body(message: str, error_type: str, code: str | None,
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ErrorBody:
     """What an error body in either shape says: its message, and a 422's problems."""
 

@@ -15,8 +15,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import Iterator
-
-from systemone.values import field, frozen
+from dataclasses import dataclass, field
 
 _PRELUDE = struct.Struct("!II")
 _CRC = struct.Struct("!I")
@@ -38,7 +37,7 @@ class EventStreamError(ValueError):
     an unknown header type, a stream cut inside a message)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Message:
     headers: dict[str, object] = field(default_factory=dict)
     payload: bytes = b""

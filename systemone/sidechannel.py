@@ -37,10 +37,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from systemone.json_text import object_or_none
-from systemone.values import frozen
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 # SageMaker's limit on the header's value (InvokeEndpoint's CustomAttributes).
@@ -168,7 +168,7 @@ def weight_of(pairs: dict[str, str]) -> float:
         return 1.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ErrorHints:
     """What a scorer's error body says beside its message (see the module docstring)."""
 

@@ -12,8 +12,7 @@ import hashlib
 import hmac
 import re
 import secrets
-
-from systemone.values import frozen
+from dataclasses import dataclass
 
 API_KEY_PREFIX = "dgk_"
 # outcomes:train: attach outcomes that train catalog adapters (a write to an entry's
@@ -22,7 +21,7 @@ SCOPES = ("chat", "decide", "catalogs:read", "catalogs:write", "outcomes:train",
 _API_KEY = re.compile(r"^dgk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Principal:
     tenant_id: str
     scopes: frozenset[str]
@@ -39,7 +38,7 @@ class Principal:
         return self.models is None or model in self.models
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NewApiKey:
     key_id: str
     secret: str  # the whole key, shown once to whoever created it

@@ -5,12 +5,11 @@ revocations. Two implementations pass one contract test suite:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from systemone.values import field, field_names, frozen
 
-
-@frozen
+@dataclass(frozen=True, slots=True)
 class TenantLimits:
     """What one tenant may ask, per request and per second: settings of the tenant.
 
@@ -38,11 +37,11 @@ class TenantLimits:
     usage_key: str | None = None  # AWS: the API Gateway API key (of the tenant's usage plan) the authorizer returns
 
     def as_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in field_names(self) if getattr(self, k) != getattr(DEFAULT_LIMITS, k)}
+        return {k: getattr(self, k) for k in (f.name for f in fields(self)) if getattr(self, k) != getattr(DEFAULT_LIMITS, k)}
 
     @classmethod
     def from_json(cls, values: dict[str, Any] | None) -> TenantLimits:
-        known = set(field_names(cls))
+        known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (values or {}).items() if k in known})
 
 
@@ -54,7 +53,7 @@ DEFAULT_LIMITS = TenantLimits()
 MIN_ENDPOINT_SECONDS_PER_MINUTE = 5.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class UsageRow:
     """What one tenant spent on one day (UTC, YYYY-MM-DD) under one entry: a catalog entry's
     name, `(inline)` for questions that named none, `(chat)` for chat completions."""
@@ -66,7 +65,7 @@ class UsageRow:
     endpoint_ms: int
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Tenant:
     tenant_id: str
     name: str
@@ -75,7 +74,7 @@ class Tenant:
     limits: TenantLimits = field(default_factory=TenantLimits)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PrincipalRule:
     """An IAM principal (normalised ARN) that acts for a tenant, with what it may do."""
 
@@ -86,7 +85,7 @@ class PrincipalRule:
     created_at: float
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
     key_id: str
     tenant_id: str

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from gateway.auth.credentials import SCOPES, NewApiKey, api_key_id, hash_api_key, new_api_key
 from gateway.auth.store import MIN_ENDPOINT_SECONDS_PER_MINUTE, ApiKeyRecord, Tenant, TenantStore
 from systemone.sidechannel import MAX_WEIGHT, MIN_WEIGHT
-from systemone.values import replace
 
 _TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

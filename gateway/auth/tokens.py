@@ -20,10 +20,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-
-from systemone.values import frozen
 
 TOKEN_PREFIX = "dgt_"  # noqa: S105 (a prefix, not a secret)
 DEFAULT_TTL_S = 3600
@@ -47,7 +46,7 @@ class KeyRing(Protocol):
         ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TokenClaims:
     token_id: str
     tenant_id: str

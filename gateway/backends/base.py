@@ -17,13 +17,13 @@ botocore.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from systemone.sidechannel import Route, State, Work
-from systemone.values import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     name: str  # the SageMaker endpoint name
     region: str | None = None
@@ -35,7 +35,7 @@ class Endpoint:
     billed_by_duration: bool = False  # each invocation billed for its duration (Serverless), not instance hours
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Caller:
     """Whom one call is for, as the scorer tells work apart (systemone.sidechannel): the
     gateway's request id (both deployables log it), the tenant's tag (a keyed hash, never

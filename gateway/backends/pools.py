@@ -34,6 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 from gateway.backends.base import (
@@ -63,7 +64,6 @@ from gateway.errors import (
 )
 from gateway.settings import MAX_STREAM_DEADLINE_S
 from systemone.errors import read_error_body
-from systemone.values import field, frozen, replace
 
 log = logging.getLogger("gateway.pools")
 
@@ -89,7 +89,7 @@ class NoMetrics:
         pass
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PoolPolicy:
     deadline_s: float = 25.0
     stream_deadline_s: float = MAX_STREAM_DEADLINE_S  # the longest a caller may ask for on the streaming routes
@@ -109,14 +109,14 @@ class PoolPolicy:
         return max(1, (self.line // 2) * self.min_instances)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PoolEndpoint:
     endpoint: Endpoint
     tier: int  # lower tiers first; endpoints sharing a tier are ordered by weighted chance
     weight: float = 1.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Invocation:
     body: bytes
     endpoint: str

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gateway.backends.base import Endpoint
 from gateway.backends.pools import EndpointPool
 from gateway.errors import NotFound
-from systemone.values import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ModelRoute:
     name: str
     aliases: tuple[str, ...]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -33,7 +34,6 @@ from systemone.answers import normalise
 from systemone.features import decode_state
 from systemone.models import Answer as ScorerAnswer
 from systemone.models import AnswerFeatures, Extensions, NoulAnswer
-from systemone.values import replace
 
 log = logging.getLogger("gateway.backends.scorer")
 

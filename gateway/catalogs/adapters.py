@@ -18,12 +18,12 @@ import json
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.decisions.model import FitKey, ReadFeatures
 from systemone.features import pack, unpack
 from systemone.limits import STATE_FEATURE_DIMS
-from systemone.values import frozen
 
 if TYPE_CHECKING:
     from gateway.catalogs.model import Adapter
@@ -73,7 +73,7 @@ def fitted_on(adapter: Adapter) -> FitKey:
     return FitKey(adapter.model_sha256, adapter.prompt_version, adapter.readout)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Head:
     """An adapter decoded once (a version is immutable: its head is cached by its id)."""
 

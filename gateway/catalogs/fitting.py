@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from gateway.catalogs.adapters import MIN_SCALE, STATE_CLIP  # the decision-time head's: one figure for both
-from systemone.values import frozen
 
 L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 MAX_FOLDS = 5
@@ -35,7 +35,7 @@ _STEPS = 300
 _LEARNING_RATE = 0.05
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One labelled answer: its per-listing log-probabilities (declared order), the state
     sketch, the index of the true option, and the group it may not be split from."""
@@ -46,7 +46,7 @@ class Sample:
     group: str
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Head:
     scale: float
     bias: np.ndarray  # (K,)
@@ -59,7 +59,7 @@ class Head:
         return _softmax(self.scale * zero_shot + self.bias + x @ self.weights.T)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Scores:
     accuracy: float
     nll: float
@@ -69,7 +69,7 @@ class Scores:
         return {"accuracy": round(self.accuracy, 4), "nll": round(self.nll, 4), "brier": round(self.brier, 4)}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Fitted:
     """The outcome of one fit: the head on every sample (None when it was not kept), the
     out-of-fold figures of the head and of the calibrated zero-shot answer, and why."""

@@ -9,6 +9,7 @@ catalog is a no-op; changing anything, a description included, makes a new versi
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -16,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from gateway.catalogs.adapters import MIN_SCALE
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
 from systemone.limits import STATE_FEATURE_DIMS
-from systemone.values import frozen
 
 Text = str | dict[str, Any] | list[Any]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -285,7 +285,7 @@ def content_hash(canonical: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CatalogVersion:
     tenant_id: str
     name: str

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gateway.catalogs.adapters import adapted
 from gateway.catalogs.model import InjectionRule, Policy, Rule
 from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
 from systemone import answers as formulas
-from systemone.values import replace
 
 _EPSILON = 1e-12
 _STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}

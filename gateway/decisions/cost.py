@@ -15,14 +15,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from systemone.values import frozen
-
 PRICES = json.loads(Path(__file__).with_name("prices.json").read_text())
 LAMBDA_GB = 0.25  # template.yaml's GatewayFunction MemorySize
 GATEWAY_OVERHEAD_S = 0.01  # the handler's own time beside the wait (make bench-gateway: about 1 ms; rounded up)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Cost:
     endpoint_seconds: float = 0.0  # every attempt's time on an endpoint, fallbacks included
     endpoint_usd: float = 0.0  # that time at each endpoint's price (0: the pool has none configured)

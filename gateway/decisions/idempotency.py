@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
-from systemone.values import frozen
 
-
-@frozen
+@dataclass(frozen=True, slots=True)
 class Entry:
     """What the store holds for one key: the request's fingerprint, and its reply once done."""
 

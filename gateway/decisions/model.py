@@ -9,6 +9,7 @@ model next to the key.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from gateway.decisions.cost import Cost
@@ -21,7 +22,6 @@ from systemone.limits import MAX_LEVELS as MAX_LEVELS
 from systemone.limits import MAX_QUESTIONS as MAX_QUESTIONS
 from systemone.models import InjectionSignal
 from systemone.models import Text as Text
-from systemone.values import field, frozen, replace
 
 # Text shown to the model (`Text`): a string, or a JSON object or array rendered as
 # canonical JSON (`render_json`), with the contract's limits: one copy, `systemone`.
@@ -34,7 +34,7 @@ Action = Literal["auto", "review", "abstain"]
 VerdictReason = Literal["injection_suspected", "injection_signal_missing", "calibration_mismatch"]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Option:
     key: str
     value: str | bool | int
@@ -59,7 +59,7 @@ class Thresholds(Protocol):
     def model_dump(self, *, mode: str = "python") -> dict[str, Any]: ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FitKey:
     """What a catalog entry's calibration was fitted on: the model file (SHA-256), the
     scorer's prompt template and the readout. A temperature or a threshold measured on one
@@ -70,7 +70,7 @@ class FitKey:
     readout: str | None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ReadFeatures:
     """What the backend read one answer from (its `x_features`): the listings'
     log-distributions over the declared options, the state sketch and the sketch's name."""
@@ -80,7 +80,7 @@ class ReadFeatures:
     sketch: str
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CatalogBinding:
     """The catalog entry a question came from, and what applies to its answer."""
 
@@ -100,7 +100,7 @@ class CatalogBinding:
         return f"{self.name}@{self.version}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Question:
     id: str  # the backend's question id; never shown to the model
     kind: Kind
@@ -110,7 +110,7 @@ class Question:
     binding: CatalogBinding | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CatalogReference:
     """A question the caller names by catalog entry instead of writing it out."""
 
@@ -121,7 +121,7 @@ class CatalogReference:
     loc: str | int = 0  # where the caller wrote it: its System One id or its OpenAI position
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Decision:
     model: str  # as the caller wrote it: a model name or an alias
     state: Text
@@ -131,7 +131,7 @@ class Decision:
     calibrate: bool = True  # False: raw probabilities, no temperature and no thresholds (calibration runs)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What a catalog policy says to do with an answer, and the measures it judged."""
 
@@ -142,7 +142,7 @@ class Verdict:
     reason: VerdictReason | None = None  # None: the action is the one the rules gave
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Answer:
     question: Question
     # noul: (P(true),); choice and score: one probability per option, in option order.
@@ -181,14 +181,14 @@ def score_of(answer: Answer) -> float:
     return answer.score if answer.score is not None else formulas.expected_score(answer.probabilities)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DecisionResult:
     """What the model answered (never the ground truth a caller attaches later: that is a
     record's `outcome`)."""

@@ -27,12 +27,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.credentials import Principal
 from gateway.decisions.idempotency import Entry, IdempotencyStore
 from gateway.errors import BackendUnavailable, Conflict, InvalidRequest, NotReplayable
-from systemone.values import frozen
 
 log = logging.getLogger("gateway.idempotency")
 
@@ -46,7 +46,7 @@ MAX_STORED_REPLY_BYTES = 350_000
 CLAIM_MARGIN_S = 30.0
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Reply:
     """A route's reply as it is stored and replayed."""
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import time
 from collections import Counter
@@ -107,9 +106,7 @@ class LearningService:
         if entry.adapter is not None and entry.adapter.fit.outcomes == digest:
             return {**report, "applied": False, "adapter": entry.adapter.id,
                     "reason": "no training outcome changed since its adapter was fitted"}
-        # One BLAS thread: a function's share of a core, or a machine shared with the scorer,
-        # gains nothing from more, and oversubscribed they run ten times slower.
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        # BLAS threads are the environment's (OPENBLAS_NUM_THREADS=1 in the template and `make up`).
         from gateway.catalogs import fitting  # numpy: loaded by a refit only, never on a decision's path
 
         fitted = fitting.fit([s for s, _, _ in samples], len(keys))

@@ -3,6 +3,8 @@ routes call (built by `gateway.composition.build_runtime`, once per container)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gateway.auth.authenticate import Authenticator
 from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
@@ -13,10 +15,9 @@ from gateway.services.records import RecordsService
 from gateway.services.spending import Spending
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import GatewaySettings
-from systemone.values import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class GatewayRuntime:
     settings: GatewaySettings
     registry: ModelRegistry

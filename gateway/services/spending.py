@@ -38,13 +38,13 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth.store import TenantLimits, TenantStore, UsageRow
 from gateway.decisions.cost import Cost, Meter
 from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
 from gateway.services.throttle import checked
-from systemone.values import frozen
 
 log = logging.getLogger("gateway.spending")
 
@@ -62,7 +62,7 @@ def nano_usd(usd: float) -> int:
     return math.ceil(usd * NANO_PER_USD)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Reservation:
     name: str
     amount: int

@@ -8,14 +8,15 @@ composition root never probes an object for methods.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gateway.auth.store import TenantStore
 from gateway.catalogs.store import CatalogStore
 from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
-from systemone.values import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Stores:
     tenants: TenantStore
     catalogs: CatalogStore | None

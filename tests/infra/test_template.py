@@ -767,3 +767,13 @@ def test_the_scheduled_refit_lists_tenant_ids_and_writes_catalog_versions_only(t
                    or "sagemaker" in json.dumps(s["Action"]) for s in granted)
     assert may("dynamodb:PutItem", "CatalogsTable.Arn") and may("dynamodb:Query", "RecordsTable.Arn")
     assert not may("dynamodb:PutItem", "RecordsTable.Arn") and not may("dynamodb:UpdateItem", "RecordsTable.Arn")
+
+
+def test_the_process_settings_are_the_templates_and_make_ups_never_a_module_write(template):
+    # No module writes the environment (tests/unit/test_house_rules.py): what the functions
+    # need there is declared here, and `make up` gives its gateway the same.
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    wanted = {"PYDANTIC_DISABLE_PLUGINS": "__all__", "OPENBLAS_NUM_THREADS": "1"}
+    assert {k: variables.get(k) for k in wanted} == wanted
+    up = (Path(__file__).resolve().parents[2] / "scripts" / "up.py").read_text()
+    assert all(f'"{k}": "{v}"' in up for k, v in wanted.items())

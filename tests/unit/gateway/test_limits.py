@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,6 @@ from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
 from systemone import limits
-from systemone.values import replace
 from tests.fakes import ManualClock
 from tests.gateway_helpers import call, tenant_store
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,6 @@ from gateway.catalogs.model import InjectionRule, Policy, Rule, content_hash, pa
 from gateway.catalogs.policy import answered_by, apply_catalogs, fitted_here, judge, measures, with_temperature
 from gateway.decisions.model import Answer, CatalogBinding, DecisionResult, FitKey, Option, Question, Usage
 from systemone.models import InjectionSignal
-from systemone.values import replace
 
 
 def test_temperature_sharpens_below_one_flattens_above_and_keeps_order():

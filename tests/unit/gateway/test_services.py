@@ -4,6 +4,8 @@ A real SQLite store, the fake backend, an injected clock."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from devkit.gateway_stack import settings_for
@@ -20,7 +22,6 @@ from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
 from gateway.services.tenant_tags import TenantTags
 from systemone.sidechannel import TENANT_TAG_LENGTH, tenant_tag
-from systemone.values import replace
 from tests.fakes import FixedBackend, ManualClock
 from tests.gateway_helpers import tenant_store
 

@@ -163,8 +163,9 @@ def test_a_last_use_recorded_for_a_key_that_does_not_exist_makes_no_key(store):
 
 
 def test_a_tenants_limits_are_stored_with_it(tenants):
+    from dataclasses import replace
+
     from gateway.auth.store import DEFAULT_LIMITS
-    from systemone.values import replace
 
     assert tenants.get_tenant("acme").limits == DEFAULT_LIMITS
     limits = replace(DEFAULT_LIMITS, rate_per_s=2.5, burst=5, max_options=64, max_in_flight=3,

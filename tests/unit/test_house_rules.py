@@ -1,0 +1,106 @@
+"""The few rules the deployables keep, checked (docs/contributing.md says why each exists).
+
+- A value class is a stdlib dataclass or a pydantic model: one idiom a newcomer and a type
+  checker already know, no second dialect of a standard feature.
+- Importing the deployables writes nothing into the process environment (settings that must
+  be there are the template's and `make up`'s).
+- SageMaker is called through botocore's `sagemaker-runtime` client: nothing in gateway/
+  computes a request signature of its own.
+- The cyclic collector runs as Python runs it: no pause or freeze around the init phase.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import importlib
+import inspect
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pydantic
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The packages whose modules import without a model or a GPU (the scorer's engine needs llama_cpp).
+VALUE_PACKAGES = ("systemone", "gateway")
+
+
+def modules_of(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    return [package] + [info.name for info in pkgutil.walk_packages(root.__path__, f"{package}.")]
+
+
+def declared_classes() -> list[type]:
+    found = []
+    for name in (m for p in VALUE_PACKAGES for m in modules_of(p)):
+        module = importlib.import_module(name)
+        found += [c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == name]
+    return found
+
+
+def is_exempt(cls: type) -> bool:
+    """Classes whose annotations are not a value's fields: protocols, enums, typed dicts,
+    named tuples, exceptions, and a subclass of a library's class that names an attribute it
+    sets (an ExitStack that carries a meter)."""
+    return (getattr(cls, "_is_protocol", False) or issubclass(cls, (enum.Enum, BaseException, tuple))
+            or typing.is_typeddict(cls) or cls.__bases__ != (object,))
+
+
+def test_every_class_with_fields_is_a_dataclass_or_a_pydantic_model():
+    classes = declared_classes()
+    assert len(classes) > 100  # the walk found the packages' classes
+    odd = [f"{c.__module__}.{c.__qualname__}" for c in classes
+           if inspect.get_annotations(c) and not is_exempt(c)
+           and not dataclasses.is_dataclass(c) and not issubclass(c, pydantic.BaseModel)]
+    assert odd == []
+
+
+def test_immutable_values_are_frozen_dataclasses_and_no_module_brings_its_own_decorator():
+    frozen = [c for c in declared_classes() if dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen]
+    assert len(frozen) > 30
+    sources = [p for package in (*VALUE_PACKAGES, "devkit", "scorer_container") for p in (ROOT / package).rglob("*.py")]
+    assert not [p for p in sources if "dataclass_transform" in p.read_text()]
+
+
+def test_importing_the_functions_writes_nothing_into_the_environment():
+    probe = ("import json, os, sys; before = dict(os.environ); "
+             "import gateway.authorizer, gateway.handler, gateway.runtime_loop, gateway.rotation, gateway.refits; "
+             "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYDANTIC_", "OPENBLAS_"))}
+    env |= {"GATEWAY_MODELS": json.dumps({"models": []}), "AWS_REGION": "us-east-1"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("package", ["gateway", "systemone", "scorer_container"])
+def test_no_module_writes_the_environment(package):
+    """`os.environ[...] =`, `.setdefault`, `.update`, `os.putenv`: only the runtime loop's
+    per-invocation trace id, which a custom runtime must set."""
+    allowed = {("gateway/runtime_loop.py", "_X_AMZN_TRACE_ID")}
+    writes = []
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = ast.unparse(node) if isinstance(node, (ast.Assign, ast.Call)) else ""
+            if ("os.environ[" in text and isinstance(node, ast.Assign)
+                    and any("os.environ" in ast.unparse(t) for t in node.targets)) \
+                    or any(f"{w}(" in text for w in ("os.environ.setdefault", "os.environ.update", "os.putenv")):
+                where = str(path.relative_to(ROOT))
+                if not any(where == a and name in text for a, name in allowed):
+                    writes.append(f"{where}:{node.lineno}: {text[:80]}")
+    assert writes == []
+
+
+def test_no_collector_pause_and_no_own_request_signer():
+    gateway = [p for p in (ROOT / "gateway").rglob("*.py")]
+    text = {p: p.read_text() for p in gateway}
+    assert not [p for p, t in text.items() if "gc.disable" in t or "gc.freeze" in t]
+    assert not [p for p, t in text.items() if "AWS4-HMAC-SHA256" in t]
+    assert not (ROOT / "gateway" / "sigv4.py").exists()
