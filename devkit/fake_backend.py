@@ -18,11 +18,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from devkit.sagemaker_standin import EVENT_STREAM, payload_part
 from gateway.backends.base import ANONYMOUS, Caller, Endpoint, StreamedAnswer
 from gateway.wire.openai_chat import as_event_stream
-from scorer_container.sagemaker_runtime import EVENT_STREAM
 from systemone import answers as formulas
-from systemone.eventstream import payload_part
 from systemone.models import ChoiceAnswer, DecisionRequest, DecisionResponse, NoulAnswer, Question, ScoreAnswer, Usage
 
 MODEL = "instant-fake"

@@ -16,7 +16,7 @@ def free_port() -> int:
 
 
 class ScorerProcess:
-    """`python -m scorer_container serve` as its own process on a free port."""
+    """The scorer behind the local SageMaker stand-in (`python -m devkit.sagemaker_standin`), its own process."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.port = free_port()
@@ -29,7 +29,7 @@ class ScorerProcess:
         import sys
 
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-m", "devkit.sagemaker_standin", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env={**os.environ, "SM_LLAMA_CPP_THREADS": "1", **self.env},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

@@ -1,12 +1,13 @@
-"""The clients for the AWS services the gateway itself reads and writes (DynamoDB,
-Secrets Manager, SSM, API Gateway), made in one place.
+"""The botocore clients of the gateway's functions, made in one place from one session:
+the stores' (DynamoDB, Secrets Manager, SSM, API Gateway) and SageMaker's runtime.
 
-`GATEWAY_AWS_ENDPOINT_URL` points all of them at one endpoint instead of AWS's: under
-`sam local` the function reaches a local stand-in for those services (moto's server) that
-way, since the SAM CLI passes a function only the variables its template declares. Empty
-in AWS. SageMaker endpoints are not among them: the gateway calls them with its own client
-(`gateway.backends.sagemaker_runtime`), each with its own `endpoint_url` in the model
-settings.
+`GATEWAY_AWS_ENDPOINT_URL` points the stores' clients at one endpoint instead of AWS's:
+under `sam local` the functions reach a local stand-in for those services (moto's server)
+that way, since the SAM CLI passes a function only the variables its template declares.
+Empty in AWS. SageMaker's runtime is not among them: each endpoint has its own
+`endpoint_url` in the model settings, or botocore's own `AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`
+(a VPC endpoint, a local stand-in), or AWS's endpoint of its region (FIPS and dual-stack
+as botocore's settings say).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 from typing import Any
 
 ENDPOINT_URL_VARIABLE = "GATEWAY_AWS_ENDPOINT_URL"
+# The services the local stand-in plays (moto's server, under `sam local`).
+STAND_IN_SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway"})
 
 
 def hot_path_config() -> Any:
@@ -30,8 +33,8 @@ def hot_path_config() -> Any:
 
 def client(service: str, *, hot_path: bool = False, **options: Any) -> Any:
     """A botocore client of the shared session (boto3 is never imported: its resources,
-    and the S3 transfer manager it loads, cost every cold start tens of milliseconds)."""
-    if endpoint_url := os.environ.get(ENDPOINT_URL_VARIABLE, "").strip():
+    and the S3 transfer manager it loads, are nothing the functions use)."""
+    if service in STAND_IN_SERVICES and (endpoint_url := os.environ.get(ENDPOINT_URL_VARIABLE, "").strip()):
         options.setdefault("endpoint_url", endpoint_url)
     if hot_path:
         options["config"] = hot_path_config()
@@ -52,38 +55,7 @@ def session() -> Any:
             import botocore.session
 
             _SESSION = botocore.session.get_session()
-            _SESSION.register_component("data_loader", _known_services_loader(_SESSION.get_config_variable("data_path")))
         return _SESSION
-
-
-# Every service a client is made for, in the gateway, its functions and its tools. Checked
-# by tests/unit/gateway/test_aws_clients.py against every client the code makes.
-SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway"})
-
-
-def _known_services_loader(data_path: str | None) -> Any:
-    """botocore's loader, less its census. To check a service's name before loading its
-    model, botocore lists every service folder it ships (about 450, and the API versions in
-    each): about 1,000 directory reads for each kind of file a client loads, on a cold
-    start's cold file cache. This one answers that check from SERVICES, each name confirmed
-    by its own folder; a name outside it is botocore's UnknownServiceError."""
-    from botocore.exceptions import DataNotFoundError
-    from botocore.loaders import Loader
-
-    class KnownServicesLoader(Loader):
-        def list_available_services(self, type_name: str) -> list[str]:
-            found = []
-            for name in sorted(SERVICES):
-                try:
-                    self.list_api_versions(name, type_name)
-                except DataNotFoundError:
-                    continue
-                found.append(name)
-            return found
-
-    # As botocore's create_loader: AWS_DATA_PATH's folders are searched before its own.
-    extra = [os.path.expanduser(os.path.expandvars(p)) for p in data_path.split(os.pathsep)] if data_path else []
-    return KnownServicesLoader(extra_search_paths=extra)
 
 
 def reset_session() -> None:

@@ -8,8 +8,11 @@ while the function initialises (the init phase), SageMaker clients included.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from typing import Any
 
+from gateway import aws
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
@@ -32,6 +35,11 @@ from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, Ro
 from gateway.stores import Stores
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
 
+# Connections kept per SageMaker client (botocore's default is 10): a function instance has
+# one request at a time, but the local runner serves many from one process (make bench-load
+# runs 16 at once), and a call past the pool's size connects anew and drops it after.
+MAX_SAGEMAKER_CONNECTIONS = 16
+
 
 def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
                   authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> GatewayRuntime:
@@ -40,7 +48,7 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
     if backend is None:
         from gateway.backends.sagemaker import SageMakerInvoker
 
-        backend = SageMakerInvoker()
+        backend = SageMakerInvoker(sagemaker_client)
         backend.prepare(registry.endpoints())  # the clients built now (Lambda's init phase), not on their first call
     stores = authenticator.store.stores() if authenticator is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
@@ -88,6 +96,23 @@ def endpoint(settings: EndpointSettings, default_region: str | None) -> Endpoint
                         settings.memory_gb or (settings.memory_mib / 1024 if settings.memory_mib else None),
                         instance_type=settings.instance_type),
                     billed_by_duration=settings.serverless)
+
+
+def sagemaker_client(endpoint: Endpoint) -> Any:
+    """botocore's `sagemaker-runtime` client for one endpoint's region, URL and timeouts,
+    with retries off: the endpoint pool is the one retry loop, and a second attempt here
+    would spend the time the pool keeps for another endpoint."""
+    from botocore.config import Config
+
+    region = endpoint.region
+    if not region:
+        if not (endpoint.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")):
+            raise ValueError(f"endpoint {endpoint.name!r}: no region (set it, or AWS_REGION) and no endpoint_url")
+        region = "us-east-1"  # a local stand-in: only the signature names it
+    config = Config(connect_timeout=endpoint.connect_timeout_s, read_timeout=endpoint.read_timeout_s,
+                    retries={"total_max_attempts": 1}, max_pool_connections=MAX_SAGEMAKER_CONNECTIONS,
+                    user_agent_appid="decision-gateway")
+    return aws.client("sagemaker-runtime", region_name=region, endpoint_url=endpoint.endpoint_url, config=config)
 
 
 def build_registry(settings: GatewaySettings) -> ModelRegistry:

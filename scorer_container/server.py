@@ -4,14 +4,12 @@ Routes
     GET  /ping, /health                 200 when the model is loaded and verified, else 503
     POST /invocations                   decision or chat, chosen by the body or the
                                         X-Amzn-SageMaker-Custom-Attributes header
-    POST /endpoints/{name}/invocations  the same, so boto3's sagemaker-runtime client
-                                        with endpoint_url pointed here works unchanged
-    POST /endpoints/{name}/invocations-response-stream
-                                        the same as InvokeEndpointWithResponseStream
-                                        answers it (AWS event-stream messages)
     POST /v1/systemone                  System One decisions
     POST /v1/chat/completions           OpenAI chat (stream and non-stream)
     GET  /v1/models                     one body in both the OpenAI and System One shape
+
+SageMaker's runtime API (`/endpoints/{name}/invocations`) is SageMaker's, not the
+container's: locally, `devkit.sagemaker_standin` plays it in front of this app.
 
 The model loads in a background thread after the socket is open, so /ping answers
 (503) within milliseconds and never waits behind inference: inference runs in worker
@@ -60,7 +58,6 @@ from scorer_container.errors import (
 from scorer_container.planning import Plan
 from scorer_container.prefix_tree import cells_for
 from scorer_container.prompts import PROMPT_VERSIONS
-from scorer_container.sagemaker_runtime import as_response_stream, as_sagemaker_runtime
 from scorer_container.scheduler import Job
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
@@ -107,8 +104,6 @@ def create_app(settings: ScorerSettings, *, load_in_background: bool = True) -> 
             Route("/ping", _ping, methods=["GET"]),
             Route("/health", _ping, methods=["GET"]),
             Route("/invocations", _invocations, methods=["POST"]),
-            Route("/endpoints/{endpoint}/invocations", _invocations, methods=["POST"]),
-            Route("/endpoints/{endpoint}/invocations-response-stream", _invocations_stream, methods=["POST"]),
             Route("/v1/systemone", _systemone, methods=["POST"]),
             Route("/v1/chat/completions", _chat_completions, methods=["POST"]),
             Route("/v1/models", _models, methods=["GET"]),
@@ -180,16 +175,7 @@ async def _invocations(request: Request) -> Response:
         return await _decide(service, body, deadline, _caller(request))
 
     flavor: Flavor = "openai" if route == "chat" else "systemone"
-    response = await _handle(request, flavor, dispatch)
-    if "endpoint" in request.path_params:
-        return as_sagemaker_runtime(response, request.path_params["endpoint"])
-    return response
-
-
-async def _invocations_stream(request: Request) -> Response:
-    """SageMaker's streaming invocation: the container's `/invocations` answer, as the
-    runtime API streams it (a chat with `stream: true` arrives as it is generated)."""
-    return as_response_stream(await _invocations(request))
+    return await _handle(request, flavor, dispatch)
 
 
 # -- request handling ----------------------------------------------------------------------

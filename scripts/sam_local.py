@@ -205,7 +205,7 @@ class SamLocal:
         self.aws.__exit__()
 
     def _start_scorer(self) -> None:
-        scorer = up.start_process("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", self.bind,
+        scorer = up.start_process("scorer", [sys.executable, "-m", "devkit.sagemaker_standin", "--host", self.bind,
                                              "--port", str(self.scorer_port)],
                                   {"SM_LLAMA_CPP_MODEL_DIR": str(self.model)})
         self.processes.append(scorer)

@@ -66,7 +66,7 @@ def main() -> int:
     for stop_signal in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop_signal, raise_interrupt)  # so that `finally` stops the children
     try:
-        scorer = start_process("scorer", [sys.executable, "-m", "scorer_container", "serve", "--host", "127.0.0.1",
+        scorer = start_process("scorer", [sys.executable, "-m", "devkit.sagemaker_standin", "--host", "127.0.0.1",
                                    "--port", str(args.scorer_port)],
                         {"SM_LLAMA_CPP_MODEL_DIR": str(ROOT / args.model), **model_pins(args.model)})
         processes.append(scorer)

@@ -122,13 +122,15 @@ class ServerThread:
 
 @pytest.fixture(scope="session")
 def scorer_url(smollm2_path) -> Iterator[str]:
+    """The scorer behind the local SageMaker stand-in: the runtime API's paths and the scorer's own."""
+    from devkit.sagemaker_standin import SageMakerStandIn
     from scorer_container.server import create_app
     from scorer_container.settings import ScorerSettings
 
     # A fixed work budget: the derived one depends on this machine's speed.
     settings = ScorerSettings.from_env({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2",
                                         "SCORER_MAX_REQUEST_TOKENS": "60000"})
-    with ServerThread(create_app(settings, load_in_background=False)) as server:
+    with ServerThread(SageMakerStandIn(create_app(settings, load_in_background=False))) as server:
         yield server.url
 
 

@@ -1,7 +1,12 @@
-"""The SageMaker invoker: InvokeEndpoint, and InvokeEndpointWithResponseStream for
-answers that stream, through the gateway's own runtime client
-(`gateway.backends.sagemaker_runtime`: one attempt, explicit timeouts, so the gateway owns
-the retry budget).
+"""The SageMaker invoker: InvokeEndpoint, and InvokeEndpointWithResponseStream for answers
+that stream, through botocore's `sagemaker-runtime` client (built by the composition root,
+one per endpoint configuration, with explicit timeouts and one attempt: the endpoint pool
+is the one retry loop).
+
+What botocore does not do by default, done here: an answer is read with a size cap
+(MAX_ANSWER_BYTES; an event's payload is capped at 24 MiB by botocore's event-stream
+reader), and a credential that cannot be found or fetched is the deployment's failure
+(`no_credentials`), never the endpoint's.
 
 Errors are classified as SageMaker documents them: a container 503 arrives as ModelError
 (HTTP 424) with OriginalStatusCode 503, a container timeout as ModelError with
@@ -15,12 +20,15 @@ says nothing of the endpoint's saturation).
 from __future__ import annotations
 
 import contextlib
-import os
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from gateway.backends import sagemaker_runtime as runtime
+from botocore import exceptions as boto
+from botocore.eventstream import ParserError
+from urllib3 import exceptions as transport
+
 from gateway.backends.base import (
     ANONYMOUS,
     Caller,
@@ -34,17 +42,16 @@ from gateway.backends.base import (
     StreamBroken,
     StreamedAnswer,
 )
-from gateway.backends.sagemaker_runtime import SageMakerRuntime
-from gateway.sigv4 import prepare_credentials
-from systemone.sidechannel import (
-    CUSTOM_ATTRIBUTES,
-    OWN_REFUSALS,
-    attributes,
-    hints_of,
-    original_error,
-    safe_request_id,
-)
+from systemone.sidechannel import OWN_REFUSALS, attributes, hints_of, original_error, safe_request_id
 
+log = logging.getLogger("gateway.backends.sagemaker")
+
+# An answer past this is not a decision or a chat completion (SageMaker's own cap on a
+# real-time response is 25 MB): the read stops instead of filling the function's memory.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+# botocore's credential failures: none configured, a source that failed, an expired SSO login.
+_CREDENTIAL_ERRORS = (boto.NoCredentialsError, boto.PartialCredentialsError, boto.CredentialRetrievalError,
+                      boto.TokenRetrievalError, boto.SSOError, boto.RefreshWithMFAUnsupportedError)
 # SageMaker error codes that mean "try elsewhere or later".
 _BUSY_CODES = {"ServiceUnavailable", "ModelNotReadyException", "ThrottlingException", "InternalFailure"}
 # An error with no code (a proxy or load balancer's): its HTTP status alone says busy.
@@ -62,32 +69,38 @@ _DEADLINE_MARGIN_S = 0.25
 
 
 class SageMakerInvoker:
-    """Creates one runtime client per endpoint configuration, lazily: no I/O at import or construction."""
+    """One botocore client per endpoint configuration (region, URL, timeouts), made by
+    `client_factory` when first needed, or all at once by `prepare` (Lambda's init phase)."""
 
-    def __init__(self, client_factory: Callable[[Endpoint], SageMakerRuntime] | None = None) -> None:
-        self._client_factory = client_factory or _default_client
-        self._clients: dict[tuple, SageMakerRuntime] = {}
+    def __init__(self, client_factory: Callable[[Endpoint], Any]) -> None:
+        self._client_factory = client_factory
+        self._clients: dict[tuple, Any] = {}
         self._lock = threading.Lock()
 
     def prepare(self, endpoints: Iterable[Endpoint]) -> None:
-        """Build the clients of these endpoints now (Lambda's init phase), not on their first
-        call, and the credential chain when the environment has no credentials."""
+        """Build the clients of these endpoints now, not on their first call. A credential
+        that cannot be resolved yet is logged, and tried again by the first call."""
         for endpoint in endpoints:
-            self.client_for(endpoint)
-        prepare_credentials()
+            try:
+                self.client_for(endpoint)
+            except EndpointFailed as exc:
+                log.warning("no SageMaker client for %s yet: %s", endpoint.name, exc.reason)
 
-    def client_for(self, endpoint: Endpoint) -> SageMakerRuntime:
+    def client_for(self, endpoint: Endpoint) -> Any:
         key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._clients[key] = self._client_factory(endpoint)
+                with _translated(endpoint.name):  # botocore resolves the credentials as it builds a client
+                    client = self._clients[key] = self._client_factory(endpoint)
         return client
 
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:
         client = self.client_for(endpoint)
         with _translated(endpoint.name):
-            return client.invoke_endpoint(endpoint.name, body, _headers(route, caller, deadline_ms(endpoint)))
+            answer = client.invoke_endpoint(EndpointName=endpoint.name, Body=body,
+                                            **_parameters(route, caller, deadline_ms(endpoint)))
+            return _read_bounded(answer)
 
     def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller,
                       deadline_s: float) -> StreamedAnswer:
@@ -98,7 +111,7 @@ class SageMakerInvoker:
         timeout_ms = max(100, int((deadline_s - _DEADLINE_MARGIN_S) * 1000))
         with _translated(endpoint.name):
             events = client.invoke_endpoint_with_response_stream(
-                endpoint.name, body, _headers(route, caller, timeout_ms, accept="X-Amzn-SageMaker-Accept"))
+                EndpointName=endpoint.name, Body=body, **_parameters(route, caller, timeout_ms))["Body"]
         parts = _payload_parts(events)
         try:
             with _translated(endpoint.name):  # until the first piece, errors are classified as invoke's
@@ -107,62 +120,83 @@ class SageMakerInvoker:
             events.close()
             raise
         if first is None:
+            events.close()
             raise EndpointFailed(endpoint.name, "empty_stream")
         return StreamedAnswer(first, _broken_as_stream_errors(endpoint.name, parts), events.close)
 
 
-def _headers(route: Route, caller: Caller, timeout_ms: int, accept: str = "Accept") -> dict[str, str]:
+def _parameters(route: Route, caller: Caller, timeout_ms: int) -> dict[str, str]:
     # The scorer abandons the job when this attempt's time is up, instead of finishing
     # work nobody reads while the request moves to another endpoint; it logs the gateway's
     # request id, so one id follows a request through both deployables; and it serves
     # tenants in turn by their tags, so one tenant's burst queues behind its own work.
     request_id = safe_request_id(caller.request_id)
-    headers = {"Content-Type": "application/json", accept: "application/json",
-               CUSTOM_ATTRIBUTES: attributes(route, timeout_ms, request_id, tenant=caller.tenant_tag, work=caller.work,
-                                             weight=caller.weight)}
+    parameters = {"ContentType": "application/json", "Accept": "application/json",
+                  "CustomAttributes": attributes(route, timeout_ms, request_id, tenant=caller.tenant_tag,
+                                                 work=caller.work, weight=caller.weight)}
     if request_id:  # SageMaker's own logs and data capture key on the inference id
-        headers["X-Amzn-SageMaker-Inference-Id"] = request_id
-    return headers
+        parameters["InferenceId"] = request_id
+    return parameters
+
+
+def _read_bounded(answer: dict[str, Any]) -> bytes:
+    """The whole answer's body, or AnswerTooLarge past MAX_ANSWER_BYTES (read no further)."""
+    body = answer["Body"]
+    declared = answer["ResponseMetadata"]["HTTPHeaders"].get("content-length")  # absent when chunked
+    if declared is not None and int(declared) > MAX_ANSWER_BYTES:
+        body.close()
+        raise AnswerTooLarge(f"{declared} bytes (at most {MAX_ANSWER_BYTES})")
+    data = body.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        body.close()
+        raise AnswerTooLarge(f"more than {MAX_ANSWER_BYTES} bytes")
+    body.read()  # nothing is left: botocore checks the length against Content-Length, and frees the connection
+    return data
+
+
+class AnswerTooLarge(Exception):
+    """The answer is past MAX_ANSWER_BYTES."""
 
 
 @contextlib.contextmanager
 def _translated(name: str) -> Iterator[None]:
-    """The runtime client's exceptions as the backend's errors."""
+    """botocore's and the transport's exceptions as the backend's errors."""
     try:
         yield
-    except runtime.ServiceError as exc:
+    except boto.EventStreamError as exc:  # an exception event before the first piece
+        raise EndpointFailed(name, exc.response.get("Error", {}).get("Code") or "stream_error") from None
+    except boto.ClientError as exc:
         raise _classify(name, exc.response) from None
-    except runtime.ConnectFailed as exc:
+    except _CREDENTIAL_ERRORS as exc:  # a deployment's fault, the same on every endpoint: never the caller's
+        raise EndpointFailed(name, "no_credentials") from exc
+    except (boto.EndpointConnectionError, boto.ConnectTimeoutError) as exc:  # nothing was sent
         raise EndpointBusy(name, "connect_failed") from exc
-    except runtime.ReadTimedOut as exc:
+    except (boto.ReadTimeoutError, transport.ReadTimeoutError) as exc:
         # The work may still be running there: sending it elsewhere would double it.
         raise EndpointTimedOut(name, "read_timeout", answered=False) from exc
-    except runtime.ConnectionClosed as exc:
+    except (boto.HTTPClientError, boto.IncompleteReadError, transport.HTTPError) as exc:  # dropped after sending
         raise EndpointBusy(name, "connection_closed") from exc
-    except runtime.BrokenEventStream:
+    except ParserError:
         raise EndpointFailed(name, "bad_event_stream") from None
-    except runtime.StreamException as exc:  # an exception event before the first piece
-        raise EndpointFailed(name, exc.code) from None
-    except runtime.AnswerTooLarge:
+    except AnswerTooLarge:
         raise EndpointFailed(name, "answer_too_large") from None
-    except runtime.NoCredentials as exc:  # a deployment's fault, the same on every endpoint: never the caller's
-        raise EndpointFailed(name, "no_credentials") from exc
 
 
-def _payload_parts(events: runtime.EventStream) -> Iterator[bytes]:
-    for message in events:
-        if message.event_type == "PayloadPart" and message.payload:
-            yield message.payload
+def _payload_parts(events: Any) -> Iterator[bytes]:
+    for event in events:
+        if data := event.get("PayloadPart", {}).get("Bytes"):
+            yield data
 
 
 def _broken_as_stream_errors(name: str, parts: Iterator[bytes]) -> Iterator[bytes]:
     """After the first piece, anything that ends the stream early is StreamBroken (a
-    `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped connection)."""
+    `ModelStreamError` or `InternalStreamFailure` event, a read timeout, a dropped
+    connection, bytes that are not event-stream messages)."""
     try:
         yield from parts
-    except runtime.StreamException as exc:
-        raise StreamBroken(name, exc.code) from None
-    except runtime.RuntimeCallError as exc:
+    except boto.EventStreamError as exc:
+        raise StreamBroken(name, exc.response.get("Error", {}).get("Code") or "stream_error") from None
+    except (boto.BotoCoreError, transport.HTTPError, ParserError) as exc:
         raise StreamBroken(name, type(exc).__name__) from None
 
 
@@ -196,13 +230,3 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     # that does not exist, a body the gateway should have refused): not the caller's fault,
     # and the same on every endpoint, so it is neither a 4xx nor a reason to fall back.
     return EndpointFailed(name, code or "unknown_error")
-
-
-def _default_client(endpoint: Endpoint) -> SageMakerRuntime:
-    region = endpoint.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if not region:
-        if not endpoint.endpoint_url:
-            raise ValueError(f"endpoint {endpoint.name!r}: no region (set it, or AWS_REGION) and no endpoint_url")
-        region = "us-east-1"  # a local stand-in: only the signature names it
-    return SageMakerRuntime(region, endpoint.endpoint_url, connect_timeout_s=endpoint.connect_timeout_s,
-                            read_timeout_s=endpoint.read_timeout_s)

@@ -1,6 +1,7 @@
-"""The public answers as models: what each route returns, for the OpenAPI document (as
-its response schema) and for the tests that hold every rendered body to it
-(tests/unit/gateway/test_responses.py), so the document and the wire cannot drift.
+"""The public answers as models: what each route returns, declared on the route by class
+(`documented`) for the OpenAPI document's response schemas, and held by the tests to every
+body the routes render (tests/unit/gateway/test_responses.py), so the document and the wire
+cannot drift. A rename breaks the import, not only the documentation build.
 
 The System One answers are the contract's (`systemone.models`) plus the gateway's own
 `x_` fields; unknown fields are refused here, so a field the renderers add and these

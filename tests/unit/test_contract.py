@@ -177,12 +177,21 @@ SCORER_ERRORS = [  # every kind of error the scorer answers, as it raises them
 
 def through_sagemaker(exc: Exception, flavor: str) -> Exception:
     """The scorer's error answer, as InvokeEndpoint hands it to the gateway (ModelError), classified there."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from devkit.sagemaker_standin import SageMakerStandIn
     from gateway.backends.sagemaker import _classify
-    from scorer_container.sagemaker_runtime import as_sagemaker_runtime
     from scorer_container.server import error_response
 
-    model_error = json.loads(bytes(as_sagemaker_runtime(error_response(exc, flavor), "ep").body))
-    return _classify("ep", {"Error": {"Code": "ModelError"}, **model_error})
+    async def invocations(request):
+        return error_response(exc, flavor)
+
+    scorer = Starlette(routes=[Route("/invocations", invocations, methods=["POST"])])
+    answer = TestClient(SageMakerStandIn(scorer)).post("/endpoints/ep/invocations", content=b"{}")
+    assert answer.status_code == 424 and answer.headers["x-amzn-errortype"].startswith("ModelError:")
+    return _classify("ep", {"Error": {"Code": "ModelError"}, **answer.json()})
 
 
 @pytest.mark.parametrize("flavor", ["systemone", "openai"])

@@ -104,3 +104,31 @@ def test_no_collector_pause_and_no_own_request_signer():
     assert not [p for p, t in text.items() if "gc.disable" in t or "gc.freeze" in t]
     assert not [p for p, t in text.items() if "AWS4-HMAC-SHA256" in t]
     assert not (ROOT / "gateway" / "sigv4.py").exists()
+
+
+def test_the_artifact_pins_the_botocore_the_tests_run_against():
+    def pins(path: Path) -> dict[str, str]:
+        lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+        return {name.lower().replace("_", "-"): version for name, version in
+                (line.split("==") for line in lines if "==" in line)}
+
+    artifact, tested = pins(ROOT / "requirements" / "lambda.txt"), pins(ROOT / "constraints.txt")
+    import botocore
+
+    assert artifact["botocore"] == botocore.__version__
+    assert {name: tested.get(name) for name in artifact} == artifact
+
+
+def test_routes_name_their_response_models_by_class():
+    """A route's `responses` is `documented(Model, ...)`: a renamed model breaks the import,
+    never only the documentation build."""
+    found, by_name = 0, []
+    for path in (ROOT / "gateway" / "api").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            for keyword in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+                if keyword.arg == "responses":
+                    found += 1
+                    call = keyword.value
+                    if not (isinstance(call, ast.Call) and isinstance(call.args[0], ast.Attribute)):
+                        by_name.append(f"{path.name}:{node.lineno}")
+    assert found >= 12 and by_name == []

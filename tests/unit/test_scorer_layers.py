@@ -23,7 +23,7 @@ LAYERS = (
     ("engine",),  # runs a plan
     ("budget",),  # what a request may cost here, measured on the engine's own work
     ("service",),  # the loaded model
-    ("streaming", "sagemaker_runtime"),  # chat as server-sent events; SageMaker's 424, locally
+    ("streaming",),  # chat as server-sent events
     ("server",),  # the HTTP routes
     ("__main__",),  # the command line
 )

@@ -32,32 +32,23 @@ def test_hot_path_clients_time_out_quickly(monkeypatch):
     assert config.retries["total_max_attempts"] == 2
 
 
-def test_every_service_the_code_makes_a_client_for_is_known_to_the_loader():
-    """The session's loader checks names against aws.SERVICES instead of listing every
-    service botocore ships: a client made for a service outside it would fail in AWS."""
+def test_the_stand_in_override_never_reaches_sagemakers_runtime(monkeypatch):
+    """GATEWAY_AWS_ENDPOINT_URL is the stores' local stand-in (moto): SageMaker's endpoints
+    have their own `endpoint_url`, or botocore's AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    monkeypatch.setenv(aws.ENDPOINT_URL_VARIABLE, "http://172.17.0.1:4566")
+    assert aws.client("sagemaker-runtime").meta.endpoint_url == "https://runtime.sagemaker.eu-west-1.amazonaws.com"
+
+
+def test_every_client_the_code_makes_is_of_a_service_botocore_ships():
     import re
     from pathlib import Path
+
+    import botocore.session
 
     root = Path(__file__).resolve().parents[3]
     made = set()
     for path in [*root.joinpath("gateway").rglob("*.py"), *root.joinpath("devkit").rglob("*.py")]:
         made |= set(re.findall(r"""(?:aws\.client|create_client)\(\s*["']([a-z0-9-]+)["']""", path.read_text()))
-    assert made and made <= aws.SERVICES, made - aws.SERVICES
-    assert "dynamodb" in made
-
-
-@pytest.mark.parametrize("service", sorted(aws.SERVICES))
-def test_each_known_service_loads(monkeypatch, service):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    aws.reset_session()
-    assert aws.session().create_client(service).meta.service_model.service_name
-
-
-def test_a_service_outside_the_list_is_refused_by_name(monkeypatch):
-    from botocore.exceptions import UnknownServiceError
-
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    aws.reset_session()
-    with pytest.raises(UnknownServiceError):
-        aws.client("s3")
-    assert aws.session().get_component("data_loader").list_available_services("service-2") == sorted(aws.SERVICES)
+    assert {"dynamodb", "sagemaker-runtime"} <= made
+    assert made <= set(botocore.session.get_session().get_available_services())

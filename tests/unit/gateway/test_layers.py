@@ -12,7 +12,7 @@ GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 # Bottom to top; a unit may import units of its own layer or below, never above. The
 # architecture page (docs/architecture.md) shows the same order.
 LAYERS = (
-    ("errors", "aws", "sigv4", "observability", "settings", "streaming"),  # no domain types
+    ("errors", "aws", "observability", "settings", "streaming"),  # no domain types
     ("auth",),  # principals, credentials, tenants
     ("decisions",),  # the decision model, budgets, records
     ("catalogs",),  # named, versioned questions; policies and calibration

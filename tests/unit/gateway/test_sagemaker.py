@@ -1,7 +1,8 @@
-"""The SageMaker invoker over real HTTP: what it sends (signed, the route and deadline in
-custom attributes), how it classifies what SageMaker answers, and its connections (one
-attempt, kept alive, never a dropped one reused). A local server plays SageMaker's runtime
-API, answering what each test scripts."""
+"""The SageMaker invoker over real HTTP, through botocore's `sagemaker-runtime` client as the
+composition root builds it: what it sends (signed, the route and deadline in custom
+attributes), how it classifies what SageMaker answers, and its connections (one attempt,
+kept alive, never a dropped one reused). A local server plays SageMaker's runtime API,
+answering what each test scripts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gateway.backends import sagemaker_runtime
+from devkit.sagemaker_standin import payload_part
+from gateway import aws
+from gateway.backends import sagemaker
 from gateway.backends.base import (
     Caller,
     Endpoint,
@@ -25,7 +28,7 @@ from gateway.backends.base import (
 )
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.sagemaker import SageMakerInvoker
-from gateway.backends.sagemaker_runtime import SageMakerRuntime, default_base_url
+from gateway.composition import sagemaker_client
 from gateway.errors import RateLimited
 from systemone.sidechannel import parse_attributes, request_id_of, tenant_of, tenant_tag, weight_of, work_of
 
@@ -79,10 +82,17 @@ class Runtime:
 
 
 @pytest.fixture
-def aws(monkeypatch):
+def credentials(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    aws.reset_session()  # botocore reads the environment as a session and its clients are made
+    yield
+    aws.reset_session()
+
+
+def invoker() -> SageMakerInvoker:
+    return SageMakerInvoker(sagemaker_client)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +103,7 @@ def _server():
 
 
 @pytest.fixture
-def runtime(aws, _server):
+def runtime(credentials, _server):
     _server.answers.clear()
     _server.requests.clear()
     _server.connections.clear()
@@ -107,7 +117,7 @@ def endpoint(server: Runtime, **options) -> Endpoint:
 def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_attributes(runtime):
     # The endpoint's read timeout is 25 s (the default): the scorer gets it less a 250 ms margin.
     runtime.answers.append({"body": b'{"ok": 1}'})
-    assert SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 1}'
+    assert invoker().invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 1}'
     (sent,) = runtime.requests
     assert sent["path"] == "/endpoints/dg-cpu/invocations" and sent["body"] == b"{}"
     assert sent["headers"]["X-Amzn-SageMaker-Custom-Attributes"] == "route=systemone;timeout_ms=24750"
@@ -126,7 +136,7 @@ def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_
     ("x" * 100, "x" * 64),
 ])
 def test_the_request_id_travels_as_a_custom_attribute_and_the_inference_id(runtime, given, sent):
-    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone", Caller(given))
+    invoker().invoke(endpoint(runtime), b"{}", "systemone", Caller(given))
     headers = runtime.requests[0]["headers"]
     assert headers["X-Amzn-SageMaker-Inference-Id"] == sent
     assert headers["X-Amzn-SageMaker-Custom-Attributes"] == f"route=systemone;timeout_ms=24750;request_id={sent}"
@@ -180,7 +190,7 @@ def _error(code: str | None, status: int, fields: dict, *, in_body: bool = False
 def test_errors_are_classified_as_sagemaker_documents_them(runtime, code, http, fields, expected, reason, in_body):
     runtime.answers.append(_error(code, http, fields, in_body=in_body))
     with pytest.raises(expected) as raised:
-        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
+        invoker().invoke(endpoint(runtime), b"{}", "systemone")
     assert type(raised.value) is expected and raised.value.reason == reason
     if expected is EndpointTimedOut:  # only the scorer's own word says it answered (and is healthy)
         assert raised.value.answered is (reason == "container_deadline")
@@ -195,18 +205,18 @@ def test_errors_are_classified_as_sagemaker_documents_them(runtime, code, http, 
 def test_an_error_that_is_not_json_is_classified_by_its_status(runtime):
     runtime.answers.append({"status": 502, "headers": {"Content-Type": "text/html"}, "body": b"<html>Bad Gateway</html>"})
     with pytest.raises(EndpointFailed) as raised:
-        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+        invoker().invoke(endpoint(runtime), b"{}", "chat")
     assert raised.value.reason == "502"
 
 
-def test_a_connection_that_never_started_is_busy(aws):
+def test_a_connection_that_never_started_is_busy(credentials):
     # A connect failure sent nothing: another endpoint may answer.
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]  # nothing listens there once this closes
     gone = Endpoint("dg-cpu", region="us-east-1", endpoint_url=f"http://127.0.0.1:{port}")
     with pytest.raises(EndpointBusy) as raised:
-        SageMakerInvoker().invoke(gone, b"{}", "chat")
+        invoker().invoke(gone, b"{}", "chat")
     assert raised.value.reason == "connect_failed"
 
 
@@ -214,14 +224,14 @@ def test_a_read_timeout_is_work_that_ran_out_of_time_and_is_never_sent_again(run
     # The work may still be running there: it is never sent again.
     runtime.answers.append({"delay": 1.0})
     with pytest.raises(EndpointTimedOut) as raised:
-        SageMakerInvoker().invoke(endpoint(runtime, read_timeout_s=0.3), b"{}", "chat")
+        invoker().invoke(endpoint(runtime, read_timeout_s=0.3), b"{}", "chat")
     assert raised.value.reason == "read_timeout" and raised.value.answered is False
     assert len(runtime.requests) == 1
 
 
 def test_a_connection_cut_mid_answer_is_busy_and_is_not_reused(runtime):
     runtime.answers += [{"body": b'{"answer": "' + b"x" * 1000 + b'"}', "cut": True}, {"body": b"{}"}]
-    invoker = SageMakerInvoker()
+    invoker = SageMakerInvoker(sagemaker_client)
     with pytest.raises(EndpointBusy) as raised:
         invoker.invoke(endpoint(runtime), b"{}", "chat")
     assert raised.value.reason == "connection_closed"
@@ -229,7 +239,7 @@ def test_a_connection_cut_mid_answer_is_busy_and_is_not_reused(runtime):
 
 
 def test_connections_are_kept_alive_and_one_the_server_closed_is_never_reused(runtime):
-    invoker = SageMakerInvoker()
+    invoker = SageMakerInvoker(sagemaker_client)
     for _ in range(3):
         invoker.invoke(endpoint(runtime), b"{}", "systemone")
     assert len(runtime.requests) == 3 and len(runtime.connections) == 1
@@ -242,10 +252,10 @@ def test_connections_are_kept_alive_and_one_the_server_closed_is_never_reused(ru
 
 
 def test_an_answer_past_the_bound_is_refused_not_read_into_memory(runtime, monkeypatch):
-    monkeypatch.setattr(sagemaker_runtime, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setattr(sagemaker, "MAX_ANSWER_BYTES", 1000)
     runtime.answers.append({"body": b"x" * 1001})
     with pytest.raises(EndpointFailed) as raised:
-        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+        invoker().invoke(endpoint(runtime), b"{}", "chat")
     assert raised.value.reason == "answer_too_large"
 
 
@@ -256,35 +266,46 @@ def test_an_error_body_of_any_size_keeps_the_containers_status(runtime):
     assert len(detail) > 1024 * 1024
     runtime.answers.append(_error("ModelError", 424, {"OriginalStatusCode": 422, "OriginalMessage": detail}))
     with pytest.raises(EndpointRejected) as raised:
-        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
+        invoker().invoke(endpoint(runtime), b"{}", "systemone")
     assert raised.value.status == 422
 
 
-def test_no_credentials_is_the_deployments_failure_and_nothing_is_sent(runtime):
-    def none():
-        raise RuntimeError("the container's credential endpoint is down")
-
-    invoker = SageMakerInvoker(client_factory=lambda e: SageMakerRuntime("us-east-1", e.endpoint_url, credentials=none))
+@pytest.mark.parametrize("source", ["none", "container-endpoint-down"])
+def test_no_credentials_is_the_deployments_failure_and_nothing_is_sent(runtime, monkeypatch, tmp_path, source):
+    # Given no credential anywhere (no variables, no files, no instance metadata), or a
+    # container credential endpoint that refuses, a call fails as the deployment's fault.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    if source == "container-endpoint-down":
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            port = unused.getsockname()[1]
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f"http://127.0.0.1:{port}/creds")
+    aws.reset_session()
+    calls = invoker()
+    calls.prepare([endpoint(runtime)])  # the init phase goes on: the first call tries again
     with pytest.raises(EndpointFailed) as raised:
-        invoker.invoke(endpoint(runtime), b"{}", "systemone")
+        calls.invoke(endpoint(runtime), b"{}", "systemone")
     assert raised.value.reason == "no_credentials" and runtime.requests == []
 
 
 def test_the_xray_trace_travels_as_botocore_sends_it(runtime, monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "gateway")  # botocore forwards the trace inside Lambda
     monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
-    SageMakerInvoker().invoke(endpoint(runtime), b"{}", "systemone")
+    invoker().invoke(endpoint(runtime), b"{}", "systemone")
     headers = runtime.requests[0]["headers"]
     assert headers["X-Amzn-Trace-Id"] == "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
     assert "x-amzn-trace-id" not in headers["Authorization"]  # never signed: X-Ray may rewrite it
 
 
 def test_a_stream_read_whole_leaves_its_connection_for_the_next_call(runtime):
-    from systemone.eventstream import payload_part
-
     for _ in range(3):
         runtime.answers.append({"body": payload_part(b"data: {}\n\n"),
                                 "headers": {"Content-Type": "application/vnd.amazon.eventstream"}})
-    invoker = SageMakerInvoker()
+    invoker = SageMakerInvoker(sagemaker_client)
     for _ in range(3):
         assert list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", Caller("rid"), 10.0)) == [b"data: {}\n\n"]
     assert len(runtime.requests) == 3 and len(runtime.connections) == 1
@@ -305,48 +326,49 @@ def test_a_failing_endpoint_is_called_exactly_once_and_retrying_is_left_to_the_p
     next endpoint: a 503 is answered once."""
     runtime.answers.append(_error("ServiceUnavailable", 503, {}))
     with pytest.raises(EndpointBusy):
-        SageMakerInvoker().invoke(endpoint(runtime), b"{}", "chat")
+        invoker().invoke(endpoint(runtime), b"{}", "chat")
     assert [r["path"] for r in runtime.requests] == ["/endpoints/dg-cpu/invocations"]
 
 
 @pytest.mark.parametrize(("region", "url"), [
-    ("us-east-1", "https://runtime.sagemaker.us-east-1.amazonaws.com"),
     ("eu-west-3", "https://runtime.sagemaker.eu-west-3.amazonaws.com"),
     ("cn-north-1", "https://runtime.sagemaker.cn-north-1.amazonaws.com.cn"),
 ])
-def test_the_runtime_api_of_a_region_is_where_botocore_would_call_it(region, url):
-    import botocore.session
-
-    assert default_base_url(region) == url
-    client = botocore.session.get_session().create_client(
-        "sagemaker-runtime", region_name=region, aws_access_key_id="x", aws_secret_access_key="x")
-    assert client.meta.endpoint_url == url
+def test_an_endpoint_without_a_url_is_called_in_its_region(credentials, region, url):
+    assert sagemaker_client(Endpoint("dg-cpu", region=region)).meta.endpoint_url == url
 
 
-def test_an_endpoint_url_with_a_path_keeps_it_and_a_region_is_required_without_one(monkeypatch):
-    client = SageMakerRuntime("us-east-1", "https://vpce-1.runtime.sagemaker.example/prefix/")
-    assert client._base_path == "/prefix"
-    with pytest.raises(ValueError):
-        SageMakerRuntime("us-east-1", "ftp://example")
-    from gateway.backends.sagemaker import _default_client
+def test_botocores_endpoint_variable_takes_buffered_and_streamed_calls_to_a_stand_in(runtime, monkeypatch):
+    # Given AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME (a VPC endpoint, a local stand-in) and an
+    # endpoint named by region only, both kinds of call go there.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", runtime.url)
+    aws.reset_session()
+    runtime.answers += [{"body": b'{"ok": 2}'}, {"body": payload_part(b"data: {}\n\n"),
+                                                 "headers": {"Content-Type": "application/vnd.amazon.eventstream"}}]
+    by_region = Endpoint("dg-cpu", region="eu-west-1")
+    calls = invoker()
+    assert calls.invoke(by_region, b"{}", "systemone") == b'{"ok": 2}'
+    assert list(calls.invoke_stream(by_region, b"{}", "chat", Caller("rid"), 10.0)) == [b"data: {}\n\n"]
+    assert [r["path"] for r in runtime.requests] == ["/endpoints/dg-cpu/invocations",
+                                                     "/endpoints/dg-cpu/invocations-response-stream"]
+    assert "/eu-west-1/sagemaker/aws4_request" in runtime.requests[0]["headers"]["Authorization"]
 
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(name, raising=False)
+
+def test_an_endpoint_url_with_a_path_keeps_it_and_a_region_is_required_without_one(runtime, monkeypatch):
+    prefixed = Endpoint("dg-cpu", region="us-east-1", endpoint_url=f"{runtime.url}/prefix/")
+    invoker().invoke(prefixed, b"{}", "systemone")
+    assert runtime.requests[0]["path"] == "/prefix/endpoints/dg-cpu/invocations"
     with pytest.raises(ValueError, match="no region"):
-        _default_client(Endpoint("dg-cpu"))
-    monkeypatch.setenv("AWS_REGION", "eu-west-1")
-    assert _default_client(Endpoint("dg-cpu")).region == "eu-west-1"
+        sagemaker_client(Endpoint("dg-cpu"))
 
 
 def test_whose_work_it_is_travels_in_the_custom_attributes_as_the_scorer_reads_them(runtime):
     # Given a caller with a tenant tag, long work and a weight, when the invoker sends its call
     # (whole or streamed), then the scorer's own readers find each of them, and never a tenant id
-    from systemone.eventstream import payload_part
-
     caller = Caller("r-1", tenant_tag("acme", b"k" * 32), "long", 2.5)
     runtime.answers += [{"body": b"{}"}, {"body": payload_part(b"data: {}\n\n"),
                                           "headers": {"Content-Type": "application/vnd.amazon.eventstream"}}]
-    invoker = SageMakerInvoker()
+    invoker = SageMakerInvoker(sagemaker_client)
     invoker.invoke(endpoint(runtime), b"{}", "chat", caller)
     list(invoker.invoke_stream(endpoint(runtime), b"{}", "chat", caller, 40.0))
     for sent in runtime.requests:
@@ -375,7 +397,7 @@ def test_refused_shares_never_open_the_circuit_and_another_tenants_request_still
                                                                                                     caller):
     # Given a scorer that refuses three requests their share (long work's, or one tenant's), as
     # a 429 ModelError whose body says so (the failure threshold is 3)
-    pool, invoker = _pool(endpoint(runtime)), SageMakerInvoker()
+    pool, invoker = _pool(endpoint(runtime)), SageMakerInvoker(sagemaker_client)
     runtime.answers += [_refusal(state)] * 3
     deadline = 40.0 if caller.work == "long" else None
     for _ in range(3):
@@ -393,7 +415,7 @@ def test_refused_shares_never_open_the_circuit_and_another_tenants_request_still
 def test_a_tenants_share_taken_is_answered_at_once_and_long_works_tries_the_next_endpoint(runtime):
     # Given two endpoints (both served here), the first refusing its share
     first, second = endpoint(runtime), Endpoint("dg-gpu", region="us-east-1", endpoint_url=runtime.url)
-    invoker = SageMakerInvoker()
+    invoker = SageMakerInvoker(sagemaker_client)
     # When this tenant's share is taken, then no other endpoint is asked: 429 at once
     runtime.answers += [_refusal("tenant_share", 5)]
     with pytest.raises(RateLimited, match="holds its share") as raised:

@@ -1,5 +1,5 @@
 """Streaming through the gateway, at the lowest layers: whole events from misaligned pieces,
-the relay's ends, SageMaker's event stream through the gateway's runtime client, and the handler's streaming
+the relay's ends, SageMaker's event stream through botocore's runtime client, and the handler's streaming
 entry point (the one the runtime loop and the local runner run)."""
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import pytest
 
 from devkit.fake_backend import PIECE_BYTES, FakeBackendServer, UniformBackend
 from devkit.gateway_stack import PRINCIPAL, event, install
+from devkit.sagemaker_standin import EVENT_STREAM, model_stream_error, payload_part
+from gateway import aws
 from gateway.backends.base import ANONYMOUS, Caller, Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
 from gateway.backends.events import DONE, MAX_EVENT_BYTES, BrokenStream, events
 from gateway.backends.sagemaker import SageMakerInvoker
+from gateway.composition import sagemaker_client
 from gateway.decisions.cost import Meter
 from gateway.services.relay import ChatRelay
 from gateway.streaming import read_prelude
-from scorer_container.sagemaker_runtime import EVENT_STREAM
-from systemone.eventstream import model_stream_error, payload_part
 from tests.fakes import FailingBackend
 
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "stream": True,
@@ -161,10 +162,13 @@ class _EventStreamServer:
 def aws_env(monkeypatch):
     for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
+    aws.reset_session()
+    yield
+    aws.reset_session()
 
 
 def _stream(url: str) -> StreamedAnswer:
-    return SageMakerInvoker().invoke_stream(Endpoint("ep", region="us-east-1", endpoint_url=url),
+    return SageMakerInvoker(sagemaker_client).invoke_stream(Endpoint("ep", region="us-east-1", endpoint_url=url),
                                             json.dumps(CHAT).encode(), "chat", Caller("rid-1"), 30.0)
 
 
