@@ -98,7 +98,17 @@ class Authorizer:
         return principal
 
 
-_authorizer: Authorizer | None = None  # built on the first invocation, kept while the container is warm
+def _built_in_init_phase() -> Authorizer | None:
+    """In Lambda, the authorizer is built while the module loads (the init phase, which a
+    SnapStart snapshot carries): settings, the stores' clients and the key ring, no secret's
+    value and no store read. What fails here is built again on the first invocation."""
+    if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return None  # tests and the local runner build their own
+    try:
+        return Authorizer(authenticator_from_env())
+    except Exception:
+        log.exception("the authorizer could not be built in the init phase; the first invocation tries again")
+        return None
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -169,3 +179,6 @@ def stage_arn(method_arn: str) -> str:
     if not prefix or len(parts) < 2:
         return method_arn or "*"
     return f"{prefix}:execute-api:{parts[0]}/{parts[1]}/*"
+
+
+_authorizer = _built_in_init_phase()  # kept while the container is warm

@@ -777,3 +777,11 @@ def test_the_process_settings_are_the_templates_and_make_ups_never_a_module_writ
     assert {k: variables.get(k) for k in wanted} == wanted
     up = (Path(__file__).resolve().parents[2] / "scripts" / "up.py").read_text()
     assert all(f'"{k}": "{v}"' in up for k, v in wanted.items())
+
+
+def test_the_authorizer_resumes_from_a_snapshot_and_the_api_calls_its_published_alias(template):
+    function = template["Resources"]["AuthorizerFunction"]["Properties"]
+    assert function["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert function["AutoPublishAlias"] and function["AutoPublishAliasAllProperties"] is True
+    bearer = template["Resources"]["Api"]["Properties"]["Auth"]["Authorizers"]["BearerAuthorizer"]
+    assert bearer["FunctionArn"] == {"Ref": "AuthorizerFunction.Alias"}

@@ -65,3 +65,33 @@ def test_the_cache_is_keyed_by_a_hash_and_never_outlives_the_credential(monkeypa
     clock[0] += authorizer.CACHE_S
     authorize(event("dgk_long"), None)
     assert lasting.calls == 2
+
+
+def _load_authorizer(tmp_path, **env) -> tuple[dict, str]:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    script = ("import json, gateway.authorizer as a\n"
+              "print(json.dumps({'built': a._authorizer is not None,"
+              " 'cached': len(a._authorizer._cache) if a._authorizer else None}))")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GATEWAY_"))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root,
+                          env={**clean, "AWS_DEFAULT_REGION": "us-east-1", **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_in_lambda_the_authorizer_is_built_in_the_init_phase_that_a_snapshot_carries(tmp_path):
+    # Given Lambda's environment and a store, loading the module builds the authorizer (its
+    # cache empty: nothing is authorized at init); outside Lambda nothing is built at import;
+    # settings that cannot be built still load, and the first invocation tries again.
+    store = {"GATEWAY_SQLITE_PATH": str(tmp_path / "g.db"), "GATEWAY_SIGNING_KEYS_FILE": str(tmp_path / "keys.json")}
+    loaded, _ = _load_authorizer(tmp_path, AWS_LAMBDA_FUNCTION_NAME="authorizer", **store)
+    assert loaded == {"built": True, "cached": 0}
+    assert _load_authorizer(tmp_path, **store)[0] == {"built": False, "cached": None}
+    broken, log = _load_authorizer(tmp_path, AWS_LAMBDA_FUNCTION_NAME="authorizer")
+    assert broken["built"] is False and "could not be built in the init phase" in log
