@@ -162,6 +162,25 @@ print(json.dumps({"import_s": imported, "init_s": init, "first_request_s": first
 """
 
 
+# The authorizer's cold start as deployed (its stores in DynamoDB, its keys in Secrets
+# Manager): the module loads and builds it (Lambda's init phase, which SnapStart snapshots),
+# then the first bearer credential is checked (the key's record read, its last use written).
+_AUTHORIZER_CHILD = r"""
+import json, sys, time, os
+import decimal, logging, threading, traceback
+started = time.perf_counter()
+import gateway.authorizer as authorizer
+loaded = time.perf_counter() - started
+event = {"type": "REQUEST", "headers": {"Authorization": "Bearer " + os.environ["BENCH_API_KEY"]},
+         "methodArn": "arn:aws:execute-api:us-east-1:123456789012:api/live/POST/v1/systemone"}
+t = time.perf_counter()
+policy = authorizer.lambda_handler(event, None)
+first_s = time.perf_counter() - t
+allowed = policy["policyDocument"]["Statement"][0]["Effect"] == "Allow" and policy["context"]["tenant_id"] != ""
+print(json.dumps({"load_s": loaded, "first_request_s": first_s, "allowed": allowed}))
+"""
+
+
 # The least a function on this stack pays: pydantic, and Powertools' REST resolver with
 # validation, one route with a model body, one request; in the same artifact, timed the same way.
 _FLOOR_CHILD = r"""
@@ -239,10 +258,15 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
     built = {name: (folder, sys.executable, {}) for name, folder in folders.items()}
     if runtime_python:
         built["runtime_python"] = (artifact_for(runtime_python), runtime_python, {})
-    samples: dict[str, list[dict]] = {name: [] for name in [*built, "with_dynamodb"]}
+    samples: dict[str, list[dict]] = {name: [] for name in ["with_dynamodb", *built]}
     floor: list[float] = []
+    authorizer: list[dict] = []
     with dynamodb_stores() as stores:  # as deployed: the credential, catalog and record stores in DynamoDB
-        built["with_dynamodb"] = (folders["shipped"], sys.executable, stores)
+        # As deployed first: the stores' clients and secrets in the init phase, on the template's
+        # Python when this machine has it.
+        deployed_python = runtime_python or sys.executable
+        deployed_folder = built["runtime_python"][0] if runtime_python else folders["shipped"]
+        built = {"with_dynamodb": (deployed_folder, deployed_python, stores), **built}
         for i in range(runs):
             progress(f"  cold start {i + 1}/{runs}")
             for name, (folder, python, extra) in built.items():  # the code folder: its packages shadow the checkout's
@@ -251,6 +275,13 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
                 if out.returncode:
                     raise RuntimeError(f"the cold start of {name} failed: {out.stderr[-2000:]}")
                 samples[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            out = subprocess.run([deployed_python, "-c", _AUTHORIZER_CHILD], capture_output=True, text=True,
+                                 env={**env, **stores, "PYTHONPATH": str(deployed_folder),
+                                      "AWS_LAMBDA_FUNCTION_NAME": "bench-authorizer"},
+                                 cwd=deployed_folder, timeout=300, check=True)
+            authorized = json.loads(out.stdout.strip().splitlines()[-1])
+            assert authorized["allowed"], authorized
+            authorizer.append(authorized)
             out = subprocess.run([sys.executable, "-c", _FLOOR_CHILD], input=json.dumps(events), capture_output=True,
                                  text=True, env={**env, "PYTHONPATH": str(folders["shipped"])}, cwd=folders["shipped"],
                                  timeout=300, check=True)
@@ -259,8 +290,14 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
             floor.append(answered["total_s"])
     summaries = {name: summary(found, burst) for name, found in samples.items()}
     summaries["shipped"]["framework_floor_p50_ms"] = statistics.median(floor) * 1000
+    summaries["with_dynamodb"]["python"] = _version_of(deployed_python)
     if runtime_python:
         summaries["runtime_python"]["python"] = _version_of(runtime_python)
+    summaries["authorizer"] = {
+        "load_p50_ms": statistics.median(a["load_s"] for a in authorizer) * 1000,
+        "first_request_p50_ms": statistics.median(a["first_request_s"] for a in authorizer) * 1000,
+        "cold_total_p50_ms": statistics.median(a["load_s"] + a["first_request_s"] for a in authorizer) * 1000,
+        "runs": len(authorizer), "python": summaries["with_dynamodb"]["python"]}
     return summaries
 
 
@@ -275,7 +312,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
     from devkit.gateway_stack import PRINCIPAL
     from devkit.scorer_process import free_port
     from gateway.auth.store import ApiKeyRecord
-    from gateway.auth.tenants import create_tenant, set_limits
+    from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
     from gateway.auth.tokens import new_key_document
     from gateway.stores.dynamodb import DynamoDBStore
 
@@ -296,6 +333,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
         set_limits(store, PRINCIPAL["tenant_id"], rate_per_s=1000.0, burst=2000)  # the burst measures memory, not the limit
         store.put_api_key(ApiKeyRecord(PRINCIPAL["credential_id"], PRINCIPAL["tenant_id"], "unused",
                                        tuple(PRINCIPAL["scopes"].split()), None, 0.0))
+        api_key = issue_api_key(store, PRINCIPAL["tenant_id"], ["decisions"]).key  # the authorizer's caller
         # The template's two secrets: the signing keys and the records' keys (read on first use).
         secrets = {"GATEWAY_SIGNING_SECRET_ID": "bench-signing", "GATEWAY_RECORD_KEY_SECRET_ID": "bench-record-keys"}
         manager = botocore.session.get_session().create_client(
@@ -303,7 +341,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
             aws_secret_access_key="bench")
         for name in secrets.values():
             manager.create_secret(Name=name, SecretString=new_key_document())
-        yield {**tables, **secrets, "GATEWAY_AWS_ENDPOINT_URL": url}
+        yield {**tables, **secrets, "GATEWAY_AWS_ENDPOINT_URL": url, "BENCH_API_KEY": api_key}
     finally:
         server.stop()
 
@@ -466,7 +504,7 @@ def main() -> int:
         progress("2/3 cold start and memory (fresh processes)")
         cold = cold_start(args.cold_runs, args.burst, backend.url, args.runtime_python)
         report["cold_start"], report["cold_start_without_bytecode"] = cold["shipped"], cold["without_bytecode"]
-        report["cold_start_with_dynamodb"] = cold["with_dynamodb"]
+        report["cold_start_with_dynamodb"], report["authorizer_cold_start"] = cold["with_dynamodb"], cold["authorizer"]
         if "runtime_python" in cold:
             report["cold_start_runtime_python"] = cold["runtime_python"]
         progress("3/3 over HTTP")
@@ -478,8 +516,17 @@ def main() -> int:
     print(f"{'route':<14} {'handler p50':>12} {'p95':>8} {'added p50':>10}")
     for name, row in report["handler_overhead"].items():
         print(f"{name:<14} {row['handler_p50_ms']:>10.3f}ms {row['handler_p95_ms']:>6.3f}ms {row['added_p50_ms']:>8.3f}ms")
+    stores, authorizer = report["cold_start_with_dynamodb"], report["authorizer_cold_start"]
+    print(f"\nCold start as deployed (median of {stores['runs']} fresh processes, Python {stores['python']}, stores in"
+          f" DynamoDB and secrets in Secrets Manager, both moto's): import {stores['import_p50_ms']:.0f} ms, init"
+          f" {stores['init_p50_ms']:.0f} ms, first request {stores['first_request_p50_ms']:.0f} ms, total"
+          f" {stores['cold_total_p50_ms']:.0f} ms")
+    print(f"The authorizer as deployed: load and init {authorizer['load_p50_ms']:.0f} ms, first credential"
+          f" {authorizer['first_request_p50_ms']:.0f} ms, total {authorizer['cold_total_p50_ms']:.0f} ms")
+    print("In AWS both functions resume from a SnapStart snapshot of their init phase instead: a restore is"
+          " untested here (it needs AWS).")
     cold = report["cold_start"]
-    print(f"\nCold start (median of {cold['runs']} fresh processes): import {cold['import_p50_ms']:.0f} ms, init"
+    print(f"Without stores (median of {cold['runs']}): import {cold['import_p50_ms']:.0f} ms, init"
           f" {cold['init_p50_ms']:.0f} ms, first request {cold['first_request_p50_ms']:.0f} ms, total"
           f" {cold['cold_total_p50_ms']:.0f} ms; pydantic and Powertools' resolver alone, one route and one request:"
           f" {cold['framework_floor_p50_ms']:.0f} ms")
@@ -487,9 +534,6 @@ def main() -> int:
     print(f"Without its bytecode: import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
           f" {bare['first_request_p50_ms']:.0f} ms, total {bare['cold_total_p50_ms']:.0f} ms"
           f" (with / without: {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x)")
-    stores = report["cold_start_with_dynamodb"]
-    print(f"With DynamoDB stores (as deployed): import {stores['import_p50_ms']:.0f} ms, init {stores['init_p50_ms']:.0f}"
-          f" ms, first request {stores['first_request_p50_ms']:.0f} ms, total {stores['cold_total_p50_ms']:.0f} ms")
     if runtime := report.get("cold_start_runtime_python"):
         print(f"With Python {runtime['python']}: import {runtime['import_p50_ms']:.0f} ms, init {runtime['init_p50_ms']:.0f}"
               f" ms, first request {runtime['first_request_p50_ms']:.0f} ms, total {runtime['cold_total_p50_ms']:.0f} ms")

@@ -43,13 +43,21 @@ def scorer_figures(report: dict) -> dict[str, float]:
 
 
 def gateway_figures(report: dict) -> dict[str, float]:
-    """The handler's own time per route, the cold start, memory, and the overhead over HTTP."""
+    """The handler's own time per route, the cold start as deployed and without stores, the
+    authorizer's (where the revision measures it), memory, and the overhead over HTTP."""
     figures = {f"{route}: handler p50 ms": row["handler_p50_ms"] for route, row in report["handler_overhead"].items()}
-    cold = report["cold_start"]
-    figures.update({"cold start: import ms": cold["import_p50_ms"],
-                    "cold start: first request ms": cold["first_request_p50_ms"],
-                    "RSS after the burst MB": cold["rss_after_burst_mb"],
+    deployed, cold = report["cold_start_with_dynamodb"], report["cold_start"]
+    figures.update({"as deployed: import ms": deployed["import_p50_ms"],
+                    "as deployed: init ms": deployed["init_p50_ms"],
+                    "as deployed: first request ms": deployed["first_request_p50_ms"],
+                    "no stores: import ms": cold["import_p50_ms"],
+                    "no stores: init ms": cold["init_p50_ms"],
+                    "no stores: first request ms": cold["first_request_p50_ms"],
+                    "RSS after the burst MB": deployed["rss_after_burst_mb"],
                     "over HTTP: added p50 ms": report["over_http"]["gateway"]["added_p50_ms"]})
+    if authorizer := report.get("authorizer_cold_start"):
+        figures["authorizer: load ms"] = authorizer["load_p50_ms"]
+        figures["authorizer: first credential ms"] = authorizer["first_request_p50_ms"]
     return figures
 
 
@@ -137,7 +145,7 @@ def run_once(tree: Path, bench: str, arguments: list[str]) -> dict:
 
 def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> dict:
     rows = {}
-    for name in before[0]:
+    for name in [n for n in after[0] if n in before[0]]:  # a figure one revision does not measure is not compared
         old = statistics.median(run[name] for run in before)
         new = statistics.median(run[name] for run in after)
         rows[name] = {"before": old, "after": new, "ratio": new / old if old else math.nan}

@@ -24,6 +24,7 @@ of the entry (PUT /v1/catalogs/NAME), keeping its policy mode.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -70,7 +71,7 @@ def decide_raw(client: GatewayClient, model: str, item: dict[str, Any],
     if status != 200:
         raise RuntimeError(f"the gateway answered {status}: {json.dumps(body)[:300]}")
     answer = body["answers"]["q"]
-    source = vars(answered_by(body, answer["type"]))
+    source = dataclasses.asdict(answered_by(body, answer["type"]))
     if answer["type"] == "noul":
         return ["true", "false"], [answer["noul"], 1 - answer["noul"]], "noul", source
     names = list(answer["probabilities"])

@@ -90,7 +90,7 @@ def scorer_pid(port: int) -> int:
                 command = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"scorer_container" in command and str(port).encode() in command:
+            if b"devkit.sagemaker_standin" in command and str(port).encode() in command:
                 return int(entry.name)
     raise AssertionError(f"no scorer process on port {port}")
 

@@ -132,3 +132,15 @@ def test_routes_name_their_response_models_by_class():
                     if not (isinstance(call, ast.Call) and isinstance(call.args[0], ast.Attribute)):
                         by_name.append(f"{path.name}:{node.lineno}")
     assert found >= 12 and by_name == []
+
+
+def test_the_contract_depends_on_pydantic_the_standard_library_and_zstandard_only():
+    allowed = {"pydantic", "pydantic_core", "zstandard", "systemone"}
+    found = set()
+    for path in (ROOT / "systemone").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+    assert found - allowed - set(sys.stdlib_module_names) == set()
