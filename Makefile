@@ -70,8 +70,8 @@ up: setup  ## the local stack: scorer (the quality model; FAST=1: the fast one) 
 gateway: setup  ## the gateway's local runner alone (GATEWAY_MODELS_FILE and GATEWAY_SQLITE_PATH must be set)
 	$(PY) -m devkit.local --port $(GATEWAY_PORT)
 
-scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model
-	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m scorer_container serve --host 127.0.0.1 --port $(SCORER_PORT)
+scorer: setup  ## the scorer alone, on SCORER_PORT, with the embedded default model, behind the local SageMaker runtime API stand-in
+	SM_LLAMA_CPP_MODEL_DIR=$(MODEL) $(PY) -m devkit.sagemaker_standin --host 127.0.0.1 --port $(SCORER_PORT)
 
 eval: setup  ## 3 models x readouts x ordering/averaging/prior: chosen on dev, measured on held-out (with permuted, renamed, duplicated options); writes evals/model_defaults.json
 	@$(PYTHON) scripts/setup_env.py --model $(notdir $(QUALITY_MODEL))

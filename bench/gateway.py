@@ -61,6 +61,9 @@ DECISIONS = {
     ],
 }
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+# What template.yaml's Globals give every function's environment besides its resources
+# (tests/infra/test_template.py holds the three copies equal).
+TEMPLATE_ENVIRONMENT = {"PYDANTIC_DISABLE_PLUGINS": "__all__", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -249,7 +252,7 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
     # As in Lambda: the function is built in the init phase, and nothing writes bytecode.
     env = {**os.environ, "GATEWAY_MODELS": json.dumps(models), "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
            "AWS_DEFAULT_REGION": "us-east-1", "BURST": str(burst), "AWS_LAMBDA_FUNCTION_NAME": "bench-gateway",
-           "PYTHONDONTWRITEBYTECODE": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", **TEMPLATE_ENVIRONMENT}
     env.pop("AWS_PROFILE", None)
     events = {"first": event("POST", "/v1/systemone", SYSTEM_ONE),
               "burst": [event("POST", "/v1/systemone", SYSTEM_ONE), event("POST", "/v1/decisions", DECISIONS),
@@ -333,7 +336,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
         set_limits(store, PRINCIPAL["tenant_id"], rate_per_s=1000.0, burst=2000)  # the burst measures memory, not the limit
         store.put_api_key(ApiKeyRecord(PRINCIPAL["credential_id"], PRINCIPAL["tenant_id"], "unused",
                                        tuple(PRINCIPAL["scopes"].split()), None, 0.0))
-        api_key = issue_api_key(store, PRINCIPAL["tenant_id"], ["decisions"]).key  # the authorizer's caller
+        api_key = issue_api_key(store, PRINCIPAL["tenant_id"], ["decide"]).secret  # the authorizer's caller
         # The template's two secrets: the signing keys and the records' keys (read on first use).
         secrets = {"GATEWAY_SIGNING_SECRET_ID": "bench-signing", "GATEWAY_RECORD_KEY_SECRET_ID": "bench-record-keys"}
         manager = botocore.session.get_session().create_client(

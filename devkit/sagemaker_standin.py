@@ -28,6 +28,8 @@ import struct
 import zlib
 from typing import Any
 
+from starlette.requests import ClientDisconnect
+
 from systemone.sidechannel import ORIGINAL_MESSAGE, ORIGINAL_STATUS
 
 EVENT_STREAM = "application/vnd.amazon.eventstream"
@@ -47,8 +49,13 @@ class SageMakerStandIn:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         found = _PATH.fullmatch(scope.get("path", "")) if scope["type"] == "http" else None
-        if found is None or scope["method"] != "POST":
+        if found is None:
             await self.scorer(scope, receive, send)
+            return
+        if scope["method"] != "POST":  # as the runtime API answers another method on its paths
+            await send({"type": "http.response.start", "status": 405,
+                        "headers": [(b"allow", b"POST"), (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"message": "only POST is allowed here"}'})
             return
         inner = {**scope, "path": "/invocations", "raw_path": b"/invocations"}
         if found["stream"]:
@@ -97,6 +104,8 @@ class _Streamed(_Buffered):
     async def run(self, scorer: Any, scope: Scope, receive: Any) -> None:
         try:
             await scorer(scope, receive, self.intercept)
+        except (ClientDisconnect, OSError):
+            return  # the caller hung up: the container's stream stopped, and nobody is left to tell
         except Exception as exc:  # the container broke off after the stream began
             if not self.started:
                 raise

@@ -14,6 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from gateway.api import catalogs, chat, decisions, operations, records, tokens, usage
+from gateway.api.docs import ResponseDocs
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
 from gateway.errors import GatewayError, InvalidRequest, UnknownRoute
@@ -30,14 +31,15 @@ API_TITLE = "Decision gateway"
 def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_text.loads,
                                  strip_prefixes=[IAM_PREFIX])
-    app.include_router(operations.router(runtime.registry))
-    app.include_router(decisions.router(runtime.decide, runtime.idempotency))
-    app.include_router(records.router(runtime.records))
-    app.include_router(catalogs.router(runtime.catalogs, runtime.learning))
+    doc = ResponseDocs(served=runtime.settings.openapi)
+    app.include_router(operations.router(runtime.registry, doc))
+    app.include_router(decisions.router(runtime.decide, runtime.idempotency, doc))
+    app.include_router(records.router(runtime.records, doc))
+    app.include_router(catalogs.router(runtime.catalogs, runtime.learning, doc))
     app.include_router(chat.router(runtime.decide))
-    app.include_router(tokens.router(runtime.authenticator))
+    app.include_router(tokens.router(runtime.authenticator, doc))
     if runtime.spending is not None:
-        app.include_router(usage.router(runtime.spending, runtime.decide.limits))
+        app.include_router(usage.router(runtime.spending, runtime.decide.limits, doc=doc))
     if runtime.settings.openapi:
         from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer  # 0.1 s of imports: only when served
 

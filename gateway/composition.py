@@ -103,7 +103,12 @@ def sagemaker_client(endpoint: Endpoint) -> Any:
     with retries off: the endpoint pool is the one retry loop, and a second attempt here
     would spend the time the pool keeps for another endpoint."""
     from botocore.config import Config
+    from botocore.exceptions import NoCredentialsError
 
+    # botocore builds a client without a credential when it finds none, and that client never
+    # looks again: refused here instead, so the next call resolves the chain anew.
+    if aws.session().get_credentials() is None:
+        raise NoCredentialsError()
     region = endpoint.region
     if not region:
         if not (endpoint.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")):

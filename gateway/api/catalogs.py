@@ -7,13 +7,13 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.context import caller
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response
 from gateway.catalogs.model import MAX_VERSION, NAME_PATTERN, CatalogContent
 from gateway.catalogs.service import VERSIONS_PAGE, CatalogService
 from gateway.errors import NotFound
 from gateway.services.learning import LearningService
 from gateway.wire import responses
-from gateway.wire.responses import documented
 
 Name = Annotated[str, Path(pattern=NAME_PATTERN)]
 
@@ -25,7 +25,7 @@ class RefitRequest(BaseModel):
                                " only; absent: write it for an advisory entry, report only for an enforcing one.")
 
 
-def router(service: CatalogService | None, learning: LearningService | None = None) -> Router:
+def router(service: CatalogService | None, learning: LearningService | None = None, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     def catalogs() -> CatalogService:
@@ -34,13 +34,13 @@ def router(service: CatalogService | None, learning: LearningService | None = No
         return service
 
     @routes.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions)", tags=["Catalogs"],
-                responses=documented(responses.CatalogList, "The latest version of each entry"))
+                responses=doc(responses.CatalogList, "The latest version of each entry"))
     def list_catalogs():
         principal = caller(routes, "catalogs:read")
         return json_response(200, {"catalogs": [v.as_dict() for v in catalogs().list(principal.tenant_id)]})
 
     @routes.get("/v1/catalogs/<name>", summary="A catalog entry, latest version", tags=["Catalogs"],
-                responses=documented(responses.CatalogEntry, "The entry"))
+                responses=doc(responses.CatalogEntry, "The entry"))
     def get_catalog(name: Name):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         return json_response(200, catalogs().get(tenant_id, name).as_dict())
@@ -53,7 +53,7 @@ def router(service: CatalogService | None, learning: LearningService | None = No
         return json_response(201 if created else 200, {**version.as_dict(), "created": created})
 
     @routes.get("/v1/catalogs/<name>/versions", summary="The versions of a catalog entry, oldest first, a page at a time",
-                tags=["Catalogs"], responses=documented(responses.VersionList, "A page of versions, oldest first; next_after when"
+                tags=["Catalogs"], responses=doc(responses.VersionList, "A page of versions, oldest first; next_after when"
                                                  " there are more"))
     def list_versions(name: Name,
                       after: Annotated[int, Query(ge=0, le=MAX_VERSION, description="Only versions numbered above"
@@ -66,7 +66,7 @@ def router(service: CatalogService | None, learning: LearningService | None = No
                                    **({"next_after": next_after} if next_after is not None else {})})
 
     @routes.get("/v1/catalogs/<name>/versions/<version>", summary="One version of a catalog entry", tags=["Catalogs"],
-                responses=documented(responses.CatalogEntry, "The version"))
+                responses=doc(responses.CatalogEntry, "The version"))
     def get_version(name: Name, version: Annotated[int, Path(ge=1, le=MAX_VERSION)]):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         return json_response(200, catalogs().get(tenant_id, name, version).as_dict())
@@ -74,7 +74,7 @@ def router(service: CatalogService | None, learning: LearningService | None = No
     @routes.post("/v1/catalogs/<name>/refit", tags=["Catalogs"],
                  summary="Fit the entry's adapter on its records' training outcomes; a new version when it beats"
                          " the calibrated zero-shot answer out of fold",
-                 responses=documented(responses.RefitReply, "The refit's figures, and the new version when one was written"))
+                 responses=doc(responses.RefitReply, "The refit's figures, and the new version when one was written"))
     def refit(name: Name, request: Annotated[RefitRequest, Body(embed=False)]):
         principal = caller(routes, "catalogs:write")
         if learning is None:

@@ -16,13 +16,13 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header
 
 from gateway.api.context import caller, request_id, streaming, wait_preference
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response, served_by
 from gateway.decisions.model import DecisionResult
 from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import HEADER, MAX_KEY_CHARS, Idempotency, Reply
 from gateway.wire import openai_decisions, responses, systemone
-from gateway.wire.responses import documented
 
 # Declared so that the OpenAPI document shows it; its rules are checked by the service.
 IdempotencyKey = Annotated[str, Header(alias=HEADER, min_length=1, max_length=MAX_KEY_CHARS, description=(
@@ -30,7 +30,7 @@ IdempotencyKey = Annotated[str, Header(alias=HEADER, min_length=1, max_length=MA
     " (header idempotent-replayed: true), with no second decision or record. 1-255 printable ASCII characters."))]
 
 
-def router(service: DecideService, idempotency: Idempotency | None = None) -> Router:
+def router(service: DecideService, idempotency: Idempotency | None = None, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     def decided(route: str, request: Any, render: Callable[[DecisionResult, str], dict[str, Any]], key: str | None):
@@ -50,13 +50,13 @@ def router(service: DecideService, idempotency: Idempotency | None = None) -> Ro
         return json_response(reply.status, reply.body, reply.headers)
 
     @routes.post("/v1/systemone", summary="System One decision: a probability for every declared option",
-                 tags=["System One"], responses=documented(responses.SystemOneResponse, "The answers, by question id"))
+                 tags=["System One"], responses=doc(responses.SystemOneResponse, "The answers, by question id"))
     def decide_systemone(request: Annotated[systemone.SystemOneRequest, Body(embed=False)],
                          idempotency_key: IdempotencyKey = None):
         return decided("systemone", request, systemone.render, idempotency_key)
 
     @routes.post("/v1/decisions", summary="OpenAI Decisions: predicates, choices and scores", tags=["OpenAI"],
-                 responses=documented(responses.DecisionsResponse, "The answers, in the order asked"))
+                 responses=doc(responses.DecisionsResponse, "The answers, in the order asked"))
     def decide_openai(request: Annotated[openai_decisions.DecisionsRequest, Body(embed=False)],
                       idempotency_key: IdempotencyKey = None):
         return decided("decisions", request, openai_decisions.render, idempotency_key)

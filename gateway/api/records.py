@@ -7,12 +7,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.context import caller
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response
 from gateway.catalogs.model import NAME_PATTERN, OutcomeSource
 from gateway.decisions.model import MAX_QUESTIONS
 from gateway.services.records import CURSOR_PATTERN, ID_PATTERN, RecordsService
 from gateway.wire import responses
-from gateway.wire.responses import documented
 
 
 class OutcomeRequest(BaseModel):
@@ -27,12 +27,12 @@ class OutcomeRequest(BaseModel):
         " the outcomes:train scope; without one it counts for drift only.")
 
 
-def router(service: RecordsService) -> Router:
+def router(service: RecordsService, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     @routes.post("/v1/decisions/<decision_id>/outcome", tags=["Records"],
                  summary="Attach the true outcome, or a human override, to a decision",
-                 responses=documented(responses.OutcomeReply, "The outcome as stored"))
+                 responses=doc(responses.OutcomeReply, "The outcome as stored"))
     def attach_outcome(decision_id: Annotated[str, Path(pattern=ID_PATTERN)],
                        request: Annotated[OutcomeRequest, Body(embed=False)]):
         outcome = service.attach_outcome(caller(routes, "decide"), decision_id, request.answers,
@@ -42,7 +42,7 @@ def router(service: RecordsService) -> Router:
     @routes.get("/v1/records", tags=["Records"],
                 summary="The tenant's decision records, newest first, a page at a time, with calibration drift per"
                         " catalog entry",
-                responses=documented(responses.RecordList, "Records and drift; next_cursor when more records follow"))
+                responses=doc(responses.RecordList, "Records and drift; next_cursor when more records follow"))
     def list_records(catalog: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
                      limit: Annotated[int, Query(ge=1, le=1000, description="At most this many records; a page"
                                                  " can hold fewer, to fit one response")] = 100,
@@ -52,7 +52,7 @@ def router(service: RecordsService) -> Router:
                                                           cursor=cursor))
 
     @routes.get("/v1/records/<decision_id>", summary="One decision record", tags=["Records"],
-                responses=documented(responses.DecisionRecord, "The record, with its outcome once attached"))
+                responses=doc(responses.DecisionRecord, "The record, with its outcome once attached"))
     def get_record(decision_id: Annotated[str, Path(pattern=ID_PATTERN)]):
         return json_response(200, service.get(caller(routes, "decide"), decision_id))
 

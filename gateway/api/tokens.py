@@ -7,12 +7,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.api.context import caller
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.tokens import TokenClaims
 from gateway.errors import Forbidden
 from gateway.wire import responses
-from gateway.wire.responses import documented
 
 
 class TokenRequest(BaseModel):
@@ -37,11 +37,11 @@ class RevokeRequest(BaseModel):
         return self
 
 
-def router(authenticator: Authenticator | None) -> Router:
+def router(authenticator: Authenticator | None, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     @routes.post("/v1/tokens", summary="Mint a short-lived bearer token for the caller's tenant (SigV4 callers only)",
-                 tags=["Credentials"], responses=documented(responses.MintedToken, "The token (shown once)", 201))
+                 tags=["Credentials"], responses=doc(responses.MintedToken, "The token (shown once)", 201))
     def mint_token(request: Annotated[TokenRequest, Body(embed=False)]):
         principal = caller(routes, None)
         if authenticator is None:

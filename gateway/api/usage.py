@@ -10,26 +10,27 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from gateway.api.context import caller
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response
 from gateway.auth.store import TenantLimits
 from gateway.errors import Forbidden
 from gateway.services.spending import MAX_USAGE_DAYS, Spending
 from gateway.services.throttle import checked
 from gateway.wire import responses
-from gateway.wire.responses import documented
 
 DAY = r"^\d{4}-\d{2}-\d{2}$"
 # Usage names the tenant's catalog entries: whoever may read the catalogs, or an admin.
 READERS = frozenset({"admin", "catalogs:read"})
 
 
-def router(spending: Spending, limits: Callable[[str], TenantLimits], clock: Callable[[], float] = time.time) -> Router:
+def router(spending: Spending, limits: Callable[[str], TenantLimits], clock: Callable[[], float] = time.time,
+           doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     @routes.get("/v1/usage", tags=["Usage"],
                 summary=f"The tenant's spend and endpoint time by day (UTC) and by catalog entry, at most {MAX_USAGE_DAYS}"
                         " days at once (default: this month), with its budgets",
-                responses=documented(responses.UsageReport, "Totals, by day, by entry, and the budgets"))
+                responses=doc(responses.UsageReport, "Totals, by day, by entry, and the budgets"))
     def usage(first: Annotated[str | None, Query(alias="from", pattern=DAY, description="First day, YYYY-MM-DD")] = None,
               last: Annotated[str | None, Query(alias="to", pattern=DAY, description="Last day, YYYY-MM-DD")] = None):
         principal = caller(routes, None)

@@ -6,7 +6,9 @@ is the one retry loop).
 What botocore does not do by default, done here: an answer is read with a size cap
 (MAX_ANSWER_BYTES; an event's payload is capped at 24 MiB by botocore's event-stream
 reader), and a credential that cannot be found or fetched is the deployment's failure
-(`no_credentials`), never the endpoint's.
+(`no_credentials`), never the endpoint's, and never a client kept without one. An error
+answer is read whole by botocore, as SageMaker sends it (its ModelError carries the
+container's body, which the scorer keeps small).
 
 Errors are classified as SageMaker documents them: a container 503 arrives as ModelError
 (HTTP 424) with OriginalStatusCode 503, a container timeout as ModelError with
@@ -78,8 +80,9 @@ class SageMakerInvoker:
         self._lock = threading.Lock()
 
     def prepare(self, endpoints: Iterable[Endpoint]) -> None:
-        """Build the clients of these endpoints now, not on their first call. A credential
-        that cannot be resolved yet is logged, and tried again by the first call."""
+        """Build the clients of these endpoints now, not on their first call. One that cannot
+        be built (no credential yet, a region botocore refuses) is logged and tried again by
+        its first call; the other endpoints are served meanwhile."""
         for endpoint in endpoints:
             try:
                 self.client_for(endpoint)
@@ -87,12 +90,18 @@ class SageMakerInvoker:
                 log.warning("no SageMaker client for %s yet: %s", endpoint.name, exc.reason)
 
     def client_for(self, endpoint: Endpoint) -> Any:
+        """The endpoint's client; EndpointFailed (never cached) when it cannot be built."""
         key = (endpoint.region, endpoint.endpoint_url, endpoint.connect_timeout_s, endpoint.read_timeout_s)
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                with _translated(endpoint.name):  # botocore resolves the credentials as it builds a client
+                try:
                     client = self._clients[key] = self._client_factory(endpoint)
+                except _CREDENTIAL_ERRORS as exc:  # the deployment's, the same on every endpoint
+                    raise EndpointFailed(endpoint.name, "no_credentials") from exc
+                except (boto.BotoCoreError, ValueError) as exc:  # no region, or one botocore refuses
+                    log.error("the SageMaker client for %s cannot be built: %s", endpoint.name, exc)
+                    raise EndpointFailed(endpoint.name, "client_configuration") from exc
         return client
 
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:
@@ -142,8 +151,8 @@ def _parameters(route: Route, caller: Caller, timeout_ms: int) -> dict[str, str]
 def _read_bounded(answer: dict[str, Any]) -> bytes:
     """The whole answer's body, or AnswerTooLarge past MAX_ANSWER_BYTES (read no further)."""
     body = answer["Body"]
-    declared = answer["ResponseMetadata"]["HTTPHeaders"].get("content-length")  # absent when chunked
-    if declared is not None and int(declared) > MAX_ANSWER_BYTES:
+    declared = _length(answer["ResponseMetadata"]["HTTPHeaders"].get("content-length"))  # None when chunked
+    if declared is not None and declared > MAX_ANSWER_BYTES:
         body.close()
         raise AnswerTooLarge(f"{declared} bytes (at most {MAX_ANSWER_BYTES})")
     data = body.read(MAX_ANSWER_BYTES + 1)
@@ -152,6 +161,14 @@ def _read_bounded(answer: dict[str, Any]) -> bytes:
         raise AnswerTooLarge(f"more than {MAX_ANSWER_BYTES} bytes")
     body.read()  # nothing is left: botocore checks the length against Content-Length, and frees the connection
     return data
+
+
+def _length(header: str | None) -> int | None:
+    """A Content-Length as urllib3 reads it (`5, 5` is 5); None when there is none or it is not a number."""
+    try:
+        return int(header.split(",")[0]) if header else None
+    except ValueError:
+        return None
 
 
 class AnswerTooLarge(Exception):
@@ -169,7 +186,7 @@ def _translated(name: str) -> Iterator[None]:
         raise _classify(name, exc.response) from None
     except _CREDENTIAL_ERRORS as exc:  # a deployment's fault, the same on every endpoint: never the caller's
         raise EndpointFailed(name, "no_credentials") from exc
-    except (boto.EndpointConnectionError, boto.ConnectTimeoutError) as exc:  # nothing was sent
+    except boto.ConnectionError as exc:  # refused, unreachable, timed out, TLS or a proxy refused: nothing was sent
         raise EndpointBusy(name, "connect_failed") from exc
     except (boto.ReadTimeoutError, transport.ReadTimeoutError) as exc:
         # The work may still be running there: sending it elsewhere would double it.

@@ -1,5 +1,5 @@
 """The public answers as models: what each route returns, declared on the route by class
-(`documented`) for the OpenAPI document's response schemas, and held by the tests to every
+(`gateway.api.docs`) for the OpenAPI document's response schemas, and held by the tests to every
 body the routes render (tests/unit/gateway/test_responses.py), so the document and the wire
 cannot drift. A rename breaks the import, not only the documentation build.
 

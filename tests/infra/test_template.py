@@ -777,6 +777,9 @@ def test_the_process_settings_are_the_templates_and_make_ups_never_a_module_writ
     assert {k: variables.get(k) for k in wanted} == wanted
     up = (Path(__file__).resolve().parents[2] / "scripts" / "up.py").read_text()
     assert all(f'"{k}": "{v}"' in up for k, v in wanted.items())
+    from bench.gateway import TEMPLATE_ENVIRONMENT  # the cold start measured as deployed
+
+    assert TEMPLATE_ENVIRONMENT == wanted
 
 
 def test_the_authorizer_resumes_from_a_snapshot_and_the_api_calls_its_published_alias(template):

@@ -120,8 +120,8 @@ def test_the_artifact_pins_the_botocore_the_tests_run_against():
 
 
 def test_routes_name_their_response_models_by_class():
-    """A route's `responses` is `documented(Model, ...)`: a renamed model breaks the import,
-    never only the documentation build."""
+    """A route's `responses` is `doc(responses.Model, ...)`: a renamed model breaks the
+    import, never only the documentation build."""
     found, by_name = 0, []
     for path in (ROOT / "gateway" / "api").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -290,6 +290,31 @@ def test_no_credentials_is_the_deployments_failure_and_nothing_is_sent(runtime, 
     with pytest.raises(EndpointFailed) as raised:
         calls.invoke(endpoint(runtime), b"{}", "systemone")
     assert raised.value.reason == "no_credentials" and runtime.requests == []
+    # And once a credential is there, the next call finds it: no client was kept without one.
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDLATER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    assert calls.invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 1}'
+    assert "Credential=AKIDLATER/" in runtime.requests[0]["headers"]["Authorization"]
+
+
+def test_a_connection_refused_by_tls_is_busy_and_a_region_botocore_refuses_fails_only_its_endpoint(credentials):
+    # Given a server that speaks no TLS, an https endpoint is a connect failure (busy: another
+    # endpoint may answer), never an escaped exception.
+    plain = Runtime()
+    try:
+        tls = Endpoint("dg-cpu", region="us-east-1", endpoint_url=plain.url.replace("http://", "https://"))
+        with pytest.raises(EndpointBusy) as raised:
+            invoker().invoke(tls, b"{}", "chat")
+        assert raised.value.reason == "connect_failed"
+    finally:
+        plain.close()
+    # A region botocore refuses fails that endpoint, at init and on its calls, and nothing else.
+    calls, bad = invoker(), Endpoint("dg-cpu", region="not a region!")
+    calls.prepare([bad])
+    with pytest.raises(EndpointFailed) as failed:
+        calls.invoke(bad, b"{}", "chat")
+    assert failed.value.reason == "client_configuration"
 
 
 def test_the_xray_trace_travels_as_botocore_sends_it(runtime, monkeypatch):
@@ -430,3 +455,8 @@ def test_a_tenants_share_taken_is_answered_at_once_and_long_works_tries_the_next
     with pytest.raises(RateLimited, match="long work's share") as raised:
         _pool(first, second).ask(invoker, b"{}", "chat", caller=Caller("l", work="long"), deadline_s=40.0)
     assert raised.value.retry_after == 7 and len(runtime.requests) == 5
+
+
+@pytest.mark.parametrize(("header", "length"), [(None, None), ("12", 12), ("5, 5", 5), ("lots", None), ("", None)])
+def test_a_content_length_is_read_as_urllib3_reads_it_and_a_bad_one_is_no_length(header, length):
+    assert sagemaker._length(header) == length
