@@ -22,6 +22,7 @@ says nothing of the endpoint's saturation).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -80,14 +81,20 @@ class SageMakerInvoker:
         self._lock = threading.Lock()
 
     def prepare(self, endpoints: Iterable[Endpoint]) -> None:
-        """Build the clients of these endpoints now, not on their first call. One that cannot
-        be built (no credential yet, a region botocore refuses) is logged and tried again by
-        its first call; the other endpoints are served meanwhile."""
+        """Build and prime the clients of these endpoints now (Lambda's init phase, which a
+        SnapStart snapshot carries), not on their first call. One that cannot be built (no
+        credential yet, a region botocore refuses) is logged and tried again by its first
+        call; the other endpoints are served meanwhile."""
+        primed: set[int] = set()
         for endpoint in endpoints:
             try:
-                self.client_for(endpoint)
+                client = self.client_for(endpoint)
             except EndpointFailed as exc:
                 log.warning("no SageMaker client for %s yet: %s", endpoint.name, exc.reason)
+                continue
+            if id(client) not in primed:
+                primed.add(id(client))
+                _prime(client, endpoint)
 
     def client_for(self, endpoint: Endpoint) -> Any:
         """The endpoint's client; EndpointFailed (never cached) when it cannot be built."""
@@ -132,6 +139,39 @@ class SageMakerInvoker:
             events.close()
             raise EndpointFailed(endpoint.name, "empty_stream")
         return StreamedAnswer(first, _broken_as_stream_errors(endpoint.name, parts), events.close)
+
+
+def _prime(client: Any, endpoint: Endpoint) -> None:
+    """Run both operations once on a canned answer that never leaves the process. botocore
+    does part of its work on a client's first call of an operation (the endpoint's rules,
+    the operation's shapes, the signer, the handlers of each event): done here, the first
+    caller does not wait for it. The canned answer is given at `before-send`, botocore's own
+    hook for an answer that replaces the network (what its Stubber builds on)."""
+    from botocore.awsrequest import AWSResponse
+
+    def canned(request: Any, **_: Any) -> AWSResponse:
+        stream = request.url.endswith("-response-stream")
+        headers = {"Content-Type": "application/vnd.amazon.eventstream" if stream else "application/json"}
+        return AWSResponse(request.url, 200, headers, _CannedBody(b"" if stream else b"{}"))
+
+    events = client.meta.events
+    events.register_first("before-send.sagemaker-runtime", canned, unique_id="decision-gateway-prime")
+    try:
+        parameters = _parameters("systemone", ANONYMOUS, deadline_ms(endpoint))
+        client.invoke_endpoint(EndpointName=endpoint.name, Body=b"{}", **parameters)["Body"].read()
+        list(client.invoke_endpoint_with_response_stream(EndpointName=endpoint.name, Body=b"{}", **parameters)["Body"])
+    except Exception:  # priming is an optimisation: the first call does the same work, and says what fails
+        log.warning("the SageMaker client for %s could not be primed", endpoint.name, exc_info=True)
+    finally:
+        events.unregister("before-send.sagemaker-runtime", unique_id="decision-gateway-prime")
+
+
+class _CannedBody(io.BytesIO):
+    """A canned answer's body as urllib3's response reads it (`read`, and `stream` for events)."""
+
+    def stream(self, amt: int = 64 * 1024, decode_content: bool | None = None) -> Iterator[bytes]:
+        while piece := self.read(amt):
+            yield piece
 
 
 def _parameters(route: Route, caller: Caller, timeout_ms: int) -> dict[str, str]:

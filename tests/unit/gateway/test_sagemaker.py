@@ -460,3 +460,16 @@ def test_a_tenants_share_taken_is_answered_at_once_and_long_works_tries_the_next
 @pytest.mark.parametrize(("header", "length"), [(None, None), ("12", 12), ("5, 5", 5), ("lots", None), ("", None)])
 def test_a_content_length_is_read_as_urllib3_reads_it_and_a_bad_one_is_no_length(header, length):
     assert sagemaker._length(header) == length
+
+
+def test_prepare_primes_each_client_without_a_request_and_its_calls_then_reach_the_endpoint(runtime):
+    # Given the init phase's prepare, both operations have run once on a canned answer: nothing
+    # reached the endpoint; then real calls, buffered and streamed, do (the canned answer is gone).
+    calls = invoker()
+    calls.prepare([endpoint(runtime), Endpoint("dg-gpu", region="us-east-1", endpoint_url=runtime.url)])
+    assert runtime.requests == [] and len(calls._clients) == 1  # one configuration, one client, primed once
+    runtime.answers += [{"body": b'{"ok": 3}'}, {"body": payload_part(b"data: {}\n\n"),
+                                                 "headers": {"Content-Type": "application/vnd.amazon.eventstream"}}]
+    assert calls.invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 3}'
+    assert list(calls.invoke_stream(endpoint(runtime), b"{}", "chat", Caller("rid"), 10.0)) == [b"data: {}\n\n"]
+    assert len(runtime.requests) == 2
