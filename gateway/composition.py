@@ -49,7 +49,7 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
         from gateway.backends.sagemaker import SageMakerInvoker
 
         backend = SageMakerInvoker(sagemaker_client)
-        backend.prepare(registry.endpoints())  # the clients built now (Lambda's init phase), not on their first call
+        backend.prepare(registry.first_attempts())  # the clients built now (Lambda's init phase), not on a first call
     stores = authenticator.store.stores() if authenticator is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)

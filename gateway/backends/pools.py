@@ -77,6 +77,8 @@ SATURATED = {"container_503", "container_429", "container_queue_timeout", "Servi
 # deadline gets 23 s, not 16.
 _TIMEOUT_STEPS = (23.0, 22.0, 20.0, 18.0, 16.0, 12.0, 8.0, 4.0, 2.0, 1.0)
 MIN_ATTEMPT_S = 0.5  # the least time an attempt is started with
+# What a request has spent on itself (its body, its checks, its budget) before its first attempt.
+_SPENT_BEFORE_FIRST_ATTEMPT_S = 0.01
 _Answer = TypeVar("_Answer")
 
 
@@ -226,6 +228,14 @@ class EndpointPool:
         """The most a request of `size` bytes can cost here (a budget reserves it before the call)."""
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
         return worst_case(deadline, max(e.usd_per_second for e in self._taking(size)))
+
+    def first_attempts(self) -> list[Endpoint]:
+        """Each member as an ordinary request's first attempt calls it: its read timeout cut to
+        what is left of the deadline (`_within`) once the request has spent a few milliseconds
+        on itself. The clients the init phase builds and primes; another attempt's (a shorter
+        read timeout, long work's longer one) is built on its first use."""
+        remaining = self.policy.deadline_s - _SPENT_BEFORE_FIRST_ATTEMPT_S
+        return list(dict.fromkeys(_within(member.endpoint, remaining) for member in self.members))
 
     def is_long(self, deadline_s: float) -> bool:
         """Work with a deadline past the ordinary one: the streaming routes' longer requests."""

@@ -40,6 +40,10 @@ class ModelRegistry:
         """Every endpoint some route can call, once each."""
         return list(dict.fromkeys(member.endpoint for route in self.routes for member in route.pool.members))
 
+    def first_attempts(self) -> list[Endpoint]:
+        """Every endpoint as an ordinary request's first attempt calls it, once each."""
+        return list(dict.fromkeys(e for route in self.routes for e in route.pool.first_attempts()))
+
     def route_for(self, name: str, service: str) -> ModelRoute:
         route = self._by_name.get(name)
         if route is None or service not in route.serves:

@@ -473,3 +473,18 @@ def test_prepare_primes_each_client_without_a_request_and_its_calls_then_reach_t
     assert calls.invoke(endpoint(runtime), b"{}", "systemone") == b'{"ok": 3}'
     assert list(calls.invoke_stream(endpoint(runtime), b"{}", "chat", Caller("rid"), 10.0)) == [b"data: {}\n\n"]
     assert len(runtime.requests) == 2
+
+
+def test_an_ordinary_requests_first_attempt_uses_a_client_the_init_phase_built_and_primed(runtime):
+    # Given a pool whose deadline cuts the endpoint's read timeout (25 s, the deadline 25 s),
+    # when the init phase prepares its first attempts, then the first request's attempt is
+    # made on that client: no client is built on a caller's time.
+    only = endpoint(runtime)
+    policy = PoolPolicy(failure_threshold=3, extra_attempts=1, deadline_s=25.0)
+    pool = EndpointPool((PoolEndpoint(only, tier=0),), policy, Circuits(policy))
+    calls = invoker()
+    calls.prepare(pool.first_attempts())
+    built = dict(calls._clients)
+    assert [key[3] for key in built] == [22.0]  # the read timeout a first attempt gets under a 25 s deadline
+    assert pool.ask(calls, b"{}", "systemone").body == b'{"ok": 1}'
+    assert calls._clients == built and len(runtime.requests) == 1
