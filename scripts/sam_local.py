@@ -161,7 +161,23 @@ def sam_build(architecture: str) -> Path:
     up.run_step("sam build", [str(SAM), "build", "--build-in-source", "--build-dir", str(build),
                               "-t", str(ROOT / "template.yaml"), "--parameter-overrides", f"Architecture={architecture}"],
                 {**PLACEHOLDER_AWS, "LAMBDA_ARCH": architecture})
-    return build / "template.yaml"
+    built = build / "template.yaml"
+    built.write_text(authorizer_without_alias(built.read_text()))
+    return built
+
+
+# In AWS the API calls the authorizer's published alias (its SnapStart snapshot). The SAM CLI
+# finds a local authorizer by parsing its ARN and cannot resolve an alias reference, so it
+# would skip the authorizer and let every bearer request through unauthenticated; locally
+# there are no versions, so the function itself is the same code.
+AUTHORIZER_ALIAS = "Ref: AuthorizerFunction.Alias"
+AUTHORIZER_FUNCTION = "Fn::GetAtt: [AuthorizerFunction, Arn]"
+
+
+def authorizer_without_alias(template: str) -> str:
+    if template.count(AUTHORIZER_ALIAS) != 1:
+        raise up.StartupError(f"the built template should name the authorizer's alias once ({AUTHORIZER_ALIAS})")
+    return template.replace(AUTHORIZER_ALIAS, AUTHORIZER_FUNCTION)
 
 
 class SamLocal:
