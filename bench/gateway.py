@@ -264,7 +264,7 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
     samples: dict[str, list[dict]] = {name: [] for name in ["with_dynamodb", *built]}
     floor: list[float] = []
     authorizer: list[dict] = []
-    with dynamodb_stores() as stores:  # as deployed: the credential, catalog and record stores in DynamoDB
+    with stack_in_moto() as stores:  # as deployed: the credential, catalog and record stores in DynamoDB
         # As deployed first: the stores' clients and secrets in the init phase, on the template's
         # Python when this machine has it.
         deployed_python = runtime_python or sys.executable
@@ -305,7 +305,7 @@ def cold_start(runs: int, burst: int, backend_url: str, runtime_python: str | No
 
 
 @contextlib.contextmanager
-def dynamodb_stores() -> Iterator[dict[str, str]]:
+def stack_in_moto() -> Iterator[dict[str, str]]:
     """moto's server with the four tables, the events' tenant and its key, and the two
     secrets: the function's environment for stores as deployed (their clients built in the
     init phase, read and written by requests)."""
@@ -317,7 +317,7 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
     from gateway.auth.store import ApiKeyRecord
     from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
     from gateway.auth.tokens import new_key_document
-    from gateway.stores.dynamodb import DynamoDBStore
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     port = free_port()
@@ -329,9 +329,10 @@ def dynamodb_stores() -> Iterator[dict[str, str]]:
                   "GATEWAY_CATALOGS_TABLE": "bench-catalogs", "GATEWAY_RECORDS_TABLE": "bench-records"}
         client = botocore.session.get_session().create_client(  # moto takes any credentials: placeholders
             "dynamodb", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench")
-        store = DynamoDBStore(tables["GATEWAY_TENANTS_TABLE"], tables["GATEWAY_KEYS_TABLE"], client,
-                              catalogs_table=tables["GATEWAY_CATALOGS_TABLE"], records_table=tables["GATEWAY_RECORDS_TABLE"])
-        store.create_tables()
+        names = DynamoDBTables(tables["GATEWAY_TENANTS_TABLE"], tables["GATEWAY_KEYS_TABLE"],
+                               tables["GATEWAY_CATALOGS_TABLE"], tables["GATEWAY_RECORDS_TABLE"])
+        create_tables(client, names)
+        store = dynamodb_stores(client, names).tenants
         create_tenant(store, PRINCIPAL["tenant_id"])
         set_limits(store, PRINCIPAL["tenant_id"], rate_per_s=1000.0, burst=2000)  # the burst measures memory, not the limit
         store.put_api_key(ApiKeyRecord(PRINCIPAL["credential_id"], PRINCIPAL["tenant_id"], "unused",
@@ -376,15 +377,16 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     from gateway.authorizer import Authorizer
     from gateway.composition import build_runtime
     from gateway.handler import GatewayFunction
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    store = SQLiteStore(tmp / "gateway.db")
+    stores = open_sqlite(tmp / "gateway.db")
+    store = stores.tenants
     create_tenant(store, "bench")
     key = issue_api_key(store, "bench", ["chat", "decide"]).secret
     function = InProcessFunction(GatewayFunction(build_runtime(settings_for(backend_url))))
-    server = make_server("127.0.0.1", 0, LocalApiGateway(function, authorizer=Authorizer(Authenticator(store))))
+    server = make_server("127.0.0.1", 0, LocalApiGateway(function, authorizer=Authorizer(Authenticator(stores))))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     gateway_url = f"http://127.0.0.1:{server.server_address[1]}"
 

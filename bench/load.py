@@ -127,15 +127,16 @@ def main() -> int:
     from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
     from gateway.authorizer import Authorizer
     from gateway.observability import configure_logging
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       POWERTOOLS_LOG_LEVEL="ERROR", POWERTOOLS_METRICS_DISABLED="true")
     configure_logging()
     levels = [int(x) for x in args.levels.split(",") if x]
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    store = SQLiteStore(tmp / "gateway.db")
-    authorize = Authorizer(Authenticator(store))
+    stores = open_sqlite(tmp / "gateway.db")
+    store = stores.tenants
+    authorize = Authorizer(Authenticator(stores))
     model = {"SM_LLAMA_CPP_MODEL_DIR": str(SMOLLM2_DIR)}
     rows = []
     for phase in ("steady", "first killed halfway"):
@@ -172,7 +173,7 @@ def main() -> int:
                     server.server_close()
                     functions.close()
                     uptime.stop("first", "second")
-            row["cost"] = reconcile(store, tenant, uptime.seconds())
+            row["cost"] = reconcile(stores, tenant, uptime.seconds())
             rows.append({"phase": phase, **row})
             progress(f"  {row['throughput_rps']:.2f} req/s, p50 {row['p50_s']:.2f} s, fallback {row['fallback_share']:.0%}, "
                      f"errors {row['errors'] or 'none'}")
@@ -232,13 +233,13 @@ class Uptime:
         return sum(self.stopped[name] - began for name, began in self.started.items())
 
 
-def reconcile(store, tenant: str, up_s: float) -> dict:
+def reconcile(stores, tenant: str, up_s: float) -> dict:
     """One run's cost three ways: the pool's uptime at the instance price, the records', the ledger's."""
     from gateway.services.spending import Spending
 
-    records = [listed.record for listed in store.scan_records(tenant) if listed.record is not None]
-    usage = Spending(store, lambda _: None).usage(tenant, *[time.strftime("%Y-%m-%d", time.gmtime())] * 2,
-                                                  store.get_tenant(tenant).limits)
+    records = [listed.record for listed in stores.records.scan_records(tenant) if listed.record is not None]
+    usage = Spending(stores.counters, lambda _: None).usage(tenant, *[time.strftime("%Y-%m-%d", time.gmtime())] * 2,
+                                                            stores.tenants.get_tenant(tenant).limits)
     per_second = INSTANCE_USD_PER_HOUR / 3600
     records_s = sum(r["usage"]["endpoint_s"] or 0.0 for r in records)
     ledger_s = usage["total"]["endpoint_seconds"]

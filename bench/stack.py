@@ -50,9 +50,10 @@ def _serving(model_dir: Path, tenants: tuple[str, ...]) -> Iterator[Stack]:
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
-    store = SQLiteStore(Path(tempfile.mkdtemp(prefix="bench-stack-")) / "gateway.db")
+    stores = open_sqlite(Path(tempfile.mkdtemp(prefix="bench-stack-")) / "gateway.db")
+    store = stores.tenants
     keys = {}
     for tenant in tenants:
         create_tenant(store, tenant)
@@ -61,7 +62,7 @@ def _serving(model_dir: Path, tenants: tuple[str, ...]) -> Iterator[Stack]:
         scorer.wait("ready")
         # The authorizer checks the keys; the function itself runs without a store (no records).
         functions = ProcessFunctions(max_instances=2, env={"GATEWAY_MODELS": settings_for(scorer.url).model_dump_json()})
-        server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=Authorizer(Authenticator(store))))
+        server = make_server("127.0.0.1", 0, LocalApiGateway(functions, authorizer=Authorizer(Authenticator(stores))))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         functions.prewarm(1)
         try:

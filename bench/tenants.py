@@ -98,9 +98,9 @@ class Stack:
     def tenant(self, name: str) -> str:
         """A tenant with default limits, and an API key of its (decide and chat)."""
         from gateway.auth.tenants import create_tenant, issue_api_key
-        from gateway.stores.sqlite import SQLiteStore
+        from gateway.stores.sqlite import open_sqlite
 
-        store = SQLiteStore(self.state / "gateway.db")
+        store = open_sqlite(self.state / "gateway.db").tenants
         create_tenant(store, name)
         return issue_api_key(store, name, ["decide", "chat"]).secret
 

@@ -152,11 +152,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("new-signing-key", "new-record-key"):
         _out(_new_key(args))
         return 0
-    authenticator = _authenticator(args)
+    stores, authenticator = _configured(args)
     if args.command == "emergency-rotate":
         _out(_emergency_rotate(args, authenticator))
     elif args.command in TENANT_COMMANDS:
-        _tenant_command(args, authenticator)
+        _tenant_command(args, stores, authenticator)
     else:
         _credential_command(args, authenticator)
     return 0
@@ -190,11 +190,11 @@ def _int_or_none(text: str) -> int | None:
     return None if text.lower() == "none" else int(text)
 
 
-def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
+def _tenant_command(args: argparse.Namespace, stores: Any, authenticator: Any) -> None:
     from gateway.auth import tenants
     from gateway.auth.authenticate import normalise_principal
 
-    store = authenticator.store
+    store = stores.tenants
     if args.command == "create-tenant":
         catalog_only = None if args.catalog_only is None else args.catalog_only == "yes"
         tenant = tenants.create_tenant(store, args.tenant_id, args.name, catalog_only=catalog_only)
@@ -222,15 +222,15 @@ def _tenant_command(args: argparse.Namespace, authenticator: Any) -> None:
     elif args.command == "set-limits":
         _out(_set_limits(args, store))
     elif args.command == "usage":
-        _out(_usage(args, store))
+        _out(_usage(args, stores))
     elif args.command == "verify-record":
-        _out(_verify_record(args, store))
+        _out(_verify_record(args, stores))
 
 
 def _credential_command(args: argparse.Namespace, authenticator: Any) -> None:
     from gateway.auth.authenticate import normalise_principal
 
-    store = authenticator.store
+    store = authenticator.tenant_store
     if args.command == "list-keys":
         for record in store.list_api_keys(args.tenant):
             _out({"key_id": record.key_id, "name": record.name, "scopes": list(record.scopes),
@@ -255,7 +255,7 @@ def _credential_command(args: argparse.Namespace, authenticator: Any) -> None:
         _out({"subject": subject, "tokens_not_before": authenticator.revoke_all_tokens(subject)})
 
 
-def _verify_record(args: argparse.Namespace, store: Any) -> dict[str, Any]:
+def _verify_record(args: argparse.Namespace, stores: Any) -> dict[str, Any]:
     from gateway.auth.tokens import file_key_ring
     from gateway.composition import build_record_keys
     from gateway.decisions.records import state_matches
@@ -264,7 +264,9 @@ def _verify_record(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     keys = file_key_ring(args.record_keys_file) if args.record_keys_file else build_record_keys(AuthSettings.from_env())
     if keys is None:
         raise ValueError("no record keys: pass --record-keys-file or set GATEWAY_RECORD_KEYS_FILE")
-    record = store.get_record(args.tenant, args.record_id)
+    if stores.records is None:
+        raise ValueError("no records table: set GATEWAY_RECORDS_TABLE")
+    record = stores.records.get_record(args.tenant, args.record_id)
     if record is None:
         raise ValueError(f"no record {args.record_id!r} for tenant {args.tenant!r}")
     text = args.state_file.read_text()
@@ -298,10 +300,11 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
 
         tenant = tenants.set_limits(store, args.tenant_id, usage_key=f"local-{secrets.token_hex(8)}")
     elif args.usage_plan:
+        from gateway import aws
         from gateway.auth.usage_plans import assign_usage_plan
 
         api_id, _, stage = args.usage_plan.partition(":")
-        key = assign_usage_plan(tenant, api_id, stage)
+        key = assign_usage_plan(tenant, api_id, stage, aws.client("apigateway"))
         tenant = tenants.set_limits(store, args.tenant_id, usage_key=key)
     elif {"rate_per_s", "burst"} & set(changes):
         print("admin: rate and burst apply once the tenant has a usage plan key of its own (--usage-plan);"
@@ -311,15 +314,15 @@ def _set_limits(args: argparse.Namespace, store: Any) -> dict[str, Any]:
     return {"tenant_id": tenant.tenant_id, "limits": limits, "usage_plan": bool(tenant.limits.usage_key)}
 
 
-def _usage(args: argparse.Namespace, store: Any) -> dict[str, Any]:
+def _usage(args: argparse.Namespace, stores: Any) -> dict[str, Any]:
     """What the tenant spent, as GET /v1/usage answers it (the operator's view of any tenant)."""
     from gateway.services.spending import Spending
 
-    tenant = store.get_tenant(args.tenant_id)
+    tenant = stores.tenants.get_tenant(args.tenant_id)
     if tenant is None:
         raise ValueError(f"no tenant {args.tenant_id!r}")
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    return Spending(store, lambda _: tenant.limits).usage(args.tenant_id, args.first or today[:8] + "01",
+    return Spending(stores.counters, lambda _: tenant.limits).usage(args.tenant_id, args.first or today[:8] + "01",
                                                           args.last or today, tenant.limits)
 
 
@@ -348,7 +351,7 @@ def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str,
         raise ValueError("the current document cannot be read: name the keys to drop with --drop-key KID")
     document = new_key_document(None)
     for key_id in sorted(dropped):
-        authenticator.store.set_not_before(f"key:{key_id}", 1e18)  # no token signed by it is good again
+        authenticator.tenant_store.set_not_before(f"key:{key_id}", 1e18)  # no token signed by it is good again
     if args.file:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600, exist_ok=True)
@@ -358,8 +361,9 @@ def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str,
     return {"dropped": sorted(dropped), "current": json.loads(document)["current"]}
 
 
-def _authenticator(args: argparse.Namespace) -> Any:
-    from gateway.composition import build_authenticator
+def _configured(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The stores and the authenticator the arguments and the environment name."""
+    from gateway.composition import build_authenticator, build_stores
     from gateway.settings import AuthSettings
 
     settings = AuthSettings.from_env()
@@ -371,10 +375,10 @@ def _authenticator(args: argparse.Namespace) -> Any:
     if args.signing_keys_file:
         overrides.update(signing_keys_file=args.signing_keys_file, signing_secret_id=None)
     settings = AuthSettings.model_validate({**settings.model_dump(), **overrides})
-    authenticator = build_authenticator(settings)
-    if authenticator is None:
+    stores = build_stores(settings)
+    if stores is None:
         raise ValueError("no store: pass --sqlite PATH or --dynamodb TENANTS KEYS, or set GATEWAY_SQLITE_PATH")
-    return authenticator
+    return stores, build_authenticator(settings, stores)
 
 
 def _list(text: str | None) -> list[str] | None:

@@ -627,7 +627,7 @@ def seed(plan: Deployment, teardown_run: bool) -> DryRunStack:
     session of its own: none of these calls is printed."""
     import botocore.session
 
-    from gateway.stores.dynamodb import DynamoDBStore
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables
 
     session = botocore.session.Session()
 
@@ -637,8 +637,7 @@ def seed(plan: Deployment, teardown_run: bool) -> DryRunStack:
     tables = {n: f"{plan.stack}-{n}Table-DRYRUN" for n in ("Tenants", "Keys", "Catalogs", "Records")}
     stack = DryRunStack({"ApiUrl": f"https://abcdef1234.execute-api.{plan.region}.amazonaws.com/{plan.stage}",
                          **{f"{n}TableName": t for n, t in tables.items()}})
-    DynamoDBStore(tables["Tenants"], tables["Keys"], client("dynamodb"), catalogs_table=tables["Catalogs"],
-                  records_table=tables["Records"]).create_tables()
+    create_tables(client("dynamodb"), DynamoDBTables(tables["Tenants"], tables["Keys"], tables["Catalogs"], tables["Records"]))
     if not teardown_run:
         return stack
     stack.resources += [(f"{n}Table", "AWS::DynamoDB::Table", t) for n, t in tables.items()]

@@ -41,11 +41,13 @@ RECORD_KEYS = new_key_document()  # the records' state-hash keys of every runtim
 _function: GatewayFunction | None = None  # the function built last, which `call_installed` invokes
 
 
-def install(backend: Any = None, endpoint_url: str | None = None, authenticator: Any = None,
+def install(backend: Any = None, endpoint_url: str | None = None, stores: Any = None, authenticator: Any = None,
             settings: GatewaySettings | None = None, **kwargs: Any) -> GatewayRuntime:
-    """Build a fresh function (a fresh app and runtime) for `call_installed`; returns its runtime."""
+    """Build a fresh function (a fresh app and runtime) for `call_installed`, on `stores` and
+    `authenticator` (none: the settings'); returns its runtime."""
     global _function
-    runtime = build_runtime(settings or settings_for(endpoint_url, **kwargs), backend, authenticator=authenticator,
+    runtime = build_runtime(settings or settings_for(endpoint_url, **kwargs), backend, stores=stores,
+                            authenticator=authenticator,
                             record_keys=CachedKeyRing(lambda: RECORD_KEYS))
     _function = GatewayFunction(runtime)
     return runtime

@@ -41,16 +41,17 @@ from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
 MAX_SAGEMAKER_CONNECTIONS = 16
 
 
-def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None,
+def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None, stores: Stores | None = None,
                   authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> GatewayRuntime:
-    """The function's services; the stores are the authenticator's when one is given, else the configured ones."""
+    """The function's services, on the given stores (else the configured ones) and authenticator
+    (else one on those stores)."""
     registry = build_registry(settings)
     if backend is None:
         from gateway.backends.sagemaker import SageMakerInvoker
 
         backend = SageMakerInvoker(sagemaker_client)
         backend.prepare(registry.first_attempts())  # the clients built now (Lambda's init phase), not on a first call
-    stores = authenticator.store.stores() if authenticator is not None else build_stores(settings.auth)
+    stores = stores if stores is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)
     catalogs = CatalogService(stores.catalogs) if stores is not None and stores.catalogs is not None else None
@@ -62,11 +63,10 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
                                 on_failure=_count_record_failure)
     # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
     tenants = authenticator.tenants if authenticator is not None else None
-    throttle = (TenantThrottle(stores.tenants, tenants.limits, hold_s=longest_request_s(settings))
+    throttle = (TenantThrottle(stores.counters, tenants.limits, hold_s=longest_request_s(settings))
                 if stores is not None and tenants is not None else None)
-    spending = Spending(stores.tenants, tenants.limits) if stores is not None and tenants is not None else None
-    idempotency = (Idempotency(stores.idempotency, hold_s=longest_request_s(settings))
-                   if stores is not None and stores.idempotency is not None else None)
+    spending = Spending(stores.counters, tenants.limits) if stores is not None and tenants is not None else None
+    idempotency = Idempotency(stores.idempotency, hold_s=longest_request_s(settings)) if stores is not None else None
     return GatewayRuntime(
         settings=settings, registry=registry,
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
@@ -136,16 +136,15 @@ def build_registry(settings: GatewaySettings) -> ModelRegistry:
 
 def build_stores(settings: AuthSettings) -> Stores | None:
     if settings.sqlite_path:
-        from gateway.stores.sqlite import SQLiteStore
+        from gateway.stores.sqlite import open_sqlite
 
-        return SQLiteStore(settings.sqlite_path).stores()
+        return open_sqlite(settings.sqlite_path)
     if settings.tenants_table and settings.keys_table:
-        from gateway import aws
-        from gateway.stores.dynamodb import DynamoDBStore
+        from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
 
         # The client is built now (Lambda's init phase): pure set-up, no call is made.
-        return DynamoDBStore(settings.tenants_table, settings.keys_table, aws.client("dynamodb", hot_path=True),
-                             catalogs_table=settings.catalogs_table, records_table=settings.records_table).stores()
+        return dynamodb_stores(aws.client("dynamodb", hot_path=True), DynamoDBTables(
+            settings.tenants_table, settings.keys_table, settings.catalogs_table, settings.records_table))
     return None
 
 
@@ -155,21 +154,16 @@ def build_authenticator(settings: AuthSettings, stores: Stores | None = None) ->
         return None
     keys = None
     if settings.signing_secret_id:
-        from gateway import aws
-
         # The client now, the secret on first use: a key read in the init phase would outlive rotation in a snapshot.
         keys = secrets_manager_key_ring(settings.signing_secret_id, aws.client("secretsmanager", hot_path=True))
     elif settings.signing_keys_file:
         keys = file_key_ring(settings.signing_keys_file)
-    return Authenticator(stores.tenants, keys, revocations=RevocationCheck(stores.tenants,
-                                                                           check_s=settings.revocation_check_s))
+    return Authenticator(stores, keys, revocations=RevocationCheck(stores.tenants, check_s=settings.revocation_check_s))
 
 
 def build_record_keys(settings: AuthSettings) -> KeyRing | None:
     """The records' state-hash keys (never the signing keys: those rotate out in a day)."""
     if settings.record_key_secret_id:
-        from gateway import aws
-
         return secrets_manager_key_ring(settings.record_key_secret_id, aws.client("secretsmanager", hot_path=True))
     if settings.record_keys_file:
         return file_key_ring(settings.record_keys_file)

@@ -123,12 +123,13 @@ class AwsStandIn:
 
     def provision(self, settings: dict[str, dict[str, str]]) -> Any:
         from gateway.auth.tokens import new_key_document
-        from gateway.stores.dynamodb import DynamoDBStore
+        from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
 
         shared, function = settings["Parameters"], settings["GatewayFunction"]
-        store = DynamoDBStore(shared["GATEWAY_TENANTS_TABLE"], shared["GATEWAY_KEYS_TABLE"], self.client("dynamodb"),
-                              catalogs_table=function["GATEWAY_CATALOGS_TABLE"], records_table=function["GATEWAY_RECORDS_TABLE"])
-        store.create_tables()
+        tables = DynamoDBTables(shared["GATEWAY_TENANTS_TABLE"], shared["GATEWAY_KEYS_TABLE"],
+                                function["GATEWAY_CATALOGS_TABLE"], function["GATEWAY_RECORDS_TABLE"])
+        create_tables(self.client("dynamodb"), tables)
+        store = dynamodb_stores(self.client("dynamodb"), tables).tenants
         secrets = self.client("secretsmanager")
         for name in (shared["GATEWAY_SIGNING_SECRET_ID"], function["GATEWAY_RECORD_KEY_SECRET_ID"]):
             secrets.create_secret(Name=name, SecretString=new_key_document())

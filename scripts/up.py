@@ -72,9 +72,9 @@ def main() -> int:
         processes.append(scorer)
         wait_ready("scorer", f"http://127.0.0.1:{args.scorer_port}/ping", scorer, timeout_s=300)
 
-        from gateway.stores.sqlite import SQLiteStore
+        from gateway.stores.sqlite import open_sqlite
 
-        key = dev_key(SQLiteStore(store_path))
+        key = dev_key(open_sqlite(store_path).tenants)
         keys_file = key_document(state / "signing-keys.json")
         record_keys_file = key_document(state / "record-keys.json")  # the records' own hash keys
 

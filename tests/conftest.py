@@ -163,22 +163,22 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.authorizer import Authorizer
     from gateway.composition import build_runtime
     from gateway.handler import GatewayFunction
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
     from tests.gateway_helpers import unthrottled
 
     # boto3 signs every call; the local scorer ignores the signature. Not a credential.
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(name, value)
     folder = tmp_path_factory.mktemp("store")
-    store = SQLiteStore(folder / "gateway.db")
-    create_tenant(store, "acme")
+    store = open_sqlite(folder / "gateway.db")
+    create_tenant(store.tenants, "acme")
     unthrottled(store, "acme")  # a session of SDK tests in a row, as one tenant
-    key = issue_api_key(store, "acme", ["chat", "decide", "catalogs:read", "catalogs:write"])
-    store.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
+    key = issue_api_key(store.tenants, "acme", ["chat", "decide", "catalogs:read", "catalogs:write"])
+    store.tenants.put_principal_rule(PrincipalRule(LocalStack.ROLE, "acme", ("chat", "decide"), None, time.time()))
     (folder / "signing-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
     (folder / "record-keys.json").write_text(new_key_document())
-    runtime = build_runtime(settings_for(scorer_url), authenticator=authenticator,
+    runtime = build_runtime(settings_for(scorer_url), stores=store, authenticator=authenticator,
                             record_keys=file_key_ring(folder / "record-keys.json"))
     # The stack's own function and authorizer (in Lambda's terms: one warm instance of each).
     stack = LocalStack("", key.secret, GatewayFunction(runtime), authenticator, store)

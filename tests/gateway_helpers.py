@@ -33,19 +33,19 @@ def register_credentials(store: Any, *contexts: dict[str, str]) -> None:
     from gateway.auth.store import ApiKeyRecord
 
     for context in contexts:
-        if store.get_api_key(context["credential_id"]) is None:
-            store.put_api_key(ApiKeyRecord(context["credential_id"], context["tenant_id"], "unused", tuple(context["scopes"].split()),
+        if store.tenants.get_api_key(context["credential_id"]) is None:
+            store.tenants.put_api_key(ApiKeyRecord(context["credential_id"], context["tenant_id"], "unused", tuple(context["scopes"].split()),
                                            None, 0.0))
 
 
 def tenant_store(path: Any, *tenants: str) -> Any:
     """A real SQLite store at `path` holding the named tenants (default limits)."""
     from gateway.auth.tenants import create_tenant
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
-    store = SQLiteStore(path)
+    store = open_sqlite(path)
     for tenant in tenants:
-        create_tenant(store, tenant)
+        create_tenant(store.tenants, tenant)
     return store
 
 
@@ -55,4 +55,4 @@ def unthrottled(store: Any, *tenants: str) -> None:
     from gateway.auth.tenants import set_limits
 
     for tenant in tenants:
-        set_limits(store, tenant, rate_per_s=10_000, burst=100_000, max_in_flight=10_000)
+        set_limits(store.tenants, tenant, rate_per_s=10_000, burst=100_000, max_in_flight=10_000)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from gateway.auth.credentials import API_KEY_PREFIX, SCOPES, Principal, api_key_id, bearer_credential, same_hash
 from gateway.auth.revocation import RevocationCheck
-from gateway.auth.store import TenantLimits, TenantStore
+from gateway.auth.store import CounterStore, TenantLimits, TenantStore
 from gateway.auth.tenant_cache import TenantCache
 from gateway.auth.tokens import DEFAULT_TTL_S, MAX_TTL_S, TOKEN_PREFIX, KeyRing, TokenClaims, TokenError, mint, verify
 from gateway.errors import Forbidden, InvalidRequest, RateLimited, Unauthenticated
@@ -41,14 +42,25 @@ def normalise_principal(arn: str) -> str | None:
     return arn if _IAM.match(arn) else None
 
 
+class AuthStores(Protocol):
+    """The stores a credential is checked against (a deployment's `gateway.stores.Stores`)."""
+
+    @property
+    def tenants(self) -> TenantStore: ...
+
+    @property
+    def counters(self) -> CounterStore: ...
+
+
 class Authenticator:
-    def __init__(self, store: TenantStore, keys: KeyRing | None = None, clock: Callable[[], float] = time.time,
+    def __init__(self, stores: AuthStores, keys: KeyRing | None = None, clock: Callable[[], float] = time.time,
                  revocations: RevocationCheck | None = None) -> None:
-        self.store = store
+        self.tenant_store = stores.tenants
+        self.counters = stores.counters
         self.keys = keys
         self.clock = clock
-        self.revocations = revocations or RevocationCheck(store, clock=clock)
-        self.tenants = TenantCache(store)
+        self.revocations = revocations or RevocationCheck(stores.tenants, clock=clock)
+        self.tenants = TenantCache(stores.tenants)
 
     def limits(self, tenant_id: str) -> TenantLimits:
         return self.tenants.limits(tenant_id)
@@ -74,7 +86,7 @@ class Authenticator:
 
     def _api_key(self, credential: str) -> Principal:
         key_id = api_key_id(credential)
-        record = self.store.get_api_key(key_id) if key_id else None
+        record = self.tenant_store.get_api_key(key_id) if key_id else None
         now = self.clock()
         # One message for every failure, so a caller learns nothing about which keys exist.
         if record is None or not same_hash(credential, record.key_hash):
@@ -82,7 +94,7 @@ class Authenticator:
         if record.revoked_at is not None or (record.expires_at is not None and record.expires_at <= now):
             raise Unauthenticated("invalid credentials")
         if record.last_used_at is None or now - record.last_used_at > LAST_USED_RESOLUTION_S:
-            self.store.touch_api_key(record.key_id, now)
+            self.tenant_store.touch_api_key(record.key_id, now)
         models = frozenset(record.models) if record.models is not None else None
         return Principal(record.tenant_id, frozenset(record.scopes), models, record.key_id, record.expires_at)
 
@@ -101,7 +113,7 @@ class Authenticator:
     def authenticate_iam(self, user_arn: str) -> Principal:
         """A SigV4 caller, already authenticated by API Gateway: which tenant it acts for."""
         normalised = normalise_principal(user_arn)
-        rule = self.store.get_principal_rule(normalised) if normalised else None
+        rule = self.tenant_store.get_principal_rule(normalised) if normalised else None
         if rule is None:
             raise Forbidden("this IAM principal is not mapped to a tenant")
         models = frozenset(rule.models) if rule.models is not None else None
@@ -130,7 +142,7 @@ class Authenticator:
             self.keys.keys(reload=True)  # an emergency rotation: sign with the new key, not the dropped one
         now = self.clock()
         minute = int(now // 60)
-        if not self.store.count_within(f"mints:{caller.tenant_id}:{minute}", MAX_MINTS_PER_MINUTE, (minute + 2) * 60):
+        if not self.counters.count_within(f"mints:{caller.tenant_id}:{minute}", MAX_MINTS_PER_MINUTE, (minute + 2) * 60):
             raise RateLimited(f"this tenant minted {MAX_MINTS_PER_MINUTE} tokens this minute; reuse a token until it"
                               " nears its expiry", retry_after=max(1, int((minute + 1) * 60 - now) + 1))
         return mint(self.keys, caller.tenant_id, tuple(wanted_scopes),
@@ -153,11 +165,11 @@ class Authenticator:
         else:
             raise InvalidRequest.at([], "name the token to revoke: token or token_id")
         window = int(now // MAX_TTL_S)
-        if not self.store.count_within(f"revocations:{caller.tenant_id}:{window}", MAX_REVOCATIONS_PER_WINDOW,
+        if not self.counters.count_within(f"revocations:{caller.tenant_id}:{window}", MAX_REVOCATIONS_PER_WINDOW,
                                        (window + 2) * MAX_TTL_S):
             raise RateLimited(f"this tenant revoked {MAX_REVOCATIONS_PER_WINDOW} tokens in 12 hours; revoke them all at"
                               " once instead (all_tokens: true)", retry_after=max(1, int((window + 1) * MAX_TTL_S - now)))
-        self.store.revoke_token(token_id, caller.tenant_id, expires_at)
+        self.tenant_store.revoke_token(token_id, caller.tenant_id, expires_at)
         self.revocations.forget(f"token:{caller.tenant_id}:{token_id}")
         return token_id
 
@@ -165,7 +177,7 @@ class Authenticator:
         """Refuse every token minted until now for `subject` ("tenant:<id>", "principal:<arn>",
         "key:<kid>" or "all"): the "not before" time set."""
         now = self.clock()
-        self.store.set_not_before(subject, now)
+        self.tenant_store.set_not_before(subject, now)
         self.revocations.forget(f"nb:{subject}")
         return now
 

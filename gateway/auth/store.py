@@ -1,6 +1,8 @@
-"""The tenant store interface: tenants, IAM principal rules, API key records and token
-revocations. Two implementations pass one contract test suite:
-`gateway.stores.sqlite` (the embedded local store) and `gateway.stores.dynamodb` (AWS).
+"""Two store interfaces of the tenants: the tenant store (tenants, IAM principal rules, API
+key records and token revocations) and the counter store (what a tenant's requests count,
+shared by every function instance: rate windows, tallies of spend and endpoint time,
+places in flight, usage by day). Each has two implementations that pass one contract
+suite: `gateway.stores.sqlite` (the embedded local store) and `gateway.stores.dynamodb` (AWS).
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ class TenantStore(Protocol):
 
     def not_before(self, subject: str) -> float | None: ...
 
+
+class CounterStore(Protocol):
     def count_within(self, name: str, limit: int, expires_at: float) -> bool:
         """Atomically count one more against `name` unless it reached `limit` (True: counted);
         the counter is dropped after `expires_at`."""

@@ -211,13 +211,10 @@ def file_key_ring(path: str | Path) -> CachedKeyRing:
     return CachedKeyRing(lambda: Path(path).read_text(), ttl_s=5.0, min_reload_s=1.0)
 
 
-def secrets_manager_key_ring(secret_id: str, client: Any = None) -> CachedKeyRing:
-    def load() -> str:
-        nonlocal client
-        if client is None:
-            from gateway import aws
+def secrets_manager_key_ring(secret_id: str, client: Any) -> CachedKeyRing:
+    """The ring in the secret `secret_id`, read through `client` (the composition root's) on first use."""
 
-            client = aws.client("secretsmanager", hot_path=True)
+    def load() -> str:
         return client.get_secret_value(SecretId=secret_id)["SecretString"]
 
     return CachedKeyRing(load)

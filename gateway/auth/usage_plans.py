@@ -34,15 +34,11 @@ def plan_name(rate_per_s: float, burst: int) -> str:
     return f"{PLAN_PREFIX}-{rate_per_s:g}rps-{burst}burst"
 
 
-def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any = None, now: float | None = None) -> str:
+def assign_usage_plan(tenant: Tenant, api_id: str, stage: str, client: Any, now: float | None = None) -> str:
     """Give `tenant` a fresh key on the plan of its limits (creating the plan if needed);
     its earlier keys are marked replaced, and deleted once replaced `RETIRE_AFTER_S` ago.
     Returns the key's value, for the tenant's record."""
     now = time.time() if now is None else now
-    if client is None:
-        from gateway import aws
-
-        client = aws.client("apigateway")
     limits = tenant.limits
     plan_id = _plan(client, api_id, stage, limits.rate_per_s, limits.burst)
     name = f"{PLAN_PREFIX}-tenant-{tenant.tenant_id}"

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.auth.store import TenantLimits, TenantStore, UsageRow
+from gateway.auth.store import CounterStore, TenantLimits, UsageRow
 from gateway.decisions.cost import Cost, Meter
 from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
 from gateway.services.throttle import checked
@@ -69,7 +69,7 @@ class Reservation:
 
 
 class Spending:
-    def __init__(self, store: TenantStore, limits: Callable[[str], TenantLimits], *,
+    def __init__(self, store: CounterStore, limits: Callable[[str], TenantLimits], *,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.limits = limits

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from gateway.auth.store import TenantLimits, TenantStore
+from gateway.auth.store import CounterStore, TenantLimits
 from gateway.errors import BackendUnavailable, RateLimited
 
 log = logging.getLogger("gateway.throttle")
@@ -45,7 +45,7 @@ HOLD_MARGIN_S = 30.0
 
 
 class TenantThrottle:
-    def __init__(self, store: TenantStore, limits: Callable[[str], TenantLimits], *, hold_s: float,
+    def __init__(self, store: CounterStore, limits: Callable[[str], TenantLimits], *, hold_s: float,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.limits = limits

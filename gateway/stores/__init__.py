@@ -1,16 +1,17 @@
-"""Storage adapters behind the store interfaces of the domain.
+"""Storage adapters behind the store interfaces of the domain: one class per interface
+and storage, in `gateway.stores.sqlite` (the embedded local store) and
+`gateway.stores.dynamodb` (AWS).
 
-`Stores` is what one deployment has: tenants and keys always, catalogs and records
-where they are configured (the SQLite store holds all four; the DynamoDB store the
-ones whose table is set). Each adapter says which it serves (`stores()`), so the
-composition root never probes an object for methods.
+`Stores` is what one deployment has: tenants, counters and idempotent requests always,
+catalogs and records where they are configured (SQLite holds them all; DynamoDB the
+ones whose table is set).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.auth.store import TenantStore
+from gateway.auth.store import CounterStore, TenantStore
 from gateway.catalogs.store import CatalogStore
 from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
@@ -19,6 +20,7 @@ from gateway.decisions.records import RecordStore
 @dataclass(frozen=True, slots=True)
 class Stores:
     tenants: TenantStore
-    catalogs: CatalogStore | None
-    records: RecordStore | None
-    idempotency: IdempotencyStore | None = None
+    counters: CounterStore
+    idempotency: IdempotencyStore
+    catalogs: CatalogStore | None = None
+    records: RecordStore | None = None

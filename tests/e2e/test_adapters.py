@@ -38,7 +38,7 @@ OTHER = ["The train to Leeds was cancelled again this morning.", "My laptop will
 
 def test_an_entry_learns_from_its_outcomes_through_the_api(local_stack):
     headers = {"Authorization": f"Bearer {local_stack.api_key}"}
-    trainer = issue_api_key(local_stack.store, "acme", ["decide", "catalogs:read", "catalogs:write", "outcomes:train"])
+    trainer = issue_api_key(local_stack.store.tenants, "acme", ["decide", "catalogs:read", "catalogs:write", "outcomes:train"])
     trains = {"Authorization": f"Bearer {trainer.secret}"}
     written = httpx.put(f"{local_stack.url}/v1/catalogs/e2e-food", json=ENTRY, headers=headers, timeout=30)
     assert written.status_code in (200, 201), written.text

@@ -36,23 +36,23 @@ def stack(smollm2_path, tmp_path_factory):
     from gateway.authorizer import Authorizer
     from gateway.composition import build_runtime
     from gateway.handler import GatewayFunction
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(name, value)
     folder = tmp_path_factory.mktemp("sharing")
-    store = SQLiteStore(folder / "gateway.db")
+    store = open_sqlite(folder / "gateway.db")
     keys = {}
     for tenant in ("late", "steady"):
-        create_tenant(store, tenant)
-        keys[tenant] = issue_api_key(store, tenant, ["chat", "decide"]).secret
+        create_tenant(store.tenants, tenant)
+        keys[tenant] = issue_api_key(store.tenants, tenant, ["chat", "decide"]).secret
     (folder / "signing-keys.json").write_text(new_key_document())
     (folder / "record-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
     with ScorerProcess({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2",
                         "SCORER_MAX_REQUEST_TOKENS": "60000", "SCORER_MAX_RESIDENT": "2"}) as scorer:
         scorer.wait("ready")
-        runtime = build_runtime(settings_for(scorer.url), authenticator=authenticator,
+        runtime = build_runtime(settings_for(scorer.url), stores=store, authenticator=authenticator,
                                 record_keys=file_key_ring(folder / "record-keys.json"))
         gateway = LocalApiGateway(InProcessFunction(GatewayFunction(runtime)), authorizer=Authorizer(authenticator))
         server = make_server("127.0.0.1", 0, gateway)

@@ -98,7 +98,7 @@ def scorer_pid(port: int) -> int:
 def test_a_key_without_a_scope_skips_its_steps_with_the_reason_and_passes(local_stack):
     from gateway.auth.tenants import issue_api_key
 
-    chat_only = issue_api_key(local_stack.store, "acme", ["chat"]).secret
+    chat_only = issue_api_key(local_stack.store.tenants, "acme", ["chat"]).secret
     code, output = run_smoke(local_stack.url, chat_only)
     assert code == 0, output
     for step in ("decision (OpenAI format)", "decision (System One format)"):
@@ -113,7 +113,7 @@ def test_a_key_without_a_scope_skips_its_steps_with_the_reason_and_passes(local_
 def test_a_model_the_key_may_not_use_is_skipped_not_failed(local_stack):
     from gateway.auth.tenants import issue_api_key
 
-    decisions_only = issue_api_key(local_stack.store, "acme", ["chat", "decide"], models=["decision-default"]).secret
+    decisions_only = issue_api_key(local_stack.store.tenants, "acme", ["chat", "decide"], models=["decision-default"]).secret
     code, output = run_smoke(local_stack.url, decisions_only)
     assert code == 0, output
     assert "chat-default is not among the models this key sees" in line_of(output, "chat (streamed)")

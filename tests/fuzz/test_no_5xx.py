@@ -57,16 +57,16 @@ def _install_fuzz_runtime(tmp: Path) -> None:
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import CachedKeyRing, new_key_document
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
     from tests.gateway_helpers import unthrottled
 
-    store = SQLiteStore(tmp / "fuzz.db")
-    create_tenant(store, "fuzz")
+    store = open_sqlite(tmp / "fuzz.db")
+    create_tenant(store.tenants, "fuzz")
     unthrottled(store, "fuzz")  # every generated request must reach the routes it fuzzes
-    store.put_principal_rule(PrincipalRule(FUZZ_ROLE, "fuzz", ("chat", "decide"), None, 0.0))
-    key = issue_api_key(store, "fuzz", ["chat", "decide", "catalogs:read", "catalogs:write"])
+    store.tenants.put_principal_rule(PrincipalRule(FUZZ_ROLE, "fuzz", ("chat", "decide"), None, 0.0))
+    key = issue_api_key(store.tenants, "fuzz", ["chat", "decide", "catalogs:read", "catalogs:write"])
     document = new_key_document()
-    install(UniformBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(UniformBackend(), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     _authorize[:] = [Authorizer(_AllowEveryone(key.key_id))]
 
 
@@ -220,10 +220,10 @@ def test_the_authorizer_refuses_malformed_credentials_and_never_raises(tmp_path_
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant
     from gateway.auth.tokens import CachedKeyRing, new_key_document
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
-    store = SQLiteStore(tmp_path_factory.mktemp("authz") / "g.db")
-    create_tenant(store, "fuzz")
+    store = open_sqlite(tmp_path_factory.mktemp("authz") / "g.db")
+    create_tenant(store.tenants, "fuzz")
     document = new_key_document()
     policy = Authorizer(Authenticator(store, CachedKeyRing(lambda: document)))(
         {"methodArn": "arn:aws:execute-api:r:1:a/s/POST/v1/systemone", "headers": {"Authorization": scheme + token}}, None)

@@ -237,32 +237,32 @@ def keys_table_grants(template: dict, function: str) -> list[dict]:
 
 def store_writes(call) -> list[dict]:
     """The requests one store method sends to DynamoDB, as IAM sees them."""
-    from gateway.stores.dynamodb import DynamoDBStore
+    from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
 
     client = RecordingClient()
-    call(DynamoDBStore("tenants", "keys", client))
+    call(dynamodb_stores(client, DynamoDBTables("tenants", "keys")))
     return [dynamodb_request(operation, kwargs) for operation, kwargs in client.requests]
 
 
-TOUCH = [lambda store: store.touch_api_key("0123456789abcdef", 1.7e9)]
+TOUCH = [lambda store: store.tenants.touch_api_key("0123456789abcdef", 1.7e9)]
 GATEWAY_WRITES = [
     *TOUCH,
-    lambda store: store.revoke_token("t0k3n", "acme", 1.7e9),
-    lambda store: store.set_not_before("tenant:acme", 1.7e9),
-    lambda store: store.count_within("mints:acme:1", 600, 1.7e9),
-    lambda store: store.hold("inflight:acme", "holder", 8, 1.7e9, 1.6e9),
-    lambda store: store.release("inflight:acme", "holder"),
-    lambda store: store.claim_request("acme", "0f" * 32, "fp", 1.7e9, 1.6e9),
-    lambda store: store.finish_request("acme", "0f" * 32, "fp", b"reply", 1.7e9),
-    lambda store: store.drop_request("acme", "0f" * 32, "fp"),
-    lambda store: store.add_within("spend:acme:2026-12", 2_000, 10_000, 1.7e9),
-    lambda store: store.add_within("spend:acme:2026-12", -1_000, None, 1.7e9),
-    lambda store: store.add_usage("acme", UsageRow("2026-12-03", "routing", 1, 1_000, 20), 1.7e9),
+    lambda store: store.tenants.revoke_token("t0k3n", "acme", 1.7e9),
+    lambda store: store.tenants.set_not_before("tenant:acme", 1.7e9),
+    lambda store: store.counters.count_within("mints:acme:1", 600, 1.7e9),
+    lambda store: store.counters.hold("inflight:acme", "holder", 8, 1.7e9, 1.6e9),
+    lambda store: store.counters.release("inflight:acme", "holder"),
+    lambda store: store.idempotency.claim_request("acme", "0f" * 32, "fp", 1.7e9, 1.6e9),
+    lambda store: store.idempotency.finish_request("acme", "0f" * 32, "fp", b"reply", 1.7e9),
+    lambda store: store.idempotency.drop_request("acme", "0f" * 32, "fp"),
+    lambda store: store.counters.add_within("spend:acme:2026-12", 2_000, 10_000, 1.7e9),
+    lambda store: store.counters.add_within("spend:acme:2026-12", -1_000, None, 1.7e9),
+    lambda store: store.counters.add_usage("acme", UsageRow("2026-12-03", "routing", 1, 1_000, 20), 1.7e9),
 ]
-READS = [lambda store: store.get_api_key("0123456789abcdef"), lambda store: store.token_revoked("acme", "t0k3n", 1.7e9),
-         lambda store: store.not_before("tenant:acme")]
-GATEWAY_READS = [*READS, lambda store: store.tally("spend:acme:2026-12"),
-                 lambda store: store.usage("acme", "2026-12-01", "2026-12-31")]
+READS = [lambda store: store.tenants.get_api_key("0123456789abcdef"), lambda store: store.tenants.token_revoked("acme", "t0k3n", 1.7e9),
+         lambda store: store.tenants.not_before("tenant:acme")]
+GATEWAY_READS = [*READS, lambda store: store.counters.tally("spend:acme:2026-12"),
+                 lambda store: store.counters.usage("acme", "2026-12-01", "2026-12-31")]
 
 
 def forged(action: str, pk: str, *attributes: str, returns: str = "NONE") -> dict:

@@ -21,7 +21,7 @@ from gateway.auth.tokens import CachedKeyRing, mint, new_key_document
 from gateway.authorizer import Authorizer
 from gateway.composition import build_runtime
 from gateway.handler import GatewayFunction
-from gateway.stores.sqlite import SQLiteStore
+from gateway.stores.sqlite import open_sqlite
 from tests.conftest import CANARY_KEY
 from tests.gateway_helpers import unthrottled
 
@@ -38,31 +38,31 @@ ROUTES = [("GET", "/v1/models", None), ("POST", "/v1/systemone", "decide"), ("PO
 
 class Stack:
     def __init__(self, tmp_path) -> None:
-        store = SQLiteStore(tmp_path / "g.db")
+        store = open_sqlite(tmp_path / "g.db")
         for tenant in ("acme", "globex"):
-            create_tenant(store, tenant)
+            create_tenant(store.tenants, tenant)
         unthrottled(store, "acme", "globex")  # who gets in is tested here, not how often
-        store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), None, 1.0))
-        store.put_principal_rule(PrincipalRule(OTHER_ROLE, "globex", ("chat", "decide", "admin"), None, 1.0))
+        store.tenants.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), None, 1.0))
+        store.tenants.put_principal_rule(PrincipalRule(OTHER_ROLE, "globex", ("chat", "decide", "admin"), None, 1.0))
         document = new_key_document()
         ring = CachedKeyRing(lambda: document)
         self.auth = Authenticator(store, ring)
         self.store, self.ring = store, ring
-        self.good = issue_api_key(store, "acme", ["chat", "decide"], key=CANARY_KEY).secret
-        self.chat_only = issue_api_key(store, "acme", ["chat"]).secret
-        self.decide_only = issue_api_key(store, "acme", ["decide"]).secret
-        self.limited_models = issue_api_key(store, "acme", ["chat", "decide"], models=["chat-default"]).secret
-        expired = issue_api_key(store, "acme", ["chat", "decide"], ttl_s=1)
+        self.good = issue_api_key(store.tenants, "acme", ["chat", "decide"], key=CANARY_KEY).secret
+        self.chat_only = issue_api_key(store.tenants, "acme", ["chat"]).secret
+        self.decide_only = issue_api_key(store.tenants, "acme", ["decide"]).secret
+        self.limited_models = issue_api_key(store.tenants, "acme", ["chat", "decide"], models=["chat-default"]).secret
+        expired = issue_api_key(store.tenants, "acme", ["chat", "decide"], ttl_s=1)
         self.expired = expired.secret
-        revoked = issue_api_key(store, "acme", ["chat", "decide"])
-        store.revoke_api_key(revoked.key_id, time.time())
+        revoked = issue_api_key(store.tenants, "acme", ["chat", "decide"])
+        store.tenants.revoke_api_key(revoked.key_id, time.time())
         self.revoked = revoked.secret
         self.tampered = self.good[:-1] + ("A" if self.good[-1] != "A" else "B")
         self.token, _ = mint(ring, "acme", ("chat", "decide"), None, 600, time.time())
         self.expired_token, _ = mint(ring, "acme", ("chat", "decide"), None, 3600, time.time() - 7200)
         self.revoked_token, claims = mint(ring, "acme", ("chat", "decide"), None, 600, time.time())
-        store.revoke_token(claims.token_id, "acme", claims.expires_at)
-        self.runtime = build_runtime(settings_for(), UniformBackend(), authenticator=self.auth)
+        store.tenants.revoke_token(claims.token_id, "acme", claims.expires_at)
+        self.runtime = build_runtime(settings_for(), UniformBackend(), stores=store, authenticator=self.auth)
         self.authorizer = Authorizer(self.auth)
         gateway = LocalApiGateway(InProcessFunction(GatewayFunction(self.runtime)),
                                   authorizer=lambda event, context: self.authorizer(event, context))

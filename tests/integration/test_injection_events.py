@@ -31,7 +31,7 @@ def test_an_enforcing_entry_routes_a_suspected_injection_to_review(tmp_path, sus
     backend = FixedBackend(choice={"billing": 0.95}, framing="spotlight",
                            injection={"suspicion": suspicion, "probe": suspicion, "patterns": [], "neutralised": []})
     document = new_key_document()
-    install(backend, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(backend, stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     put = json.loads((EVENTS / "catalogs-1-put.json").read_text())
     register_credentials(store, put["requestContext"]["authorizer"])
     status, _, entry = replay("catalogs-1-put")
@@ -43,5 +43,5 @@ def test_an_enforcing_entry_routes_a_suspected_injection_to_review(tmp_path, sus
     assert answer["x_action"] == action and answer["choice"] == "billing"  # review keeps the answer; a person checks it
     assert answer.get("x_action_reason") == ("injection_suspected" if action == "review" else None)
     assert body["x_injection"]["suspicion"] == suspicion and body["x_framing"] == "spotlight"
-    record = store.get_record("acme", headers["x-decision-id"])
+    record = store.records.get_record("acme", headers["x-decision-id"])
     assert record["injection"]["suspicion"] == suspicion and record["questions"][0]["action"] == action

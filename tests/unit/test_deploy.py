@@ -213,15 +213,16 @@ def test_the_comparison_fails_when_the_page_drifts(deployed):
 
 def test_the_first_key_goes_to_a_0600_file_once_and_a_later_deploy_issues_none(tmp_path, monkeypatch):
     # Given the stack's tables (moto's DynamoDB) and no terminal,
+    import boto3
     from moto import mock_aws
 
-    from gateway.stores.dynamodb import DynamoDBStore
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
 
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     with mock_aws():
-        store = DynamoDBStore("tenants", "keys")
-        store.create_tables()
+        create_tables(boto3.client("dynamodb"), DynamoDBTables("tenants", "keys"))
+        store = dynamodb_stores(boto3.client("dynamodb"), DynamoDBTables("tenants", "keys"))
         plan = deploy.Deployment("default", "dg", "us-east-1", Path(MODEL), key_file=tmp_path / "first.key")
         outputs = {"TenantsTableName": "tenants", "KeysTableName": "keys"}
         out = io.StringIO()
@@ -231,11 +232,11 @@ def test_the_first_key_goes_to_a_0600_file_once_and_a_later_deploy_issues_none(t
         assert written == key and key.startswith("dgk_")
         assert plan.key_file.stat().st_mode & 0o777 == 0o600
         assert key not in out.getvalue() and "(mode 0600)" in out.getvalue()
-        assert store.get_tenant("first") is not None
-        assert [k.name for k in store.list_api_keys("first")] == ["make deploy"]
+        assert store.tenants.get_tenant("first") is not None
+        assert [k.name for k in store.tenants.list_api_keys("first")] == ["make deploy"]
         # and a second deploy issues none (the first key still stands).
         assert deploy.first_key(plan, outputs, deploy.Shell(out, dry_run=False), out, interactive=False) is None
-        assert len(store.list_api_keys("first")) == 1
+        assert len(store.tenants.list_api_keys("first")) == 1
 
 
 def test_without_credentials_a_real_run_stops_at_its_first_call_with_botocores_reason():

@@ -24,9 +24,11 @@ def where(request, tmp_path, monkeypatch):
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     with mock_aws():
-        from gateway.stores.dynamodb import DynamoDBStore
+        import boto3
 
-        DynamoDBStore("t", "k").create_tables()
+        from gateway.stores.dynamodb import DynamoDBTables, create_tables
+
+        create_tables(boto3.client("dynamodb"), DynamoDBTables("t", "k"))
         yield ["--dynamodb", "t", "k"]
 
 

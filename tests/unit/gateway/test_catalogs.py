@@ -38,7 +38,7 @@ def store(tmp_path):
 def stack(store, **probabilities) -> FixedBackend:
     backend = FixedBackend(**probabilities)
     document = new_key_document()
-    install(backend, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(backend, stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME, GLOBEX)
     return backend
 
@@ -141,7 +141,7 @@ def test_openai_decisions_reference_entries_too(store):
 
 def test_a_catalog_only_tenant_refuses_inline_questions(store):
     stack(store)
-    create_tenant(store, "acme", catalog_only=True)
+    create_tenant(store.tenants, "acme", catalog_only=True)
     put(ROUTING)
     status, _, body = decide({"type": "noul", "instructions": "Refund?"})
     assert status == 403 and "catalog" in body["detail"]["message"]
@@ -160,7 +160,7 @@ def test_records_hold_versions_and_hashes_but_no_state_or_credential(store):
     assert record["prompt_version"] == "decision-prompt/1" and record["tenant_id"] == "acme"
     assert record["debias"]["ordering"] == "canonical" and record["debias"]["temperature"] == 0.8
     assert len(record["state_hash"]) == 64 and record["state_hash_key"]
-    dumped = json.dumps(record) + open(store.path, "rb").read().decode("latin-1")
+    dumped = json.dumps(record) + open(store.tenants.db.path, "rb").read().decode("latin-1")
     assert STATE not in dumped and "alice@example.com" not in dumped
 
 
@@ -506,11 +506,11 @@ def test_a_tenant_runs_one_refit_at_a_time(store):
     put(FRUIT, name="fruit")
     put(FRUIT, name="fruit", principal=GLOBEX)
     now = time.time()
-    assert store.hold("refit:acme", "another-instance", 1, now + 60, now)
+    assert store.counters.hold("refit:acme", "another-instance", 1, now + 60, now)
     status, headers, body = call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))
     assert status == 429 and "one refit at a time" in body["detail"]["message"] and headers.get("retry-after")
     assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=GLOBEX))[0] != 429
-    store.release("refit:acme", "another-instance")
+    store.counters.release("refit:acme", "another-instance")
     assert call(event("POST", "/v1/catalogs/fruit/refit", {}, principal=TRAINER))[0] == 200
 
 
@@ -533,7 +533,7 @@ def test_the_features_an_entry_keeps_count_in_the_records_size_before_the_model_
     assert estimate > MAX_RECORD_BYTES > estimate - 250 * features_bytes(2)
     status, _, body = many(120)
     assert status == 200, body
-    stored = store.get_record("acme", body["x_decision_id"])
+    stored = store.records.get_record("acme", body["x_decision_id"])
     assert all(q.get("features") for q in stored["questions"])
     assert len(json.dumps(stored)) < MAX_RECORD_BYTES
 
@@ -546,7 +546,7 @@ def test_a_caller_naming_an_earlier_version_keeps_no_features_the_tenant_switche
     def stored(reference):
         body = call(event("POST", "/v1/systemone", {"model": "jev-latest", "state": "a ripe mango",
                                                     "questions": {"fruit": reference}}, principal=DECIDER))[2]
-        return store.get_record("acme", body["x_decision_id"])["questions"][0]
+        return store.records.get_record("acme", body["x_decision_id"])["questions"][0]
 
     assert "features" not in stored({"catalog": "fruit", "version": 1}) and backend.calls[-1][1].get("x_features") is None
     assert "features" not in stored({"catalog": "fruit"})
@@ -563,12 +563,12 @@ def test_a_decide_only_outcome_racing_a_trainers_cannot_replace_it(store, monkey
     trained = call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": True}, "source": "review"},
                          principal=TRAINER))
     assert trained[0] == 200
-    read = store.get_record
-    monkeypatch.setattr(store, "get_record", lambda tenant, rid: {**read(tenant, rid), "outcome": None})
+    read = store.records.get_record
+    monkeypatch.setattr(store.records, "get_record", lambda tenant, rid: {**read(tenant, rid), "outcome": None})
     raced = call(event("POST", f"/v1/decisions/{decision_id}/outcome", {"answers": {"fruit": False}}, principal=DECIDER))
     assert raced[0] == 403 and "outcomes:train" in raced[2]["detail"]["message"]
     monkeypatch.undo()
-    assert store.get_record("acme", decision_id.removeprefix("dec_"))["outcome"]["trains"] is True
+    assert store.records.get_record("acme", decision_id.removeprefix("dec_"))["outcome"]["trains"] is True
 
 
 def test_an_entrys_versions_come_a_page_at_a_time(store, monkeypatch):
@@ -640,7 +640,7 @@ def test_a_refit_never_writes_over_an_edit_made_while_it_ran(store):
     stack(store)
     put(FRUIT, name="fruit")
     put({**FRUIT, "instructions": "Is the message about fresh fruit?"}, name="fruit")  # version 2, meanwhile
-    catalogs = CatalogService(store)
+    catalogs = CatalogService(store.catalogs)
     stale = catalogs.get("acme", "fruit", 1).entry()
     with pytest.raises(Conflict):
         catalogs.put("acme", "fruit", stale.model_copy(update={"instructions": "refitted"}), based_on=1)

@@ -54,7 +54,7 @@ def test_openai_decisions_keep_value_types_and_join_the_input():
 
 @pytest.fixture
 def catalogs(tmp_path):
-    service = CatalogService(tenant_store(tmp_path / "g.db", "acme"))
+    service = CatalogService(tenant_store(tmp_path / "g.db", "acme").catalogs)
     service.put("acme", "support-routing", TypeAdapter(CatalogContent).validate_python(ROUTING))
     return service
 

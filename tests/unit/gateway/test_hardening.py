@@ -8,6 +8,7 @@ stored was answered anyway, catalog contention was a 500, a bad token to revoke 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,8 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.tenants import create_tenant, set_limits
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.store import VersionTaken
-from gateway.stores.sqlite import SQLiteStore
+from gateway.stores.sqlite import open_sqlite
+from gateway.stores.sqlite.records import SQLiteRecords
 from tests.fakes import FixedBackend
 from tests.gateway_helpers import call, register_credentials, tenant_store
 
@@ -34,7 +36,7 @@ def store(tmp_path):
 def backend(store):
     backend = FixedBackend(choice={"billing": 0.9})
     document = new_key_document()
-    install(backend, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(backend, stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME)
     return backend
 
@@ -80,9 +82,9 @@ def test_a_gzip_bomb_from_an_anonymous_caller_is_never_inflated(backend, monkeyp
     assert status == 401 and inflated == []
 
 
-class FailingRecords(SQLiteStore):
-    def __init__(self, path, failures: int) -> None:
-        super().__init__(path)
+class FailingRecords(SQLiteRecords):
+    def __init__(self, db, failures: int) -> None:
+        super().__init__(db)
         self.failures, self.attempts = failures, 0
 
     def put_record(self, *args, **kwargs):
@@ -94,14 +96,16 @@ class FailingRecords(SQLiteStore):
 
 @pytest.mark.parametrize(("failures", "status"), [(1, 200), (2, 200), (3, 503)])
 def test_a_decision_is_answered_only_once_its_record_is_stored(tmp_path, failures, status):
-    store = FailingRecords(tmp_path / "g.db", failures)
-    create_tenant(store, "acme")
+    store = open_sqlite(tmp_path / "g.db")
+    records = FailingRecords(store.records.db, failures)
+    store = replace(store, records=records)
+    create_tenant(store.tenants, "acme")
     document = new_key_document()
-    runtime = install(FixedBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    runtime = install(FixedBackend(), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     runtime.decide.recorder.sleep = lambda s: None
     register_credentials(store, ACME)
     got, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
-    assert got == status and store.attempts == min(failures + 1, 3)
+    assert got == status and records.attempts == min(failures + 1, 3)
     if status == 503:
         assert headers["retry-after"] and "not answered" in body["detail"]["message"]
         assert call(event("GET", "/v1/records", principal=ACME))[2]["records"] == []
@@ -123,7 +127,7 @@ def test_an_outcome_names_an_answer_the_question_allows(backend):
 
 
 def test_a_record_too_large_for_its_store_is_refused_before_the_backend_is_called(backend, store):
-    set_limits(store, "acme", max_options=102_000, max_text_bytes=6 * 1024 * 1024)
+    set_limits(store.tenants, "acme", max_options=102_000, max_text_bytes=6 * 1024 * 1024)
     long_keys = {f"{'x' * 3000}-{k}": None for k in range(120)}
     questions = {f"q{i}": {"type": "choice", "criteria": long_keys} for i in range(2)}
     status, _, body = call(event("POST", "/v1/systemone", {**DECISION, "questions": questions}, principal=ACME))
@@ -141,7 +145,7 @@ def test_catalog_writers_that_keep_colliding_get_409(backend, store, monkeypatch
     def always_taken(version):
         raise VersionTaken(version.ref)
 
-    monkeypatch.setattr(store, "insert_catalog_version", always_taken)
+    monkeypatch.setattr(store.catalogs, "insert_catalog_version", always_taken)
     status, _, body = call(event("PUT", "/v1/catalogs/routing", {"type": "noul", "instructions": "?"}, principal=ACME))
     assert status == 409 and body["detail"]["error_type"] == "conflict"
 
@@ -158,10 +162,10 @@ def test_a_revocation_names_exactly_one_thing(backend, body):
 
 
 def test_tenant_budgets_refuse_before_the_backend(backend, store):
-    set_limits(store, "acme", max_options=10, max_text_bytes=2048, max_chat_tokens=64)
+    set_limits(store.tenants, "acme", max_options=10, max_text_bytes=2048, max_chat_tokens=64)
     install_again = backend  # the runtime caches tenants for a minute: a fresh runtime reads the new limits
     document = new_key_document()
-    install(install_again, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(install_again, stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     many = {"queue": {"type": "choice", "criteria": {f"o{k}": None for k in range(11)}}}
     status, _, body = call(event("POST", "/v1/systemone", {**DECISION, "questions": many}, principal=ACME))
     assert status == 413 and "at most 10" in body["detail"]["message"]
@@ -209,7 +213,7 @@ def test_a_state_hash_uses_the_records_own_key_binds_the_tenant_and_verifies_on_
 
 
 def test_a_store_that_fails_while_checking_the_caller_is_a_shaped_503(backend, store, monkeypatch):
-    monkeypatch.setattr(store, "get_api_key", lambda key_id: (_ for _ in ()).throw(OSError("throttled")))
+    monkeypatch.setattr(store.tenants, "get_api_key", lambda key_id: (_ for _ in ()).throw(OSError("throttled")))
     status, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
     assert status == 503 and headers["retry-after"] and headers["x-request-id"]
     assert body["detail"]["error_type"] == "overloaded" and backend.calls == []

@@ -29,7 +29,7 @@ def store(tmp_path):
 
 def stack(store, backend=None):
     backend = backend or UniformBackend()
-    install(backend, authenticator=Authenticator(store))
+    install(backend, stores=store, authenticator=Authenticator(store))
     return backend
 
 
@@ -38,7 +38,7 @@ def decide(path, body, key=None, principal=PRINCIPAL):
 
 
 def records(store, tenant="acme"):
-    return list(store.scan_records(tenant))
+    return list(store.records.scan_records(tenant))
 
 
 @pytest.mark.parametrize(("path", "body"), ROUTES)

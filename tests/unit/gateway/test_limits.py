@@ -263,9 +263,9 @@ def test_a_changed_limit_takes_effect_within_the_tenant_caches_60_s(tmp_path):
     from gateway.auth.tenants import set_limits
     store = tenant_store(tmp_path / "g.db", "acme")
     clock = Clock()
-    cache = TenantCache(store, clock=clock)
+    cache = TenantCache(store.tenants, clock=clock)
     assert cache.limits("acme").max_options == DEFAULT_LIMITS.max_options
-    set_limits(store, "acme", max_options=16)
+    set_limits(store.tenants, "acme", max_options=16)
     clock.now += TENANT_CACHE_S - 1
     assert cache.limits("acme").max_options == DEFAULT_LIMITS.max_options  # still the remembered answer
     clock.now += 1

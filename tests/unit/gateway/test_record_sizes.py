@@ -30,17 +30,20 @@ def dynamodb(monkeypatch):
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     with mock_aws():
-        from gateway.stores.dynamodb import DynamoDBStore
+        import boto3
 
-        store = DynamoDBStore("dg-tenants", "dg-keys", catalogs_table="dg-catalogs", records_table="dg-records")
-        store.create_tables()
-        create_tenant(store, "acme")
+        from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
+
+        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
+        create_tables(boto3.client("dynamodb"), tables)
+        store = dynamodb_stores(boto3.client("dynamodb"), tables)
+        create_tenant(store.tenants, "acme")
         yield store
 
 
 def gateway_on(store) -> None:
     document = new_key_document()
-    install(UniformBackend(), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(UniformBackend(), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME)
 
 
@@ -64,41 +67,41 @@ def test_an_outcome_that_would_pass_dynamodbs_item_limit_is_a_413_with_the_figur
     message = refused["detail"]["message"]
     assert str(MAX_RECORD_ITEM_BYTES) in message and "would take" in message
     assert int(message.split("would take ")[1].split(" bytes")[0]) > MAX_RECORD_ITEM_BYTES
-    assert dynamodb.get_record("acme", decision_id)["outcome"] is None
+    assert dynamodb.records.get_record("acme", decision_id)["outcome"] is None
     # And an outcome that fits is attached as ever
     status, _, _ = call(event("POST", f"/v1/decisions/{decision_id}/outcome",
                                      {"answers": {names[0]: False}}, principal=ACME))
-    assert status == 200 and dynamodb.get_record("acme", decision_id)["outcome"]["answers"] == {names[0]: False}
+    assert status == 200 and dynamodb.records.get_record("acme", decision_id)["outcome"]["answers"] == {names[0]: False}
 
 
 def test_dynamodbs_own_item_size_refusal_is_the_same_413(dynamodb):
     # Given a record written before the store kept its size (no item_bytes attribute)
-    from gateway.stores.dynamodb import _item
+    from gateway.stores.dynamodb.items import item
 
     body = json.dumps({"id": "legacy", "questions": [{"name": "q" * 700, "kind": "noul"} for _ in range(400)]})
-    dynamodb.client.put_item(TableName="dg-records", Item=_item({
+    dynamodb.records.table.client.put_item(TableName="dg-records", Item=item({
         "tenant_id": "acme", "record_id": "legacy", "created_at": 1.0, "catalogs": None, "body": body,
         "ttl": int(time.time()) + 3600, "expires_at": time.time() + 3600}))
     # When an outcome takes it past the limit, DynamoDB refuses the update itself (ValidationException)
     with pytest.raises(RecordTooLarge) as refused:
-        dynamodb.set_outcome("acme", "legacy", {"note": "n" * 150_000})
+        dynamodb.records.set_outcome("acme", "legacy", {"note": "n" * 150_000})
     # Then the adapter answers the same 413, with the figure
     assert refused.value.status == 413 and refused.value.size > MAX_RECORD_ITEM_BYTES
-    assert dynamodb.get_record("acme", "legacy")["outcome"] is None
+    assert dynamodb.records.get_record("acme", "legacy")["outcome"] is None
 
 
 def test_a_put_dynamodb_refuses_for_its_size_is_a_413_not_a_500():
     import boto3
     from botocore.stub import Stubber
 
-    from gateway.stores.dynamodb import DynamoDBStore
+    from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
 
     client = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    store = DynamoDBStore("t", "k", client, records_table="dg-records")
+    store = dynamodb_stores(client, DynamoDBTables("t", "k", records="dg-records"))
     with Stubber(client) as stub:
         stub.add_client_error("put_item", "ValidationException", "Item size has exceeded the maximum allowed size")
         with pytest.raises(RecordTooLarge) as refused:
-            store.put_record("acme", "r1", 1.0, [], {"id": "r1"}, time.time() + 60)
+            store.records.put_record("acme", "r1", 1.0, [], {"id": "r1"}, time.time() + 60)
     assert refused.value.status == 413 and f"more than {MAX_RECORD_ITEM_BYTES} bytes" in refused.value.message
 
 
@@ -138,7 +141,7 @@ def big_record(i: int, *, catalog: str = "routing", kb: int = 215) -> tuple[str,
 def put(store, *records: tuple[str, dict]) -> None:
     for record_id, body in records:
         catalogs = sorted({q["catalog"].split("@")[0] for q in body["questions"]})
-        store.put_record("acme", record_id, body["created_at"], catalogs, body, time.time() + 3600)
+        store.records.put_record("acme", record_id, body["created_at"], catalogs, body, time.time() + 3600)
 
 
 def test_the_default_list_of_large_records_pages_within_one_lambda_response(tmp_path):
@@ -192,7 +195,7 @@ def _principal():
 
 def test_a_page_holds_at_most_limit_records_and_says_where_the_next_starts(records_store):
     put(records_store, *(big_record(i, kb=1) for i in range(5)))
-    pages = all_pages(RecordsService(records_store, records_store), limit=2)
+    pages = all_pages(RecordsService(records_store.records, records_store.catalogs), limit=2)
     assert [[r["id"][-2:] for r in p["records"]] for p in pages] == [["44", "43"], ["42", "41"], ["40"]]
     assert "next_cursor" not in pages[-1]
 
@@ -205,7 +208,7 @@ class ReadCounting:
 
     def scan_records(self, *args, **kwargs):
         self.reads.append(0)
-        for item in self.store.scan_records(*args, **kwargs):
+        for item in self.store.records.scan_records(*args, **kwargs):
             self.reads[-1] += item.size
             yield item
 
@@ -217,10 +220,10 @@ def test_a_catalog_filtered_list_caps_what_one_page_reads_and_returns(records_st
     put(records_store, *(big_record(i, kb=40) for i in range(2, 32)))  # 1.2 MB that do not name it
     counting = ReadCounting(records_store)
     # When the tenant lists that entry's records
-    pages = all_pages(RecordsService(counting, records_store), catalog="rare", limit=1)
+    pages = all_pages(RecordsService(counting, records_store.catalogs), catalog="rare", limit=1)
     # Then no page reads past the cap but for the record that crossed it and the one that
     # shows the list goes on; pages say where to go on; and the two come once each
-    largest = max(r.size for r in records_store.scan_records("acme"))
+    largest = max(r.size for r in records_store.records.scan_records("acme"))
     assert len(pages) > 3 and max(counting.reads) <= listing.MAX_READ_BYTES + 2 * largest
     assert [r["id"] for p in pages for r in p["records"]] == [big_record(1)[0], big_record(0)[0]]
     assert all("next_cursor" in p for p in pages[:-1]) and set(pages[-2]["drift"]) == {"rare"}

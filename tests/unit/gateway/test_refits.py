@@ -46,21 +46,21 @@ def test_the_schedule_refits_entries_that_ask_moves_advisory_ones_only_and_write
     put(FRUIT, name="on-demand")  # keeps features, refitted only when asked
     for name in ("daily", "enforced", "on-demand"):
         _train(name)
-    catalogs = CatalogService(store)
-    learning = LearningService(catalogs, store)
-    summary = refit_all(store.list_catalog_tenants, catalogs, learning)
+    catalogs = CatalogService(store.catalogs)
+    learning = LearningService(catalogs, store.records)
+    summary = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning)
     assert summary == {"entries": 2, "written": 1, "unchanged": 1, "failed": 0, "left_for_next_run": 0}
     versions = {v.name: v for v in catalogs.list("acme")}
     assert versions["daily"].version == 2 and versions["daily"].entry().adapter is not None
     assert versions["enforced"].version == 1 and versions["on-demand"].version == 1
     # The next day, with no new outcome: nothing is written.
-    again = refit_all(store.list_catalog_tenants, catalogs, learning)
+    again = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning)
     assert again["written"] == 0 and catalogs.get("acme", "daily").version == 2
     # Out of time: the rest waits for the next run.
-    late = refit_all(store.list_catalog_tenants, catalogs, learning, deadline=lambda: 10.0)
+    late = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning, deadline=lambda: 10.0)
     assert late["left_for_next_run"] == 2 and late["entries"] == 0
 
-    monkeypatch.setenv("GATEWAY_SQLITE_PATH", str(store.path))
+    monkeypatch.setenv("GATEWAY_SQLITE_PATH", str(store.catalogs.db.path))
     for name in ("GATEWAY_TENANTS_TABLE", "GATEWAY_KEYS_TABLE"):
         monkeypatch.delenv(name, raising=False)
     assert lambda_handler({"source": "aws.events"}, None)["entries"] == 2

@@ -31,7 +31,7 @@ OPENAI_QUESTIONS = [
 def gateway(tmp_path):
     store = tenant_store(tmp_path / "g.db", "acme")
     document = new_key_document()
-    install(FixedBackend(choice={"billing": 0.9}), authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    install(FixedBackend(choice={"billing": 0.9}), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME)
     assert call(event("PUT", "/v1/catalogs/support-routing", ROUTING, principal=ACME))[0] == 201
 
@@ -64,7 +64,7 @@ def test_answers_changed_by_a_suspected_injection_are_their_declared_models(tmp_
     document = new_key_document()
     signal = {"suspicion": 0.9, "probe": 0.9, "patterns": ["ignore_instructions"], "neutralised": ["invisible_characters"]}
     install(FixedBackend(choice={"billing": 0.9}, injection=signal, framing="spotlight"),
-            authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+            stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     register_credentials(store, ACME)
     ok("PUT", "/v1/catalogs/support-routing", ROUTING, status=201)
     one = responses.SystemOneResponse.model_validate(

@@ -8,6 +8,7 @@ the revocation check's memory. A clock is stepped past `check_s` instead of wait
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,8 @@ from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.errors import RateLimited, Unauthenticated
-from gateway.stores.sqlite import SQLiteStore
+from gateway.stores.sqlite import open_sqlite
+from gateway.stores.sqlite.tenants import SQLiteTenants
 from tests.fakes import ManualClock
 from tests.gateway_helpers import call
 
@@ -34,11 +36,11 @@ def Clock() -> ManualClock:
     return ManualClock(time.time())
 
 
-class CountingStore(SQLiteStore):
+class CountingTenants(SQLiteTenants):
     """Counts the revocation lookups and what each returned (one row at most)."""
 
-    def __init__(self, path) -> None:
-        super().__init__(path)
+    def __init__(self, db) -> None:
+        super().__init__(db)
         self.lookups = 0
 
     def token_revoked(self, tenant_id, token_id, now):
@@ -48,16 +50,17 @@ class CountingStore(SQLiteStore):
 
 @pytest.fixture
 def stack(tmp_path, monkeypatch):
-    store = CountingStore(tmp_path / "g.db")
-    create_tenant(store, "acme")
-    create_tenant(store, "globex")
-    store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide", "admin"), None, 1.0))
-    store.put_principal_rule(PrincipalRule(OTHER_ROLE, "acme", ("decide",), None, 1.0))
+    store = open_sqlite(tmp_path / "g.db")
+    store = replace(store, tenants=CountingTenants(store.tenants.db))
+    create_tenant(store.tenants, "acme")
+    create_tenant(store.tenants, "globex")
+    store.tenants.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide", "admin"), None, 1.0))
+    store.tenants.put_principal_rule(PrincipalRule(OTHER_ROLE, "acme", ("decide",), None, 1.0))
     clock = Clock()
     document = new_key_document()
     ring = CachedKeyRing(lambda: document)
-    auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store, check_s=CHECK_S, clock=clock))
-    install(UniformBackend(), authenticator=auth)
+    auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store.tenants, check_s=CHECK_S, clock=clock))
+    install(UniformBackend(), stores=store, authenticator=auth)
     monkeypatch.setattr(authorizer, "_authorizer", authorizer.Authorizer(auth))  # what lambda_handler runs
     monkeypatch.setattr(authorizer.time, "time", clock)  # the authorizer's own cache runs on the same clock
     return auth, store, clock
@@ -80,11 +83,11 @@ def mint(auth, role=ROLE) -> str:
 
 
 def test_a_revoked_token_is_refused_by_every_cache_within_the_check_bound(stack):
-    auth, _, clock = stack
+    auth, store, clock = stack
     token = mint(auth)
     context = authorize(token)  # now in the authorizer's cache, and (as API Gateway would) replayed below
     assert context["tenant_id"] == "acme" and decide_with(context) == 200
-    auth_elsewhere = Authenticator(auth.store, auth.keys, clock=clock)  # another instance revokes it
+    auth_elsewhere = Authenticator(store, auth.keys, clock=clock)  # another instance revokes it
     auth_elsewhere.revoke_token(auth.authenticate_iam(ROLE), token=token)
     clock.now += CHECK_S  # the bound: no answer older than check_s is reused
     assert authorize(token)["tenant_id"] == ""  # the authorizer's cache hit asks the check
@@ -134,7 +137,7 @@ def test_a_dropped_signing_key_refuses_even_a_forged_token(stack):
     auth, _, clock = stack
     token = mint(auth)
     key_id = auth.keys.current()[0]
-    auth.store.set_not_before(f"key:{key_id}", 1e18)
+    auth.tenant_store.set_not_before(f"key:{key_id}", 1e18)
     clock.now += CHECK_S
     with pytest.raises(Unauthenticated):
         auth.authenticate(f"Bearer {token}")
@@ -145,7 +148,7 @@ def test_unmapping_a_principal_revokes_its_tokens(stack, tmp_path, capsys):
 
     auth, store, clock = stack
     token = mint(auth)
-    assert admin.main(["--sqlite", store.path, "unmap-principal", ROLE]) == 0
+    assert admin.main(["--sqlite", store.tenants.db.path, "unmap-principal", ROLE]) == 0
     assert '"tokens_not_before"' in capsys.readouterr().out
     clock.now += CHECK_S
     with pytest.raises(Unauthenticated):
@@ -154,10 +157,10 @@ def test_unmapping_a_principal_revokes_its_tokens(stack, tmp_path, capsys):
 
 def test_a_revoked_api_key_is_refused_by_the_function_for_a_cached_authorization(stack):
     _, store, clock = stack
-    key = issue_api_key(store, "acme", ["decide"])
+    key = issue_api_key(store.tenants, "acme", ["decide"])
     context = authorize(key.secret)
     assert decide_with(context) == 200
-    store.revoke_api_key(key.key_id, clock.now)
+    store.tenants.revoke_api_key(key.key_id, clock.now)
     clock.now += CHECK_S
     assert decide_with(context) == 401 and authorize(key.secret)["tenant_id"] == ""
 
@@ -166,16 +169,16 @@ def test_the_check_costs_one_lookup_by_key_with_100k_revocations(stack):
     # Given 100,000 live revocations, when a token is checked, the store is asked one
     # key lookup (never a list), and within check_s not at all.
     auth, store, clock = stack
-    with store._connect() as db:
+    with store.tenants.db.connect() as db:
         db.executemany("INSERT INTO token_revocations (tenant_id, token_id, expires_at) VALUES (?, ?, ?)",
                        (("acme", f"{i:032x}", clock.now + 3600) for i in range(100_000)))
     token = mint(auth)
-    before = store.lookups
+    before = store.tenants.lookups
     auth.authenticate(f"Bearer {token}")
-    assert store.lookups == before + 1
+    assert store.tenants.lookups == before + 1
     auth.authenticate(f"Bearer {token}")
-    assert store.lookups == before + 1  # remembered for check_s
-    plan = store._connect().execute("EXPLAIN QUERY PLAN SELECT 1 FROM token_revocations WHERE tenant_id = ? AND token_id = ?"
+    assert store.tenants.lookups == before + 1  # remembered for check_s
+    plan = store.tenants.db.connect().execute("EXPLAIN QUERY PLAN SELECT 1 FROM token_revocations WHERE tenant_id = ? AND token_id = ?"
                                     " AND expires_at > ?", ("acme", "x", 0)).fetchall()
     assert any("USING PRIMARY KEY" in row[-1] or "USING INDEX" in row[-1] for row in plan)
 
@@ -200,14 +203,14 @@ def test_revocations_and_mints_are_capped_per_tenant(stack, monkeypatch):
 
 def test_the_authorizer_turns_a_store_failure_into_an_unverified_refusal_the_function_retries(stack, monkeypatch):
     _, store, _ = stack
-    key = issue_api_key(store, "acme", ["decide"])
-    real_get = store.get_api_key
-    monkeypatch.setattr(store, "get_api_key", lambda key_id: (_ for _ in ()).throw(OSError("the table is unavailable")))
+    key = issue_api_key(store.tenants, "acme", ["decide"])
+    real_get = store.tenants.get_api_key
+    monkeypatch.setattr(store.tenants, "get_api_key", lambda key_id: (_ for _ in ()).throw(OSError("the table is unavailable")))
     context = authorize(key.secret)
     assert context["tenant_id"] == "" and context["unverified"] == "1"
     with_header = {"Authorization": f"Bearer {key.secret}"}
     status, headers, _ = call(event("POST", "/v1/systemone", DECISION, principal=context, headers=with_header))
     assert status == 503 and headers["retry-after"]  # the store is still down: retry later, not "your key is bad"
-    monkeypatch.setattr(store, "get_api_key", real_get)
+    monkeypatch.setattr(store.tenants, "get_api_key", real_get)
     status, _, body = call(event("POST", "/v1/systemone", DECISION, principal=context, headers=with_header))
     assert status == 200, body  # back up: the function checked the credential itself

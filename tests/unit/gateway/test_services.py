@@ -38,9 +38,9 @@ def store(tmp_path):
 
 
 def decide_service(store, backend, clock=None, records=True) -> DecideService:
-    recorder = DecisionRecorder(store if records else None, None)
-    return DecideService(build_registry(settings_for()), backend, recorder, catalogs=CatalogService(store),
-                         tenants=TenantCache(store), clock=clock or ManualClock(0.0))
+    recorder = DecisionRecorder(store.records if records else None, None)
+    return DecideService(build_registry(settings_for()), backend, recorder, catalogs=CatalogService(store.catalogs),
+                         tenants=TenantCache(store.tenants), clock=clock or ManualClock(0.0))
 
 
 def test_a_decision_is_asked_recorded_and_timed(store):
@@ -55,7 +55,7 @@ def test_a_decision_is_asked_recorded_and_timed(store):
     backend.invoke = slow
     result, decision_id = service.decide(ACME, DECISION, route="systemone", request_id="r-1")
     assert result.answers[0].probabilities == pytest.approx((0.8, 0.2))
-    record = store.get_record("acme", decision_id)
+    record = store.records.get_record("acme", decision_id)
     assert record["request_id"] == "r-1" and record["latency_ms"] == 250.0 and record["model_requested"] == "jev-latest"
     assert backend.calls[0][1]["model"] == "decision-default"  # the route's own name, never the alias
 
@@ -70,10 +70,10 @@ def test_a_model_outside_the_credential_is_unknown_before_anything_is_asked(stor
 
 def test_tenant_policy_and_budget_refuse_before_the_backend(store):
     backend = FixedBackend()
-    create_tenant(store, "acme", catalog_only=True)
+    create_tenant(store.tenants, "acme", catalog_only=True)
     with pytest.raises(Forbidden):
         decide_service(store, backend).decide(ACME, DECISION, route="systemone")
-    set_limits(store, "globex", max_request_tokens=256)
+    set_limits(store.tenants, "globex", max_request_tokens=256)
     many = Decision("jev-latest", "x" * 4000, (QUEUE,))
     with pytest.raises(PayloadTooLarge):
         decide_service(store, backend).decide(GLOBEX, many, route="systemone")
@@ -95,7 +95,7 @@ def test_no_answer_without_its_record(store):
 
 def test_outcomes_name_what_was_asked_by_either_id_and_stay_within_the_tenant(store):
     _, decision_id = decide_service(store, FixedBackend()).decide(ACME, DECISION, route="decisions")
-    records = RecordsService(store, store, clock=lambda: 2_000.0)
+    records = RecordsService(store.records, store.catalogs, clock=lambda: 2_000.0)
     with pytest.raises(InvalidRequest) as unknown:
         records.attach_outcome(ACME, decision_id, {"mood": True}, override=False, note=None)
     with pytest.raises(InvalidRequest) as undeclared:
@@ -126,7 +126,7 @@ def tagged_service(store, backend, document: str) -> DecideService:
 def test_each_call_says_whose_work_it_is_with_one_tag_per_tenant_on_every_function_instance(store):
     # Given two function instances over one records' key document, and acme weighted 3
     document, backend = new_key_document(), FixedBackend()
-    set_limits(store, "acme", share_weight=3.0)
+    set_limits(store.tenants, "acme", share_weight=3.0)
     first, second = tagged_service(store, backend, document), tagged_service(store, backend, document)
     # When acme asks on each instance, once for a long deadline, and globex asks once
     first.decide(ACME, DECISION, route="systemone", request_id="r-1")
@@ -172,8 +172,8 @@ def test_without_a_key_no_tag_is_sent_and_the_key_is_read_on_first_use_not_at_bu
 def test_a_minute_of_endpoint_time_too_short_for_an_attempt_is_429_naming_it_never_an_outage(store):
     # Given a tenant whose endpoint time a minute (0.3 s, written to the store before the
     # operator's minimum existed) caps every deadline below what an attempt needs
-    tenant = store.get_tenant("acme")
-    store.put_tenant(replace(tenant, limits=replace(tenant.limits, endpoint_seconds_per_minute=0.3)))
+    tenant = store.tenants.get_tenant("acme")
+    store.tenants.put_tenant(replace(tenant, limits=replace(tenant.limits, endpoint_seconds_per_minute=0.3)))
     backend = FixedBackend()
     service = decide_service(store, backend)
     # When it asks a decision or a chat, then each is 429 naming both figures (not a 503 that
@@ -186,7 +186,7 @@ def test_a_minute_of_endpoint_time_too_short_for_an_attempt_is_429_naming_it_nev
         assert "at least 5 s" in raised.value.message
     assert backend.calls == []
     # And at the minimum, the deadline is the minute's figure and the decision is answered
-    set_limits(store, "acme", endpoint_seconds_per_minute=5.0)
+    set_limits(store.tenants, "acme", endpoint_seconds_per_minute=5.0)
     service = decide_service(store, backend)  # a tenant cache that has not read the old figure
     assert service.deadline("acme", service.registry.route_for("jev-latest", "decisions").pool, False, None) == 5.0
     service.decide(ACME, DECISION, route="systemone")

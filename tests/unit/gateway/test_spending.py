@@ -19,7 +19,7 @@ from gateway.composition import build_runtime
 from gateway.decisions.cost import worst_case
 from gateway.handler import GatewayFunction
 from gateway.settings import GatewaySettings
-from gateway.stores.sqlite import SQLiteStore
+from gateway.stores.sqlite import open_sqlite
 from tests.gateway_helpers import call, register_credentials, tenant_store
 
 ACME = {**PRINCIPAL, "scopes": "decide chat catalogs:read"}
@@ -52,10 +52,16 @@ def priced_settings() -> GatewaySettings:
                    {"name": "chat-default", "serves": ["chat"], "endpoints": pool}]})
 
 
+def on_store(path) -> dict:
+    """What build_runtime takes to run on the SQLite file at `path` with an authenticator."""
+    stores = open_sqlite(path)
+    return {"stores": stores, "authenticator": Authenticator(stores)}
+
+
 def function(path, backend, clock=None) -> GatewayFunction:
     """One function instance over the SQLite file at `path`, with its own connection (and,
     given one, a clock for its budgets)."""
-    runtime = build_runtime(priced_settings(), backend, authenticator=Authenticator(SQLiteStore(path)))
+    runtime = build_runtime(priced_settings(), backend, **on_store(path))
     if clock is not None:
         runtime.spending.clock = clock
     return GatewayFunction(runtime)
@@ -66,19 +72,19 @@ def path(tmp_path):
     store = tenant_store(tmp_path / "g.db", "acme", "globex")
     register_credentials(store, ACME, GLOBEX)
     for tenant in ("acme", "globex"):
-        set_limits(store, tenant, rate_per_s=1000, burst=1000, max_in_flight=100)
+        set_limits(store.tenants, tenant, rate_per_s=1000, burst=1000, max_in_flight=100)
     return tmp_path / "g.db"
 
 
 def month_tally(path, tenant="acme") -> float:
-    return SQLiteStore(path).tally(f"spend:{tenant}:{time.strftime('%Y-%m', time.gmtime())}") / 1e9
+    return open_sqlite(path).counters.tally(f"spend:{tenant}:{time.strftime('%Y-%m', time.gmtime())}") / 1e9
 
 
 def test_a_decision_settles_what_it_spent_and_the_usage_report_shows_it(path):
     # Given a tenant with a budget, when it asks one decision and one chat, then the month's
     # tally holds what they cost (the reservation replaced), and /v1/usage reports them by
     # day and by entry with the same total as the answers' usage.
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=10.0)
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=10.0)
     handler = function(path, SlowBackend(0.05))
     status, _, answer = call(event("POST", "/v1/systemone", DECISION), handler)
     assert status == 200
@@ -98,7 +104,7 @@ def test_a_decision_settles_what_it_spent_and_the_usage_report_shows_it(path):
 def test_a_tenant_over_its_budget_gets_429_naming_it_before_any_backend_call(path):
     # Given a budget below one request's worst case, the first request is admitted (the
     # tally was under it) and the next is refused with insufficient_quota, at once.
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.001)
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=0.001)
     backend = SlowBackend()
     handler = function(path, backend)
     assert call(event("POST", "/v1/systemone", DECISION), handler)[0] == 200
@@ -112,7 +118,7 @@ def test_a_tenant_over_its_budget_gets_429_naming_it_before_any_backend_call(pat
     status, _, body = call(event("POST", "/v1/chat/completions", CHAT), handler)
     assert status == 429 and body["error"]["type"] == "insufficient_quota" and len(backend.calls) == 1
     assert call(event("POST", "/v1/systemone", DECISION, principal=GLOBEX), handler)[0] == 200  # its own budget
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=None)  # an operator lifts it
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=None)  # an operator lifts it
     assert call(event("POST", "/v1/systemone", DECISION), function(path, backend))[0] == 200
 
 
@@ -121,7 +127,7 @@ def test_a_concurrent_burst_from_many_instances_overshoots_by_at_most_one_worst_
     # (2 s at ten cents a second) against a budget of 30 cents, then the tally (spent plus
     # reserved) never passes the budget by more than one worst case, every refusal came
     # before a backend call, and what was spent is what the usage report says.
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.3)
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=0.3)
     backend = SlowBackend(0.05)
     handlers = [function(path, backend) for _ in range(4)]
     peak, statuses, lock = [0.0], [], threading.Lock()
@@ -150,7 +156,7 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
     # Given 5 endpoint-seconds a minute, 3.5 of them spent this minute, and a worst case of 2 s:
     # while one decision is in flight (reserving 2 s) a second waits for the next minute: 429
     # with Retry-After.
-    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=5.0)
+    set_limits(open_sqlite(path).tenants, "acme", endpoint_seconds_per_minute=5.0)
     gate, inside = threading.Event(), threading.Semaphore(0)
 
     class Held(SlowBackend):
@@ -161,7 +167,7 @@ def test_a_rate_of_work_refuses_past_its_endpoint_seconds_until_the_next_minute(
 
     backend = Held()
     minute = (time.time() // 60 + 1) * 60 + 20.5  # both requests in one minute, 20.5 s into it
-    SQLiteStore(path).add_within(f"work:acme:{minute - 20.5:.0f}", 3500, None, minute + 3600)
+    open_sqlite(path).counters.add_within(f"work:acme:{minute - 20.5:.0f}", 3500, None, minute + 3600)
     handler = function(path, backend, clock=lambda: minute)
     worker = threading.Thread(target=lambda: call(event("POST", "/v1/systemone", DECISION), handler))
     worker.start()
@@ -182,7 +188,7 @@ def test_a_request_that_fails_on_the_endpoint_still_settles_its_time(path):
             time.sleep(0.05)
             raise EndpointFailed(endpoint.name, "broken")
 
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=10.0)
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=10.0)
     assert call(event("POST", "/v1/systemone", DECISION), function(path, Failing()))[0] == 502
     assert 0.005 <= month_tally(path) < 0.05
 
@@ -199,8 +205,8 @@ def test_usage_needs_a_scope_that_may_read_catalog_names_and_checks_its_days(pat
 
 
 def test_the_store_unreachable_refuses_with_503_rather_than_admitting_unchecked(path):
-    runtime = build_runtime(priced_settings(), SlowBackend(), authenticator=Authenticator(SQLiteStore(path)))
-    set_limits(runtime.authenticator.store, "acme", monthly_budget_usd=10.0)
+    runtime = build_runtime(priced_settings(), SlowBackend(), **on_store(path))
+    set_limits(runtime.authenticator.tenant_store, "acme", monthly_budget_usd=10.0)
 
     def broken(*args):
         raise OSError("disk gone")
@@ -220,11 +226,11 @@ def test_a_decision_naming_many_entries_settles_in_a_bounded_number_of_writes(pa
     from gateway.auth.store import TenantLimits
     from gateway.services.spending import MAX_USAGE_ENTRIES, MORE_ENTRIES, Spending
 
-    store = SQLiteStore(path)
+    store = open_sqlite(path)
     writes = []
-    add_usage = store.add_usage
-    store.add_usage = lambda tenant, row, until: (writes.append(row), add_usage(tenant, row, until))
-    spending = Spending(store, lambda _: TenantLimits())
+    add_usage = store.counters.add_usage
+    store.counters.add_usage = lambda tenant, row, until: (writes.append(row), add_usage(tenant, row, until))
+    spending = Spending(store.counters, lambda _: TenantLimits())
     entries = [f"entry-{k:02d}" for k in range(20)]
     with spending.spend("acme", worst_case(1.0, 0.1), entries) as meter:
         meter.add("dg-cpu", 0.5, 0.1)
@@ -239,7 +245,7 @@ def test_a_decision_naming_many_entries_settles_in_a_bounded_number_of_writes(pa
 
 def test_a_budget_of_zero_suspends_the_tenant_from_its_first_request(path):
     backend = SlowBackend()
-    set_limits(SQLiteStore(path), "acme", monthly_budget_usd=0.0)
+    set_limits(open_sqlite(path).tenants, "acme", monthly_budget_usd=0.0)
     status, _, body = call(event("POST", "/v1/systemone", DECISION), function(path, backend))
     assert status == 429 and body["detail"]["error_type"] == "budget_exhausted" and not backend.calls
 
@@ -249,35 +255,35 @@ def test_a_lone_tenant_runs_a_58_s_request_beside_its_decisions_and_each_settles
     # ordinary deadline is 25 s (its streaming routes' 58 s)
     from gateway.services.spending import Spending, nano_usd
 
-    store = SQLiteStore(path)
-    set_limits(store, "acme", endpoint_seconds_per_minute=60.0, monthly_budget_usd=10.0)
+    store = open_sqlite(path)
+    set_limits(store.tenants, "acme", endpoint_seconds_per_minute=60.0, monthly_budget_usd=10.0)
     now = (time.time() // 60 + 1) * 60 + 5.0
-    spending = Spending(store, lambda tenant: store.get_tenant(tenant).limits, clock=lambda: now)
+    spending = Spending(store.counters, lambda tenant: store.tenants.get_tenant(tenant).limits, clock=lambda: now)
     minute, month = f"work:acme:{now - 5:.0f}", f"spend:acme:{time.strftime('%Y-%m', time.gmtime(now))}"
     long, ordinary = worst_case(58.0, 0.1), worst_case(25.0, 0.1)
     # When it starts a 58 s chat, then the minute holds its expected time (the ordinary
     # deadline), the month its worst case (a budget is never overspent)
     with spending.spend("acme", long, ["(chat)"], expected_s=25.0) as meter:
-        assert store.tally(minute) == 25_000 and store.tally(month) == nano_usd(long.usd)
+        assert store.counters.tally(minute) == 25_000 and store.counters.tally(month) == nano_usd(long.usd)
         # And two ordinary decisions still start beside it (25 + 25 is under 60: admitted)
         with spending.spend("acme", ordinary, ["(inline)"], expected_s=25.0) as first, \
                 spending.spend("acme", ordinary, ["(inline)"], expected_s=25.0) as second:
-            assert store.tally(minute) == 75_000
+            assert store.counters.tally(minute) == 75_000
             first.add("dg-cpu", 2.0, 0.1)
             second.add("dg-cpu", 3.0, 0.1)
         meter.add("dg-cpu", 40.0, 0.1)
     # Then each reservation is replaced by what it used: 40 + 2 + 3 s, in money too
-    assert store.tally(minute) == 45_000
-    assert store.tally(month) == sum(nano_usd(m.cost().usd) for m in (meter, first, second))
+    assert store.counters.tally(minute) == 45_000
+    assert store.counters.tally(month) == sum(nano_usd(m.cost().usd) for m in (meter, first, second))
 
 
 def test_the_decide_service_reserves_a_long_requests_ordinary_deadline_on_the_minute(path):
     # Given a tenant at 60 endpoint-seconds a minute on a pool whose ordinary deadline is 2 s
-    set_limits(SQLiteStore(path), "acme", endpoint_seconds_per_minute=60.0)
-    runtime = build_runtime(priced_settings(), SlowBackend(), authenticator=Authenticator(SQLiteStore(path)))
+    set_limits(open_sqlite(path).tenants, "acme", endpoint_seconds_per_minute=60.0)
+    runtime = build_runtime(priced_settings(), SlowBackend(), **on_store(path))
     now = (time.time() // 60 + 1) * 60 + 5.0
     runtime.spending.clock = lambda: now
     pool = runtime.registry.route_for("chat-default", "chat").pool
     # When a 58 s request holds its work, then the minute holds 2 s of it, the ordinary deadline
     with runtime.decide.work("acme", pool, b"{}", ["(chat)"], 58.0):
-        assert SQLiteStore(path).tally(f"work:acme:{now - 5:.0f}") == 2_000
+        assert open_sqlite(path).counters.tally(f"work:acme:{now - 5:.0f}") == 2_000

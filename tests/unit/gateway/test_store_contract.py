@@ -1,4 +1,5 @@
-"""One contract, two stores: the embedded SQLite store and DynamoDB (through moto)."""
+"""One contract per store interface, two storages: the embedded SQLite file and DynamoDB
+(through moto). Each test takes the store of the interface it checks."""
 
 from __future__ import annotations
 
@@ -10,22 +11,25 @@ from gateway.catalogs.store import VersionTaken
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request, tmp_path, monkeypatch):
+def stores(request, tmp_path, monkeypatch):
     if request.param == "sqlite":
-        from gateway.stores.sqlite import SQLiteStore
+        from gateway.stores.sqlite import open_sqlite
 
-        yield SQLiteStore(tmp_path / "gateway.db")
+        yield open_sqlite(tmp_path / "gateway.db")
         return
     from moto import mock_aws
 
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     with mock_aws():
-        from gateway.stores.dynamodb import DynamoDBStore
+        import boto3
 
-        store = DynamoDBStore("dg-tenants", "dg-keys", catalogs_table="dg-catalogs", records_table="dg-records")
-        store.create_tables()
-        yield store
+        from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
+
+        client = boto3.client("dynamodb")
+        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
+        create_tables(client, tables)
+        yield dynamodb_stores(client, tables)
 
 
 def key(key_id: str, tenant: str = "acme", created_at: float = 1.0, **kw) -> ApiKeyRecord:
@@ -34,10 +38,30 @@ def key(key_id: str, tenant: str = "acme", created_at: float = 1.0, **kw) -> Api
 
 
 @pytest.fixture
-def tenants(store):
-    store.put_tenant(Tenant("acme", "Acme", 1.0))
-    store.put_tenant(Tenant("globex", "Globex", 2.0))
-    return store
+def tenants(stores):
+    stores.tenants.put_tenant(Tenant("acme", "Acme", 1.0))
+    stores.tenants.put_tenant(Tenant("globex", "Globex", 2.0))
+    return stores.tenants
+
+
+@pytest.fixture
+def counters(stores):
+    return stores.counters
+
+
+@pytest.fixture
+def idempotency(stores):
+    return stores.idempotency
+
+
+@pytest.fixture
+def catalogs(stores):
+    return stores.catalogs
+
+
+@pytest.fixture
+def records(stores):
+    return stores.records
 
 
 def test_tenants_round_trip(tenants):
@@ -100,66 +124,66 @@ def test_not_before_keeps_the_latest_time(tenants):
     assert tenants.not_before("tenant:acme") == 150.0
 
 
-def test_a_counter_counts_up_to_its_limit_and_no_further(tenants):
-    assert [tenants.count_within("mints:acme:1", 3, 4e9) for _ in range(5)] == [True, True, True, False, False]
-    assert tenants.count_within("mints:globex:1", 3, 4e9)  # its own counter
+def test_a_counter_counts_up_to_its_limit_and_no_further(counters):
+    assert [counters.count_within("mints:acme:1", 3, 4e9) for _ in range(5)] == [True, True, True, False, False]
+    assert counters.count_within("mints:globex:1", 3, 4e9)  # its own counter
 
 
-def test_places_are_held_up_to_their_limit_and_given_back(tenants):
+def test_places_are_held_up_to_their_limit_and_given_back(counters):
     # Given a limit of 2 places, a third holder is refused until one gives its place back;
     # another name has places of its own; giving back a place one does not hold is harmless.
-    assert tenants.hold("inflight:acme", "a", 2, 2000.0, 1000.0)
-    assert tenants.hold("inflight:acme", "b", 2, 2000.0, 1000.0)
-    assert not tenants.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
-    assert tenants.hold("inflight:globex", "c", 2, 2000.0, 1000.0)
-    tenants.release("inflight:acme", "a")
-    tenants.release("inflight:acme", "nobody")
-    assert tenants.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
-    assert not tenants.hold("inflight:acme", "d", 2, 2000.0, 1000.0)
+    assert counters.hold("inflight:acme", "a", 2, 2000.0, 1000.0)
+    assert counters.hold("inflight:acme", "b", 2, 2000.0, 1000.0)
+    assert not counters.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
+    assert counters.hold("inflight:globex", "c", 2, 2000.0, 1000.0)
+    counters.release("inflight:acme", "a")
+    counters.release("inflight:acme", "nobody")
+    assert counters.hold("inflight:acme", "c", 2, 2000.0, 1000.0)
+    assert not counters.hold("inflight:acme", "d", 2, 2000.0, 1000.0)
 
 
-def test_a_place_whose_holder_died_is_free_once_it_expired(tenants):
+def test_a_place_whose_holder_died_is_free_once_it_expired(counters):
     # A function that died holding a place never gives it back: it must not leak the limit.
-    assert tenants.hold("inflight:acme", "dead", 1, 1030.0, 1000.0)
-    assert not tenants.hold("inflight:acme", "next", 1, 1060.0, 1029.0)
-    assert tenants.hold("inflight:acme", "next", 1, 1060.0, 1031.0)
+    assert counters.hold("inflight:acme", "dead", 1, 1030.0, 1000.0)
+    assert not counters.hold("inflight:acme", "next", 1, 1060.0, 1029.0)
+    assert counters.hold("inflight:acme", "next", 1, 1060.0, 1031.0)
 
 
-def test_an_idempotent_request_is_claimed_once_then_replayed_within_its_window(store):
+def test_an_idempotent_request_is_claimed_once_then_replayed_within_its_window(idempotency):
     from gateway.decisions.idempotency import Entry
 
     # Given a first claim, a second caller sees it running; once finished, its reply.
-    assert store.claim_request("acme", "k1", "fp", 1060.0, 1000.0) is None
-    assert store.claim_request("acme", "k1", "fp", 1060.0, 1001.0) == Entry("fp", None)
-    assert store.claim_request("globex", "k1", "fp", 1060.0, 1001.0) is None  # another tenant's key
-    store.finish_request("acme", "k1", "fp", b"\x1f\x8breply", 90_000.0)
-    assert store.claim_request("acme", "k1", "other", 1060.0, 1002.0) == Entry("fp", b"\x1f\x8breply")
+    assert idempotency.claim_request("acme", "k1", "fp", 1060.0, 1000.0) is None
+    assert idempotency.claim_request("acme", "k1", "fp", 1060.0, 1001.0) == Entry("fp", None)
+    assert idempotency.claim_request("globex", "k1", "fp", 1060.0, 1001.0) is None  # another tenant's key
+    idempotency.finish_request("acme", "k1", "fp", b"\x1f\x8breply", 90_000.0)
+    assert idempotency.claim_request("acme", "k1", "other", 1060.0, 1002.0) == Entry("fp", b"\x1f\x8breply")
     # A dropped claim (its request failed) frees the key; a finished one is never dropped.
-    store.drop_request("globex", "k1", "fp")
-    assert store.claim_request("globex", "k1", "fp2", 1060.0, 1003.0) is None
-    store.drop_request("acme", "k1", "fp")
-    assert store.claim_request("acme", "k1", "fp", 1060.0, 1004.0) == Entry("fp", b"\x1f\x8breply")
+    idempotency.drop_request("globex", "k1", "fp")
+    assert idempotency.claim_request("globex", "k1", "fp2", 1060.0, 1003.0) is None
+    idempotency.drop_request("acme", "k1", "fp")
+    assert idempotency.claim_request("acme", "k1", "fp", 1060.0, 1004.0) == Entry("fp", b"\x1f\x8breply")
 
 
-def test_an_expired_idempotency_entry_is_claimed_afresh(store):
+def test_an_expired_idempotency_entry_is_claimed_afresh(idempotency):
     # A claim whose function died, or a reply past its window, does not hold the key.
-    assert store.claim_request("acme", "k2", "fp", 1030.0, 1000.0) is None
-    assert store.claim_request("acme", "k2", "fp3", 1090.0, 1031.0) is None
+    assert idempotency.claim_request("acme", "k2", "fp", 1030.0, 1000.0) is None
+    assert idempotency.claim_request("acme", "k2", "fp3", 1090.0, 1031.0) is None
     # The first request, whose claim expired, ends late: it neither finishes nor drops the new claim.
-    store.finish_request("acme", "k2", "fp", b"late", 90_000.0)
-    store.drop_request("acme", "k2", "fp")
+    idempotency.finish_request("acme", "k2", "fp", b"late", 90_000.0)
+    idempotency.drop_request("acme", "k2", "fp")
     from gateway.decisions.idempotency import Entry
 
-    assert store.claim_request("acme", "k2", "fp3", 1090.0, 1032.0) == Entry("fp3", None)
-    store.finish_request("acme", "k2", "fp3", b"r", 1100.0)
-    assert store.claim_request("acme", "k2", "fp4", 1200.0, 1101.0) is None
+    assert idempotency.claim_request("acme", "k2", "fp3", 1090.0, 1032.0) == Entry("fp3", None)
+    idempotency.finish_request("acme", "k2", "fp3", b"r", 1100.0)
+    assert idempotency.claim_request("acme", "k2", "fp4", 1200.0, 1101.0) is None
 
 
-def test_a_last_use_recorded_for_a_key_that_does_not_exist_makes_no_key(store):
+def test_a_last_use_recorded_for_a_key_that_does_not_exist_makes_no_key(tenants):
     # The functions may only touch a key's last use; where no key exists, that write must not
     # leave something that reads as a key (or breaks the read of one).
-    store.touch_api_key("0123456789abcdef", 1.7e9)
-    assert store.get_api_key("0123456789abcdef") is None
+    tenants.touch_api_key("0123456789abcdef", 1.7e9)
+    assert tenants.get_api_key("0123456789abcdef") is None
 
 
 def test_a_tenants_limits_are_stored_with_it(tenants):
@@ -178,67 +202,67 @@ def version(tenant: str, name: str, n: int, content: str = '{"type":"noul","inst
     return CatalogVersion(tenant, name, n, content_hash(content), content, float(n))
 
 
-def test_catalog_versions_are_immutable_and_scoped_by_tenant(store):
-    store.insert_catalog_version(version("acme", "routing", 1))
-    store.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'))
-    store.insert_catalog_version(version("acme", "spam", 1))
-    store.insert_catalog_version(version("globex", "routing", 1))
+def test_catalog_versions_are_immutable_and_scoped_by_tenant(catalogs):
+    catalogs.insert_catalog_version(version("acme", "routing", 1))
+    catalogs.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'))
+    catalogs.insert_catalog_version(version("acme", "spam", 1))
+    catalogs.insert_catalog_version(version("globex", "routing", 1))
     with pytest.raises(VersionTaken):
-        store.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"z"}'))
-    assert store.get_catalog_version("acme", "routing", 2).content == '{"type":"noul","instructions":"y"}'
-    assert store.latest_catalog_version("acme", "routing").version == 2
-    assert store.get_catalog_version("globex", "routing", 2) is None
-    assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [1, 2]
-    assert [v.version for v in store.list_catalog_versions("acme", "routing", after=1)] == [2]
-    assert [v.version for v in store.list_catalog_versions("acme", "routing", limit=1)] == [1]
-    assert store.list_catalog_versions("acme", "routing", after=2) == []
-    assert [(v.name, v.version) for v in store.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
-    assert store.list_catalogs("acme")[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
-    assert [(v.name, v.version) for v in store.list_catalogs("globex")] == [("routing", 1)]
-    assert store.latest_catalog_version("acme", "nothing") is None
-    assert store.list_catalog_tenants() == ["acme", "globex"]  # each once, however many entries and versions
+        catalogs.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"z"}'))
+    assert catalogs.get_catalog_version("acme", "routing", 2).content == '{"type":"noul","instructions":"y"}'
+    assert catalogs.latest_catalog_version("acme", "routing").version == 2
+    assert catalogs.get_catalog_version("globex", "routing", 2) is None
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing")] == [1, 2]
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", after=1)] == [2]
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", limit=1)] == [1]
+    assert catalogs.list_catalog_versions("acme", "routing", after=2) == []
+    assert [(v.name, v.version) for v in catalogs.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
+    assert catalogs.list_catalogs("acme")[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
+    assert [(v.name, v.version) for v in catalogs.list_catalogs("globex")] == [("routing", 1)]
+    assert catalogs.latest_catalog_version("acme", "nothing") is None
+    assert catalogs.list_catalog_tenants() == ["acme", "globex"]  # each once, however many entries and versions
 
 
-def listed(store, tenant: str, **kw) -> list[tuple[str, str | None]]:
+def listed(records, tenant: str, **kw) -> list[tuple[str, str | None]]:
     """(record id, the body's id or None when read but not a match) for each record the store
     reads, but an expired one (DynamoDB reads one, as no match, until its TTL removes it)."""
-    return [(r.record_id, r.record and r.record["id"]) for r in store.scan_records(tenant, **kw)
+    return [(r.record_id, r.record and r.record["id"]) for r in records.scan_records(tenant, **kw)
             if r.record is not None or r.record_id != "old"]
 
 
-def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(store):
+def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(records):
     import time as clock
 
     far = clock.time() + 3600
-    store.put_record("acme", "r1", 1.0, ["routing"], {"id": "r1"}, far)
-    store.put_record("acme", "r2", 2.0, ["routing", "spam"], {"id": "r2"}, far)
-    store.put_record("acme", "r3", 3.0, [], {"id": "r3"}, far)
-    store.put_record("acme", "old", 0.5, ["routing"], {"id": "old"}, clock.time() - 1)
-    store.put_record("globex", "g1", 1.0, ["routing"], {"id": "g1"}, far)
-    assert listed(store, "acme") == [("r3", "r3"), ("r2", "r2"), ("r1", "r1")]
+    records.put_record("acme", "r1", 1.0, ["routing"], {"id": "r1"}, far)
+    records.put_record("acme", "r2", 2.0, ["routing", "spam"], {"id": "r2"}, far)
+    records.put_record("acme", "r3", 3.0, [], {"id": "r3"}, far)
+    records.put_record("acme", "old", 0.5, ["routing"], {"id": "old"}, clock.time() - 1)
+    records.put_record("globex", "g1", 1.0, ["routing"], {"id": "g1"}, far)
+    assert listed(records, "acme") == [("r3", "r3"), ("r2", "r2"), ("r1", "r1")]
     # A filtered list still reads every record, the ones it skips without their bodies.
-    assert listed(store, "acme", catalog="routing") == [("r3", None), ("r2", "r2"), ("r1", "r1")]
-    assert listed(store, "acme", since=2.0) == [("r3", "r3"), ("r2", "r2"), ("r1", None)]
-    assert listed(store, "acme", before="r3") == [("r2", "r2"), ("r1", "r1")]
-    assert store.get_record("acme", "g1") is None and store.get_record("acme", "old") is None
-    assert store.get_record("acme", "r1") == {"id": "r1", "outcome": None}
-    assert store.set_outcome("acme", "r1", {"expected": {"q": "billing"}})
-    assert not store.set_outcome("globex", "r1", {"expected": {}}) and not store.set_outcome("acme", "nope", {})
-    assert store.get_record("acme", "r1")["outcome"] == {"expected": {"q": "billing"}}
+    assert listed(records, "acme", catalog="routing") == [("r3", None), ("r2", "r2"), ("r1", "r1")]
+    assert listed(records, "acme", since=2.0) == [("r3", "r3"), ("r2", "r2"), ("r1", None)]
+    assert listed(records, "acme", before="r3") == [("r2", "r2"), ("r1", "r1")]
+    assert records.get_record("acme", "g1") is None and records.get_record("acme", "old") is None
+    assert records.get_record("acme", "r1") == {"id": "r1", "outcome": None}
+    assert records.set_outcome("acme", "r1", {"expected": {"q": "billing"}})
+    assert not records.set_outcome("globex", "r1", {"expected": {}}) and not records.set_outcome("acme", "nope", {})
+    assert records.get_record("acme", "r1")["outcome"] == {"expected": {"q": "billing"}}
     # What reading a record costs: its stored texts, the outcome's included.
-    sizes = {r.record_id: r.size for r in store.scan_records("acme") if r.record_id != "old"}
+    sizes = {r.record_id: r.size for r in records.scan_records("acme") if r.record_id != "old"}
     assert sizes == {"r3": len('{"id": "r3"}'), "r2": len('{"id": "r2"}'),
                      "r1": len('{"id": "r1"}') + len('{"expected": {"q": "billing"}}')}
     # An outcome that trains is left as it is by a write told to keep it, in that write itself.
     from gateway.decisions.records import OutcomeTrains
 
-    assert store.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": False}, keep_training=True)
-    assert store.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": True}, keep_training=True)
+    assert records.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": False}, keep_training=True)
+    assert records.set_outcome("acme", "r2", {"answers": {"q": True}, "trains": True}, keep_training=True)
     with pytest.raises(OutcomeTrains):
-        store.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": False}, keep_training=True)
-    assert store.get_record("acme", "r2")["outcome"] == {"answers": {"q": True}, "trains": True}
-    assert not store.set_outcome("acme", "nope", {}, keep_training=True)
-    assert store.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": True})  # a trainer's write
+        records.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": False}, keep_training=True)
+    assert records.get_record("acme", "r2")["outcome"] == {"answers": {"q": True}, "trains": True}
+    assert not records.set_outcome("acme", "nope", {}, keep_training=True)
+    assert records.set_outcome("acme", "r2", {"answers": {"q": False}, "trains": True})  # a trainer's write
 
 
 def _outcome_of(size: int, body: dict, catalogs: list[str], record_id: str = "big") -> dict:
@@ -251,7 +275,7 @@ def _outcome_of(size: int, body: dict, catalogs: list[str], record_id: str = "bi
     return {"note": "n" * (size - base)}
 
 
-def test_a_record_with_its_outcome_is_held_to_one_dynamodb_item(store):
+def test_a_record_with_its_outcome_is_held_to_one_dynamodb_item(records):
     import time as clock
 
     from gateway.decisions.records import MAX_RECORD_ITEM_BYTES, RecordTooLarge
@@ -259,62 +283,62 @@ def test_a_record_with_its_outcome_is_held_to_one_dynamodb_item(store):
     # Given a record of 300 KB, the most a decision's estimate lets through, with an outcome attached
     far = clock.time() + 3600
     body = {"id": "big", "questions": [{"name": "q" * 700, "kind": "noul"} for _ in range(400)]}
-    store.put_record("acme", "big", 1.0, ["routing"], body, far)
-    assert store.set_outcome("acme", "big", {"answers": {"first": True}})
+    records.put_record("acme", "big", 1.0, ["routing"], body, far)
+    assert records.set_outcome("acme", "big", {"answers": {"first": True}})
     # When an outcome would take the record one byte past the item limit, it is refused with
     # the figures, and the record keeps the outcome it had
     with pytest.raises(RecordTooLarge) as refused:
-        store.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
+        records.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
     assert refused.value.status == 413 and refused.value.size == MAX_RECORD_ITEM_BYTES + 1
     assert f"{MAX_RECORD_ITEM_BYTES + 1} bytes" in refused.value.message and str(MAX_RECORD_ITEM_BYTES) in refused.value.message
-    assert store.get_record("acme", "big")["outcome"] == {"answers": {"first": True}}
+    assert records.get_record("acme", "big")["outcome"] == {"answers": {"first": True}}
     # Then one that fits exactly is attached
-    assert store.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES, body, ["routing"]))
-    assert len(store.get_record("acme", "big")["outcome"]["note"]) > 90_000
+    assert records.set_outcome("acme", "big", _outcome_of(MAX_RECORD_ITEM_BYTES, body, ["routing"]))
+    assert len(records.get_record("acme", "big")["outcome"]["note"]) > 90_000
     # And a missing record is still just missing, however large the outcome
-    assert not store.set_outcome("acme", "nope", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
+    assert not records.set_outcome("acme", "nope", _outcome_of(MAX_RECORD_ITEM_BYTES + 1, body, ["routing"]))
 
 
-def test_a_record_too_large_for_one_item_is_refused_and_not_written(store):
+def test_a_record_too_large_for_one_item_is_refused_and_not_written(records):
     import time as clock
 
     from gateway.decisions.records import RecordTooLarge
 
     body = {"id": "huge", "questions": [{"name": "q" * 1100, "kind": "noul"} for _ in range(400)]}
     with pytest.raises(RecordTooLarge) as refused:
-        store.put_record("acme", "huge", 1.0, [], body, clock.time() + 3600)
+        records.put_record("acme", "huge", 1.0, [], body, clock.time() + 3600)
     assert refused.value.status == 413 and refused.value.size > 400 * 1024
-    assert store.get_record("acme", "huge") is None and listed(store, "acme") == []
+    assert records.get_record("acme", "huge") is None and listed(records, "acme") == []
 
 
-def test_a_tally_adds_while_under_its_limit_and_settles_either_way(tenants):
+def test_a_tally_adds_while_under_its_limit_and_settles_either_way(counters):
     # Given a limit of 100, additions are admitted while the tally is under it (so the last
     # one admitted may pass it), then refused; a settlement (no limit) always applies.
-    assert [tenants.add_within("spend:acme:2026-12", 40, 100, 4e9) for _ in range(4)] == [True, True, True, False]
-    assert tenants.tally("spend:acme:2026-12") == 120
-    assert tenants.add_within("spend:acme:2026-12", -70, None, 4e9)
-    assert tenants.tally("spend:acme:2026-12") == 50
-    assert tenants.add_within("spend:acme:2026-12", 40, 100, 4e9)
-    assert tenants.tally("spend:globex:2026-12") == 0  # its own tally
+    assert [counters.add_within("spend:acme:2026-12", 40, 100, 4e9) for _ in range(4)] == [True, True, True, False]
+    assert counters.tally("spend:acme:2026-12") == 120
+    assert counters.add_within("spend:acme:2026-12", -70, None, 4e9)
+    assert counters.tally("spend:acme:2026-12") == 50
+    assert counters.add_within("spend:acme:2026-12", 40, 100, 4e9)
+    assert counters.tally("spend:globex:2026-12") == 0  # its own tally
 
 
-def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(tenants):
+def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(counters):
     from gateway.auth.store import UsageRow
 
-    tenants.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200), 4e9)
-    tenants.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800), 4e9)
-    tenants.add_usage("acme", UsageRow("2026-12-01", "(inline)", 1, 7, 9), 4e9)
-    tenants.add_usage("acme", UsageRow("2026-12-03", "routing", 2, 1, 2), 4e9)
-    tenants.add_usage("globex", UsageRow("2026-12-01", "routing", 1, 99, 99), 4e9)
-    assert tenants.usage("acme", "2026-12-01", "2026-12-02") == [
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-01", "(inline)", 1, 7, 9), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-03", "routing", 2, 1, 2), 4e9)
+    counters.add_usage("globex", UsageRow("2026-12-01", "routing", 1, 99, 99), 4e9)
+    assert counters.usage("acme", "2026-12-01", "2026-12-02") == [
         UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000)]
-    assert [r.day for r in tenants.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
-    assert tenants.usage("acme", "2026-12-02", "2026-12-02") == []
+    assert [r.day for r in counters.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
+    assert counters.usage("acme", "2026-12-02", "2026-12-02") == []
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), {True}, {1, "a"}, set(), {1: "x"}, object()])
 def test_the_dynamodb_codec_refuses_what_dynamodb_cannot_store(value):
-    from gateway.stores.dynamodb import _value
+    from gateway.stores.dynamodb.items import typed
 
     with pytest.raises(TypeError):
-        _value(value)
+        typed(value)

@@ -295,14 +295,14 @@ def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadlin
     from gateway.auth.tenant_cache import TenantCache
     from gateway.auth.tenants import create_tenant, set_limits
     from gateway.services.throttle import TenantThrottle
-    from gateway.stores.sqlite import SQLiteStore
+    from gateway.stores.sqlite import open_sqlite
 
-    store = SQLiteStore(tmp_path / "gateway.db")
-    create_tenant(store, "acme")
+    store = open_sqlite(tmp_path / "gateway.db")
+    create_tenant(store.tenants, "acme")
     backend = _Timed()
     runtime = install(backend)
-    runtime.decide.throttle = TenantThrottle(store, runtime.decide.limits, hold_s=58)
-    runtime.decide.tenants = TenantCache(store)
+    runtime.decide.throttle = TenantThrottle(store.counters, runtime.decide.limits, hold_s=58)
+    runtime.decide.tenants = TenantCache(store.tenants)
     # Given a long request of the tenant in flight
     with runtime.decide.throttle.long_work("acme"):
         meta, _, _ = _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))
@@ -311,8 +311,8 @@ def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadlin
         # While an ordinary one is served
         assert _streamed(event("POST", "/v1/systemone", DECISION))[0]["statusCode"] == 200
     # And a tenant allowed 30 s of endpoint time a minute gets at most a 30 s deadline
-    set_limits(store, "acme", endpoint_seconds_per_minute=30.0)
-    runtime.decide.tenants = TenantCache(store)
+    set_limits(store.tenants, "acme", endpoint_seconds_per_minute=30.0)
+    runtime.decide.tenants = TenantCache(store.tenants)
     assert _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))[0]["statusCode"] == 200
     assert backend.read_timeouts[-1] <= 28
 

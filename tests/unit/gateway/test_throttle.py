@@ -18,7 +18,7 @@ from gateway.backends.base import ANONYMOUS
 from gateway.composition import build_runtime
 from gateway.handler import GatewayFunction
 from gateway.services.throttle import TenantThrottle
-from gateway.stores.sqlite import SQLiteStore
+from gateway.stores.sqlite import open_sqlite
 from tests.gateway_helpers import call, register_credentials, tenant_store
 
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
@@ -41,8 +41,8 @@ class ManualClock:
 def function(path, backend=None, clock=None) -> GatewayFunction:
     """One function instance over the SQLite file at `path` (its own connection, as a
     separate Lambda instance has its own client), with a settable clock for the throttle."""
-    store = SQLiteStore(path)
-    runtime = build_runtime(settings_for(), backend or UniformBackend(), authenticator=Authenticator(store))
+    store = open_sqlite(path)
+    runtime = build_runtime(settings_for(), backend or UniformBackend(), stores=store, authenticator=Authenticator(store))
     if clock is not None:
         runtime.throttle.clock = clock
     return GatewayFunction(runtime)
@@ -59,9 +59,9 @@ def test_each_tenant_has_its_own_rate_instead_of_one_shared_bucket(path):
     # Given two tenants without a usage plan of their own at 2 a second (burst 2), when
     # one sends three requests in a window, then its third is 429 naming its limit, with a
     # Retry-After to the window's end, and the other tenant is served as if nothing happened.
-    store = SQLiteStore(path)
+    store = open_sqlite(path)
     for tenant in ("acme", "globex"):
-        set_limits(store, tenant, rate_per_s=2, burst=2)
+        set_limits(store.tenants, tenant, rate_per_s=2, burst=2)
     clock = ManualClock()
     handler = function(path, clock=clock)
     statuses = [call(event("GET", "/v1/models"), handler)[0] for _ in range(3)]
@@ -75,7 +75,7 @@ def test_each_tenant_has_its_own_rate_instead_of_one_shared_bucket(path):
 
 def test_the_rate_is_counted_once_across_function_instances(path):
     # Many Lambda instances serve one tenant: the count is the store's, not each instance's.
-    set_limits(SQLiteStore(path), "acme", rate_per_s=3, burst=3)
+    set_limits(open_sqlite(path).tenants, "acme", rate_per_s=3, burst=3)
     clock = ManualClock()
     first, second = function(path, clock=clock), function(path, clock=clock)
     statuses = [call(event("GET", "/v1/models"), handler)[0] for handler in (first, second, first, second)]
@@ -84,9 +84,9 @@ def test_the_rate_is_counted_once_across_function_instances(path):
 
 def test_sigv4_callers_are_throttled_per_tenant_too(path):
     # The SigV4 routes have no authorizer to key a usage plan by: the gateway throttles them.
-    store = SQLiteStore(path)
-    store.put_principal_rule(PrincipalRule(ROLE, "acme", ("decide",), None, 0.0))
-    set_limits(store, "acme", rate_per_s=1, burst=1)
+    store = open_sqlite(path)
+    store.tenants.put_principal_rule(PrincipalRule(ROLE, "acme", ("decide",), None, 0.0))
+    set_limits(store.tenants, "acme", rate_per_s=1, burst=1)
     handler = function(path, clock=ManualClock())
     iam = event("GET", "/iam/v1/models", principal=None)
     iam["requestContext"]["identity"] = {"userArn": "arn:aws:sts::123456789012:assumed-role/Analytics/s", "accessKey": "AKIA"}
@@ -111,7 +111,7 @@ def test_a_tenant_at_its_limit_in_flight_gets_429_before_any_backend_call_and_ot
     # Given acme limited to 1 decision in flight and one running on another instance, when
     # acme sends a second, then it is 429 at once (no backend call); globex is served; once
     # the first has ended, acme's next is served.
-    set_limits(SQLiteStore(path), "acme", max_in_flight=1)
+    set_limits(open_sqlite(path).tenants, "acme", max_in_flight=1)
     gate = Gate()
     first, second = function(path, gate), function(path, gate)
     running: dict[str, tuple] = {}
@@ -134,8 +134,8 @@ def test_a_tenant_at_its_limit_in_flight_gets_429_before_any_backend_call_and_ot
 def test_a_tenant_without_a_figure_of_its_own_may_hold_half_of_its_models_scorer_line(path):
     # Given acme with no max_in_flight of its own, on a model whose one scorer admits 8 jobs
     # at once (of which the scorer lets one tenant hold 4), and four of its decisions running
-    store = SQLiteStore(path)
-    set_limits(store, "acme", max_in_flight=None)
+    store = open_sqlite(path)
+    set_limits(store.tenants, "acme", max_in_flight=None)
     gate = Gate()
     replies: list[int] = []
 
@@ -155,7 +155,7 @@ def test_a_tenant_without_a_figure_of_its_own_may_hold_half_of_its_models_scorer
         assert status == 429 and not gate.inside.acquire(timeout=0.2)
         assert "4 decisions or chats in flight at once on this model" in body["detail"]["message"]
         # And a figure of its own wins: at 5, the fifth is admitted
-        set_limits(store, "acme", max_in_flight=5)
+        set_limits(store.tenants, "acme", max_in_flight=5)
         workers.append(send())
         assert gate.inside.acquire(timeout=30)
     finally:
@@ -173,7 +173,7 @@ def test_a_models_share_for_one_tenant_is_half_its_line_on_each_least_instance(l
 
 
 def test_a_failed_decision_gives_its_place_back(path):
-    set_limits(SQLiteStore(path), "acme", max_in_flight=1)
+    set_limits(open_sqlite(path).tenants, "acme", max_in_flight=1)
     handler = function(path)
     assert call(event("POST", "/v1/systemone", {**DECISION, "model": "nope"}), handler)[0] == 404
     assert call(event("POST", "/v1/systemone", DECISION), handler)[0] == 200

@@ -40,10 +40,10 @@ ROLE = "arn:aws:iam::123456789012:role/Ops"
 @pytest.fixture
 def setup(tmp_path):
     store = tenant_store(tmp_path / "g.db", "acme", "globex")
-    store.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), ("decision-default", "chat-default"), 1.0))
+    store.tenants.put_principal_rule(PrincipalRule(ROLE, "acme", ("chat", "decide"), ("decision-default", "chat-default"), 1.0))
     documents, clock = Documents(), Clock()
     ring = CachedKeyRing(documents, ttl_s=300, min_reload_s=0, clock=clock)
-    auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store, check_s=0, clock=clock))
+    auth = Authenticator(store, ring, clock=clock, revocations=RevocationCheck(store.tenants, check_s=0, clock=clock))
     return auth, documents, clock, store
 
 
@@ -142,7 +142,7 @@ def test_revocation_applies_and_only_to_the_callers_tenant(setup):
     with pytest.raises(Forbidden, match="another tenant"):
         auth.revoke_token(other, token=token)
     auth.revoke_token(caller, token=token)
-    assert store.token_revoked("acme", claims.token_id, 0) and not store.token_revoked("globex", claims.token_id, 0)
+    assert store.tenants.token_revoked("acme", claims.token_id, 0) and not store.tenants.token_revoked("globex", claims.token_id, 0)
     with pytest.raises(Unauthenticated):
         auth.authenticate(f"Bearer {token}")
 

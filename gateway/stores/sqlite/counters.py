@@ -1,0 +1,94 @@
+"""The counters shared by every request of the local stack, in SQLite: rate windows,
+tallies, usage by day and places in flight. Each change is one statement or one
+immediate transaction, so two processes on one file never both take the last place."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.auth.store import UsageRow
+from gateway.stores.sqlite.database import Database
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS counters (
+    name       TEXT PRIMARY KEY,
+    count      INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tallies (
+    name       TEXT PRIMARY KEY,
+    amount     INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage (
+    tenant_id     TEXT NOT NULL,
+    day           TEXT NOT NULL,
+    entry         TEXT NOT NULL,
+    requests      INTEGER NOT NULL,
+    cost_nano_usd INTEGER NOT NULL,
+    endpoint_ms   INTEGER NOT NULL,
+    expires_at    REAL NOT NULL,
+    PRIMARY KEY (tenant_id, day, entry)
+);
+CREATE TABLE IF NOT EXISTS places (
+    name       TEXT NOT NULL,
+    holder     TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (name, holder)
+);
+"""
+
+
+class SQLiteCounters:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.create(_SCHEMA)
+
+    def count_within(self, name: str, limit: int, expires_at: float) -> bool:
+        with self.db.connect() as db:
+            db.execute("DELETE FROM counters WHERE expires_at < ?", (time.time(),))
+            cursor = db.execute("INSERT INTO counters (name, count, expires_at) VALUES (?, 1, ?)"
+                                " ON CONFLICT(name) DO UPDATE SET count = count + 1 WHERE count < ?", (name, expires_at, limit))
+        return cursor.rowcount == 1
+
+    def add_within(self, name: str, amount: int, limit: int | None, expires_at: float) -> bool:
+        with self.db.connect() as db:
+            db.execute("DELETE FROM tallies WHERE expires_at < ?", (time.time(),))
+            cursor = db.execute("INSERT INTO tallies (name, amount, expires_at) VALUES (?, ?, ?)"
+                                " ON CONFLICT(name) DO UPDATE SET amount = amount + excluded.amount"
+                                " WHERE ? IS NULL OR amount < ?", (name, amount, expires_at, limit, limit))
+        return cursor.rowcount == 1
+
+    def tally(self, name: str) -> int:
+        with self.db.connect() as db:
+            row = db.execute("SELECT amount FROM tallies WHERE name = ? AND expires_at >= ?", (name, time.time())).fetchone()
+        return int(row["amount"]) if row is not None else 0
+
+    def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
+        with self.db.connect() as db:
+            db.execute("INSERT INTO usage (tenant_id, day, entry, requests, cost_nano_usd, endpoint_ms, expires_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant_id, day, entry) DO UPDATE SET"
+                       " requests = requests + excluded.requests, cost_nano_usd = cost_nano_usd + excluded.cost_nano_usd,"
+                       " endpoint_ms = endpoint_ms + excluded.endpoint_ms, expires_at = excluded.expires_at",
+                       (tenant_id, row.day, row.entry, row.requests, row.cost_nano_usd, row.endpoint_ms, expires_at))
+
+    def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
+        with self.db.connect() as db:
+            rows = db.execute("SELECT day, entry, requests, cost_nano_usd, endpoint_ms FROM usage WHERE tenant_id = ?"
+                              " AND day BETWEEN ? AND ? ORDER BY day, entry", (tenant_id, first_day, last_day)).fetchall()
+        return [UsageRow(r["day"], r["entry"], r["requests"], r["cost_nano_usd"], r["endpoint_ms"]) for r in rows]
+
+    def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
+        with self.db.connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # the count and the insert see no other writer between them
+            db.execute("DELETE FROM places WHERE name = ? AND expires_at <= ?", (name, now))
+            (held,) = db.execute("SELECT count(*) FROM places WHERE name = ?", (name,)).fetchone()
+            if held >= limit:
+                return False
+            db.execute("INSERT OR REPLACE INTO places (name, holder, expires_at) VALUES (?, ?, ?)",
+                       (name, holder, expires_at))
+        return True
+
+    def release(self, name: str, holder: str) -> None:
+        with self.db.connect() as db:
+            db.execute("DELETE FROM places WHERE name = ? AND holder = ?", (name, holder))
