@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
     from gateway.auth.tenants import ProvisioningError
-    from gateway.errors import GatewayError
+    from gateway.errors import ServiceError
     from gateway.settings import SettingsError
 
     try:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ProvisioningError, SettingsError, ValueError) as exc:
         print(f"admin: {exc}", file=sys.stderr)
         return 2
-    except GatewayError as exc:
+    except ServiceError as exc:
         print(f"admin: {exc.message}", file=sys.stderr)
         return 2
 

@@ -3,7 +3,7 @@ from one router per resource (`gateway.api`), each given the services it calls.
 
 Handlers are thin: the resolver validates the body into a wire model, the handler
 checks the caller's scope, calls one service and renders the answer. Errors become
-bodies in `gateway.wire.errors`, in the shape of the route's API.
+bodies by `systemone.errors.error_parts`, in the shape of the route's API.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gateway.api import catalogs, chat, decisions, operations, records, tokens, 
 from gateway.api.docs import ResponseDocs
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
-from gateway.errors import GatewayError, InvalidRequest, UnknownRoute
+from gateway.errors import InvalidRequest, ServiceError, UnknownRoute
 from gateway.services.runtime import GatewayRuntime
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
@@ -56,8 +56,8 @@ def register_error_handlers(app: APIGatewayRestResolver) -> None:
     def invalid(exc: RequestValidationError) -> Response:
         return error_response(InvalidRequest(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), app.current_event.path)
 
-    @app.exception_handler(GatewayError)
-    def gateway_error(exc: GatewayError) -> Response:
+    @app.exception_handler(ServiceError)
+    def gateway_error(exc: ServiceError) -> Response:
         if exc.status >= 500:
             log.warning("request failed", extra={"status": exc.status, "error_type": exc.error_type})
         return error_response(exc, app.current_event.path)
@@ -69,4 +69,4 @@ def register_error_handlers(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(Exception)
     def unexpected(exc: Exception) -> Response:
         log.exception("unexpected error")
-        return error_response(GatewayError("the gateway failed on this request"), app.current_event.path)
+        return error_response(ServiceError("the gateway failed on this request"), app.current_event.path)

@@ -1,12 +1,13 @@
-"""Exceptions of the gateway. Each carries the HTTP status it maps to; `gateway.wire.errors`
-turns them into System One or OpenAI bodies in one place.
+"""The gateway's errors: the shared base and request errors of both deployables
+(systemone.errors), and the gateway's own leaves. Each carries the HTTP status it maps
+to; `systemone.errors.error_parts` turns them into System One or OpenAI bodies.
 
-    GatewayError                       500 internal_error
-     ├── RequestError                  the caller's fault: never a 5xx
-     │    ├── InvalidRequest           422, System One validation items
-     │    ├── PayloadTooLarge          413, body (or prompt) over a limit
+    ServiceError                       500 internal_error (systemone.errors)
+     ├── RequestError                  the caller's fault: never a 5xx (systemone.errors)
+     │    ├── InvalidRequest           422, System One validation items (systemone.errors)
+     │    ├── PayloadTooLarge          413, body (or prompt) over a limit (systemone.errors)
      │    │    └── RecordTooLarge      413, a record with its outcome over one stored item (decisions.records)
-     │    ├── UnsupportedMedia         415, unknown Content-Encoding
+     │    ├── UnsupportedMedia         415, unknown Content-Encoding (systemone.errors)
      │    ├── NotFound                 404, unknown model (UnknownRoute: unknown path)
      │    ├── Unauthenticated          401, missing, bad or expired credential
      │    ├── Forbidden                403, credential without the needed scope or model
@@ -19,62 +20,15 @@ turns them into System One or OpenAI bodies in one place.
      │    └── RecordNotStored          503, the decision's audit record could not be written
      ├── WorkTimedOut                  504, the work ran out of time on the model: never retried
      └── BackendFailed                 502, an endpoint answered something unusable
-
-Messages are written for callers; exception text from below never reaches them.
-`retryable` False means retrying the same request cannot help: the caller is told so
-(`x-should-retry: false`, which the OpenAI SDKs obey), and no Retry-After is sent.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from systemone.errors import InvalidRequest, PayloadTooLarge, RequestError, ServiceError, UnsupportedMedia
 
-from systemone.errors import detail
-
-
-class GatewayError(Exception):
-    status = 500
-    error_type = "internal_error"  # System One `detail.error_type`
-    openai_type = "server_error"  # OpenAI `error.type`
-    openai_code = "internal_error"  # OpenAI `error.code`
-    retryable: bool | None = None  # None: not known (the caller's own policy decides)
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class RequestError(GatewayError):
-    status = 400
-    error_type = "api_usage_error"
-    openai_type = "invalid_request_error"
-    openai_code = "invalid_request"
-    retryable = False  # the same request gets the same answer
-
-
-class InvalidRequest(RequestError):
-    """Validation failed; `details` are System One / FastAPI 422 items (`loc` starts with "body")."""
-
-    status = 422
-
-    def __init__(self, details: list[dict[str, Any]]) -> None:
-        super().__init__("request validation failed")
-        self.details = details
-
-    @classmethod
-    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
-        return cls([detail(loc, msg, type_)])
-
-
-class PayloadTooLarge(RequestError):
-    status = 413
-    error_type = "max_tokens_exceeded"
-    openai_code = "context_length_exceeded"
-
-
-class UnsupportedMedia(RequestError):
-    status = 415
-    openai_code = "unsupported_encoding"
+__all__ = ["BackendFailed", "BackendUnavailable", "BudgetExhausted", "Conflict", "Forbidden", "InvalidRequest",
+           "NoAnswerInTime", "NotFound", "NotReplayable", "PayloadTooLarge", "RateLimited", "RecordNotStored",
+           "RequestError", "ServiceError", "Unauthenticated", "UnknownRoute", "UnsupportedMedia", "WorkTimedOut"]
 
 
 class NotFound(RequestError):
@@ -112,7 +66,7 @@ class NotReplayable(Conflict):
     retryable = False  # the first reply stays too large to keep however often it is asked
 
 
-class RateLimited(GatewayError):
+class RateLimited(ServiceError):
     status = 429
     error_type = "rate_limit_error"
     openai_type = "rate_limit_error"
@@ -133,7 +87,7 @@ class BudgetExhausted(RateLimited):
     openai_code = "insufficient_quota"
 
 
-class BackendUnavailable(GatewayError):
+class BackendUnavailable(ServiceError):
     status = 503
     error_type = "overloaded"
     openai_code = "overloaded"
@@ -156,7 +110,7 @@ class RecordNotStored(BackendUnavailable):
     """A decision is answered only once its record is stored: an answer nobody can audit is not given."""
 
 
-class WorkTimedOut(GatewayError):
+class WorkTimedOut(ServiceError):
     """The model ran out of time on this work (cut by its deadline, or no answer in time). It is
     never re-sent to another endpoint, and the caller is told not to retry: the same work
     would run out of time again, and each try holds a model that others wait for."""
@@ -167,6 +121,6 @@ class WorkTimedOut(GatewayError):
     retryable = False
 
 
-class BackendFailed(GatewayError):
+class BackendFailed(ServiceError):
     status = 502
     openai_code = "bad_gateway"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.api.context import StreamedBody, StreamSlot
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
 from gateway.caller import principal_of
-from gateway.errors import BackendUnavailable, GatewayError, InvalidRequest, PayloadTooLarge, RequestError, UnsupportedMedia
+from gateway.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge, RequestError, ServiceError
 from gateway.streaming import prelude, whole_body
 from systemone import body as body_reader
 
@@ -75,7 +75,7 @@ class GatewayFunction:
             if principal is not None and self.runtime.throttle is not None:
                 self.runtime.throttle.admit(principal.tenant_id)  # the tenant's own rate, before its body is read
             prepared = prepare_event(event, self.runtime.settings.max_body_bytes)
-        except GatewayError as exc:
+        except ServiceError as exc:
             from gateway.api.responses import proxy_error  # Powertools' response type: loaded with the app
 
             result = proxy_error(exc, path)
@@ -101,10 +101,10 @@ class GatewayFunction:
         return path in PUBLIC_PATHS or (self.runtime.settings.openapi and path == OPENAPI_PATH)
 
     def _principal(self, event: dict[str, Any]) -> Any:
-        """The caller, or a GatewayError: a store that cannot be read is a 503, never an escaped exception."""
+        """The caller, or a ServiceError: a store that cannot be read is a 503, never an escaped exception."""
         try:
             return principal_of(event, self.runtime.authenticator, time.time())
-        except GatewayError:
+        except ServiceError:
             raise
         except Exception:
             log.exception("the caller's credential could not be checked")
@@ -233,7 +233,7 @@ def refuse_credentials_in_query(event: dict[str, Any]) -> None:
 
 
 def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
-    """A copy of the event whose body is JSON text, or a GatewayError for the caller."""
+    """A copy of the event whose body is JSON text, or a ServiceError for the caller."""
     body = event.get("body")
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(v, str)}
     encoding = headers.get("content-encoding", "").strip().lower()
@@ -248,33 +248,13 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
         raw = body.encode("utf-8", "surrogatepass")
     if len(raw) > max_body_bytes and encoding in ("", "identity"):
         raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes")
-    raw = inflate(raw, encoding, max_body_bytes)
-    try:
-        text = body_reader.decode(raw)
-    except body_reader.BodyRefused as refused:
-        raise refused_as_gateway_error(refused) from None
+    text = body_reader.decode(body_reader.inflate(raw, encoding, max_body_bytes))
     replaced = ("content-encoding", "content-type")
     new_headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() not in replaced}
     new_headers["content-type"] = "application/json"  # every body of this API is JSON, whatever curl -d says
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() not in replaced}
     multi["content-type"] = ["application/json"]
     return {**event, "body": text, "isBase64Encoded": False, "headers": new_headers, "multiValueHeaders": multi}
-
-
-def inflate(data: bytes, encoding: str, limit: int) -> bytes:
-    """Undo Content-Encoding with the contract's bounded reader, refusing anything that inflates past `limit`."""
-    try:
-        return body_reader.inflate(data, encoding, limit)
-    except body_reader.BodyRefused as refused:
-        raise refused_as_gateway_error(refused) from None
-
-
-def refused_as_gateway_error(refused: body_reader.BodyRefused) -> GatewayError:
-    if refused.status == 413:
-        return PayloadTooLarge(refused.message)
-    if refused.status == 415:
-        return UnsupportedMedia(refused.message)
-    return InvalidRequest.at([], refused.message, refused.kind)
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("SCORER_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
-    from scorer_container.errors import ScorerError
+    from scorer_container.errors import ServiceError
 
     try:
         if args.command == "serve":
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             pins = model_pins(args.model, args.sha256, args.manifest_sha256)
             pinned = " and the given pins" if args.sha256 or args.manifest_sha256 else ""
             _print_pins(f"{args.model}: {args.model.stat().st_size} bytes, matches its manifest{pinned}", pins)
-    except (ScorerError, ValueError) as exc:
+    except (ServiceError, ValueError) as exc:
         print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
     return 0

@@ -1,12 +1,13 @@
-"""Exceptions of the scorer, and the HTTP status each one maps to.
+"""The scorer's errors: the shared base and request errors of both deployables
+(systemone.errors), and the scorer's own leaves, with the HTTP status each maps to.
 
-    ScorerError
-     ├── RequestError                  the caller's fault: never a 5xx
-     │    ├── InvalidRequest           422, System One validation shape
-     │    ├── PayloadTooLarge          413, body over the payload limit
-     │    ├── ContextOverflow          413, prompt longer than the model's context
-     │    ├── OverBudget               413, more work than one request may ask for
-     │    └── UnsupportedMedia         415, unknown Content-Encoding or type
+    ServiceError                       500 (systemone.errors)
+     ├── RequestError                  the caller's fault: never a 5xx (systemone.errors)
+     │    ├── InvalidRequest           422, System One validation shape (systemone.errors)
+     │    ├── PayloadTooLarge          413, body over the payload limit (systemone.errors)
+     │    │    ├── ContextOverflow     413, prompt longer than the model's context
+     │    │    └── OverBudget          413, more work than one request may ask for
+     │    └── UnsupportedMedia         415, unknown Content-Encoding or type (systemone.errors)
      ├── Overloaded                    503 + Retry-After: the line is full (busy for everyone)
      │    ├── TenantOverShare          429 + Retry-After: this tenant holds its share of the line
      │    └── LongOverShare            429 + Retry-After: long work's share of this instance is taken
@@ -17,71 +18,31 @@
      ├── ModelFileError                the model file or its manifest is wrong (start-up)
      └── EngineFailure                 500: llama.cpp failed on a valid request
 
-The server maps these to bodies in one place (`server.py`); messages are written for
-callers and never carry exception text from below. `state` is the error's `x_state`
-(systemone.sidechannel): what a gateway in front may do about it.
+The server maps these to bodies in one place (`server.py`); `state` is the error's
+`x_state` (systemone.sidechannel): what a gateway in front may do about it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from systemone.errors import InvalidRequest, PayloadTooLarge, RequestError, ServiceError, UnsupportedMedia
 
-from systemone.errors import detail
-from systemone.sidechannel import State
-
-
-class ScorerError(Exception):
-    status = 500
-    error_type = "internal_error"
-    state: State | None = None
-    retry_after: int | None = None
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+__all__ = ["CallerGone", "ContextOverflow", "DeadlineExceeded", "EngineFailure", "InvalidRequest", "LongOverShare",
+           "ModelFileError", "ModelNotReady", "OverBudget", "Overloaded", "PayloadTooLarge", "QueueTimeout",
+           "RequestError", "ServiceError", "TenantOverShare", "UnsupportedMedia"]
 
 
-class RequestError(ScorerError):
-    status = 400
-    error_type = "api_usage_error"
+class ContextOverflow(PayloadTooLarge):
+    """The prompt is longer than the model's context."""
 
 
-class InvalidRequest(RequestError):
-    """Validation failed; `details` follows the FastAPI/System One 422 item shape."""
-
-    status = 422
-
-    def __init__(self, details: list[dict[str, Any]]) -> None:
-        super().__init__("request validation failed")
-        self.details = details
-
-    @classmethod
-    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
-        return cls([detail(loc, msg, type_)])
+class OverBudget(PayloadTooLarge):
+    """More work than one request may ask for."""
 
 
-class PayloadTooLarge(RequestError):
-    status = 413
-    error_type = "max_tokens_exceeded"
-
-
-class ContextOverflow(RequestError):
-    status = 413
-    error_type = "max_tokens_exceeded"
-
-
-class OverBudget(RequestError):
-    status = 413
-    error_type = "max_tokens_exceeded"
-
-
-class UnsupportedMedia(RequestError):
-    status = 415
-
-
-class Overloaded(ScorerError):
+class Overloaded(ServiceError):
     status = 503
     error_type = "overloaded"
+    openai_code = "overloaded"
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
@@ -94,6 +55,8 @@ class TenantOverShare(Overloaded):
 
     status = 429
     error_type = "rate_limit_error"
+    openai_type = "rate_limit_error"
+    openai_code = "rate_limit_exceeded"
     state = "tenant_share"
 
 
@@ -102,21 +65,25 @@ class LongOverShare(Overloaded):
 
     status = 429
     error_type = "rate_limit_error"
+    openai_type = "rate_limit_error"
+    openai_code = "rate_limit_exceeded"
     state = "long_share"
 
 
-class ModelNotReady(ScorerError):
+class ModelNotReady(ServiceError):
     status = 503
     error_type = "overloaded"
+    openai_code = "overloaded"
     state = "not_ready"  # unavailable, not saturated: a gateway answers 503, not 429
     retry_after = 5
 
 
-class DeadlineExceeded(ScorerError):
+class DeadlineExceeded(ServiceError):
     """Cut while it ran: the work did not fit the time it was given, and would not on a retry."""
 
     status = 504
     error_type = "timeout"
+    openai_code = "timeout"
     state = "deadline_exceeded"
 
 
@@ -125,6 +92,7 @@ class QueueTimeout(DeadlineExceeded):
 
     status = 503
     error_type = "overloaded"
+    openai_code = "overloaded"
     state = "queue_timeout"
 
     def __init__(self, message: str, retry_after: int) -> None:
@@ -136,9 +104,9 @@ class CallerGone(DeadlineExceeded):
     pass
 
 
-class ModelFileError(ScorerError):
+class ModelFileError(ServiceError):
     """The model or its manifest cannot be trusted; the server stays unhealthy."""
 
 
-class EngineFailure(ScorerError):
+class EngineFailure(ServiceError):
     status = 500

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -45,15 +45,13 @@ from scorer_container.deadline import Deadline
 from scorer_container.errors import (
     CallerGone,
     DeadlineExceeded,
-    InvalidRequest,
     ModelNotReady,
     OverBudget,
     Overloaded,
     PayloadTooLarge,
     QueueTimeout,
     RequestError,
-    ScorerError,
-    UnsupportedMedia,
+    ServiceError,
 )
 from scorer_container.planning import Plan
 from scorer_container.prefix_tree import cells_for
@@ -63,8 +61,8 @@ from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
 from scorer_container.streaming import ClosingStreamingResponse, stream_chat
-from systemone.body import BodyRefused, read_json
-from systemone.errors import openai_body, system_one_body
+from systemone.body import read_json
+from systemone.errors import Flavor, error_parts
 from systemone.sidechannel import (
     CUSTOM_ATTRIBUTES,
     ErrorHints,
@@ -81,7 +79,6 @@ from systemone.sidechannel import (
 )
 
 log = logging.getLogger("scorer")
-Flavor = Literal["systemone", "openai"]
 # Sequences a decision's prefix tree may use: its deepest path (a handful of nodes) and a batch
 # of sibling leaves (at most 32: a decode's logits rows), so that two decisions and a few chats
 # fit the context's 128 at once.
@@ -192,13 +189,13 @@ async def _handle(request: Request, flavor: Flavor, handler) -> Response:
         body = await _read_json(request, service.settings.max_body_bytes)
         watcher = asyncio.create_task(_watch_disconnect(request, deadline))
         response = await handler(body, deadline)
-    except ScorerError as exc:
+    except ServiceError as exc:
         if not isinstance(exc, RequestError):
             log.warning("request %s: %s", request_id, exc.message)
         response = error_response(exc, flavor)
     except Exception:
         log.exception("request %s failed", request_id)
-        response = error_response(ScorerError("the scorer failed on this request"), flavor)
+        response = error_response(ServiceError("the scorer failed on this request"), flavor)
     finally:
         if watcher is not None:
             watcher.cancel()
@@ -221,14 +218,7 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise PayloadTooLarge(f"the body is larger than {limit} bytes")
         chunks.append(part)
-    try:
-        return read_json(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
-    except BodyRefused as refused:
-        if refused.status == 413:
-            raise PayloadTooLarge(refused.message) from None
-        if refused.status == 415:
-            raise UnsupportedMedia(refused.message) from None
-        raise InvalidRequest.at([], refused.message, refused.kind) from None
+    return read_json(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
 
 
 async def _watch_disconnect(request: Request, deadline: Deadline) -> None:
@@ -381,28 +371,11 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline, caller: C
 
 # -- errors ------------------------------------------------------------------------------
 
-_OPENAI_TYPES = {
-    422: ("invalid_request_error", "invalid_request"),
-    429: ("rate_limit_error", "rate_limit_exceeded"),
-    413: ("invalid_request_error", "context_length_exceeded"),
-    415: ("invalid_request_error", "unsupported_encoding"),
-    503: ("server_error", "overloaded"),
-    504: ("server_error", "timeout"),
-}
-
-
-def error_response(exc: ScorerError, flavor: Flavor) -> JSONResponse:
+def error_response(exc: ServiceError, flavor: Flavor) -> JSONResponse:
     """The one place where errors become HTTP: System One or OpenAI body, status, Retry-After.
 
     InvokeEndpoint passes a container's error body on (OriginalMessage) but not its headers:
     the body repeats the Retry-After and says what kind of failure it is (`x_state`), so a
     gateway in front can tell "busy, retry later" from "this work does not fit"."""
-    headers = {} if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
-    details = exc.details if isinstance(exc, InvalidRequest) else None
-    if flavor == "systemone":
-        body: dict[str, Any] = system_one_body(exc.error_type, exc.message, details)
-    else:
-        kind, code = _OPENAI_TYPES.get(exc.status, ("server_error", "internal_error"))
-        body = openai_body(exc.message, kind, code, details)
-    return JSONResponse(error_hints(body, ErrorHints(exc.retry_after, exc.state)), status_code=exc.status,
-                        headers=headers)
+    status, body, headers = error_parts(exc, flavor)
+    return JSONResponse(error_hints(body, ErrorHints(exc.retry_after, exc.state)), status_code=status, headers=headers)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from scorer_container.budget import Budget, budget_for
 from scorer_container.chat import ChatGenerator
 from scorer_container.engine import DecisionEngine
-from scorer_container.errors import ModelNotReady, ScorerError
+from scorer_container.errors import ModelNotReady, ServiceError
 from scorer_container.model_files import ModelManifest, locate_model, verify_model
 from scorer_container.prompts import PromptFormat
 from scorer_container.scheduler import Scheduler
@@ -71,7 +71,7 @@ class ScorerService:
             self.status, self.reason = "ready", ""
             log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,
                      budget.describe())
-        except ScorerError as exc:
+        except ServiceError as exc:
             self.status, self.reason = "failed", exc.message
             log.error("model refused: %s", exc.message)
         except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve

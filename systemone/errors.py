@@ -1,15 +1,29 @@
-"""Validation problems as System One 422 items, and the two error-body shapes every side
-answers in, written (`system_one_body`, `openai_body`) and read (`read_error_body`) here
-only: System One (`{"detail": [...]}` or `{"detail": {"error_type", "message"}}`) and
-OpenAI (`{"error": {"message", "type", "param", "code"}}`)."""
+"""The errors both sides raise and answer with, in one place.
+
+`ServiceError` is the one base of every error the gateway and the scorer raise: each
+carries the status it maps to and its names in both error shapes. The caller's mistakes
+that both sides meet (`RequestError` and its leaves) are here; each side adds its own
+leaves (gateway.errors, scorer_container.errors), and draws the whole tree at their top.
+
+The two error-body shapes are written (`error_parts`, `system_one_body`, `openai_body`)
+and read (`read_error_body`) here only: System One (`{"detail": [...]}` or
+`{"detail": {"error_type", "message"}}`) and OpenAI (`{"error": {"message", "type",
+"param", "code"}}`). Messages are written for callers; exception text from below never
+reaches them. `retryable` False means retrying the same request cannot help: the caller
+is told so (`x-should-retry: false`, which the OpenAI SDKs obey) and no Retry-After is
+sent; an error with a `retry_after` sends one.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from systemone.json_text import object_or_none
+from systemone.sidechannel import State
+
+Flavor = Literal["systemone", "openai"]  # the API a route answers in
 
 # JSON-value unions fail once per member; these are the member names pydantic puts in `loc`.
 _UNION_MEMBERS = {"str", "dict[str,any]", "list[any]", "none", "NoulCriteria", "bool", "list[tagged-union[...]]"}
@@ -95,3 +109,67 @@ def read_error_body(raw: str | bytes | None) -> ErrorBody:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return ErrorBody(error["message"])
     return ErrorBody()
+
+
+class ServiceError(Exception):
+    status = 500
+    error_type = "internal_error"  # System One `detail.error_type`
+    openai_type = "server_error"  # OpenAI `error.type`
+    openai_code = "internal_error"  # OpenAI `error.code`
+    retryable: bool | None = None  # None: not known (the caller's own policy decides)
+    retry_after: int | None = None  # seconds, sent as Retry-After: a retry can succeed then
+    state: State | None = None  # the scorer's `x_state`: what a gateway in front may do about it
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RequestError(ServiceError):
+    """The caller's mistake: never a 5xx, and the same request gets the same answer."""
+
+    status = 400
+    error_type = "api_usage_error"
+    openai_type = "invalid_request_error"
+    openai_code = "invalid_request"
+    retryable = False
+
+
+class InvalidRequest(RequestError):
+    """Validation failed; `details` are System One / FastAPI 422 items (`loc` starts with "body")."""
+
+    status = 422
+
+    def __init__(self, details: list[dict[str, Any]]) -> None:
+        super().__init__("request validation failed")
+        self.details = details
+
+    @classmethod
+    def at(cls, loc: list[str | int], msg: str, type_: str = "value_error") -> InvalidRequest:
+        return cls([detail(loc, msg, type_)])
+
+
+class PayloadTooLarge(RequestError):
+    """A body, a prompt or a piece of work over a limit (413, with the figures)."""
+
+    status = 413
+    error_type = "max_tokens_exceeded"
+    openai_code = "context_length_exceeded"
+
+
+class UnsupportedMedia(RequestError):
+    status = 415
+    openai_code = "unsupported_encoding"
+
+
+def error_parts(exc: ServiceError, flavor: Flavor) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, body, headers) of an error on a route of the given flavor."""
+    headers: dict[str, str] = {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    if exc.retryable is False:
+        headers["x-should-retry"] = "false"
+    details = exc.details if isinstance(exc, InvalidRequest) else None
+    if flavor == "systemone":
+        return exc.status, system_one_body(exc.error_type, exc.message, details), headers
+    return exc.status, openai_body(exc.message, exc.openai_type, exc.openai_code, details), headers

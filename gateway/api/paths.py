@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.wire.errors import Flavor
+from systemone.errors import Flavor
 
 PUBLIC_PATHS = ("/health",)
 OPENAPI_PATH = "/v1/openapi"  # the OpenAPI document (?format=json) and Swagger UI, where enabled: it holds no data

@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 
 from gateway.api.paths import flavor_of
-from gateway.errors import GatewayError
-from gateway.wire.errors import error_body
+from gateway.errors import ServiceError
+from systemone.errors import error_parts
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -17,18 +17,18 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     return Response(status_code=status, content_type="application/json", body=text, headers=headers or {})
 
 
-def error_response(exc: GatewayError, path: str) -> Response:
+def error_response(exc: ServiceError, path: str) -> Response:
     flavor = flavor_of(path)
     if flavor is not None:
-        status, body, headers = error_body(exc, flavor)
+        status, body, headers = error_parts(exc, flavor)
         return json_response(status, body, headers)
     # /v1/models and unknown paths are called by both SDKs: one body with both keys.
-    status, openai_body, headers = error_body(exc, "openai")
-    _, systemone_body, _ = error_body(exc, "systemone")
+    status, openai_body, headers = error_parts(exc, "openai")
+    _, systemone_body, _ = error_parts(exc, "systemone")
     return json_response(status, {**openai_body, **systemone_body}, headers)
 
 
-def proxy_error(exc: GatewayError, path: str) -> dict[str, Any]:
+def proxy_error(exc: ServiceError, path: str) -> dict[str, Any]:
     """An error as the proxy result the handler returns without routing (before the body is read)."""
     response = error_response(exc, path)
     headers = {"Content-Type": response.content_type, **{k: str(v) for k, v in response.headers.items()}}

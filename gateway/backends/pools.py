@@ -54,12 +54,12 @@ from gateway.decisions.cost import Cost, Meter, worst_case
 from gateway.errors import (
     BackendFailed,
     BackendUnavailable,
-    GatewayError,
     InvalidRequest,
     NoAnswerInTime,
     PayloadTooLarge,
     RateLimited,
     RequestError,
+    ServiceError,
     WorkTimedOut,
 )
 from gateway.settings import MAX_STREAM_DEADLINE_S
@@ -370,7 +370,7 @@ class EndpointPool:
         metrics.count("AttemptRejected")
         return rejection_error(exc)
 
-    def _failed(self, endpoint: Endpoint, exc: EndpointFailed, attempt: int, metrics: MetricsSink) -> GatewayError:
+    def _failed(self, endpoint: Endpoint, exc: EndpointFailed, attempt: int, metrics: MetricsSink) -> ServiceError:
         self.circuits.release(endpoint.name)  # a probe that failed this way proves nothing either way
         metrics.count("AttemptFailed")
         log.error("endpoint failed", extra={"endpoint": exc.endpoint, "reason": exc.reason, "attempt": attempt})
@@ -385,7 +385,7 @@ class EndpointPool:
         log.warning("endpoint busy", extra={"endpoint": endpoint.name, "reason": exc.reason, "attempt": attempt})
 
     def _timed_out(self, endpoint: Endpoint, exc: EndpointTimedOut, attempt: int, route: Route,
-                   metrics: MetricsSink) -> GatewayError:
+                   metrics: MetricsSink) -> ServiceError:
         """The work ran out of time: it is not sent again. A scorer that cut the job itself is
         healthy, and the caller is told not to retry (504); one that said nothing counts toward
         its circuit, and the caller may retry later, when another endpoint may answer (503)."""

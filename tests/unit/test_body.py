@@ -8,7 +8,8 @@ import json
 import pytest
 import zstandard
 
-from systemone.body import BodyRefused, inflate, read_json
+from systemone.body import inflate, read_json
+from systemone.errors import InvalidRequest, RequestError
 from systemone.limits import MAX_JSON_DEPTH
 
 BODY = json.dumps({"model": "m", "state": "s" * 500}).encode()
@@ -18,6 +19,11 @@ GZIP, ZSTD = gzip.compress(BODY), zstandard.ZstdCompressor().compress(BODY)
 @pytest.mark.parametrize(("data", "encoding"), [(BODY, ""), (BODY, "identity"), (GZIP, "gzip"), (ZSTD, " ZSTD ")])
 def test_bodies_are_inflated_within_the_limit(data, encoding):
     assert inflate(data, encoding, len(BODY)) == BODY
+
+
+def said(refused: RequestError) -> str:
+    """What the caller reads: a 422's problem, any other refusal's message."""
+    return refused.details[0]["msg"] if isinstance(refused, InvalidRequest) else refused.message
 
 
 @pytest.mark.parametrize(("data", "encoding", "status", "says"), [
@@ -30,9 +36,9 @@ def test_bodies_are_inflated_within_the_limit(data, encoding):
     (BODY, "br", 415, "not supported"),
 ])
 def test_what_cannot_be_inflated_is_refused_with_its_status(data, encoding, status, says):
-    with pytest.raises(BodyRefused) as refused:
+    with pytest.raises(RequestError) as refused:
         inflate(data, encoding, len(BODY))
-    assert refused.value.status == status and says in refused.value.message
+    assert refused.value.status == status and says in said(refused.value)
 
 
 @pytest.mark.parametrize(("raw", "says"), [
@@ -42,9 +48,9 @@ def test_what_cannot_be_inflated_is_refused_with_its_status(data, encoding, stat
     (b'{"n": 1' + b"0" * 200 + b"}", "digits"),
 ])
 def test_what_is_not_a_json_value_is_a_422(raw, says):
-    with pytest.raises(BodyRefused) as refused:
+    with pytest.raises(InvalidRequest) as refused:
         read_json(raw, "", 10_000)
-    assert refused.value.status == 422 and says in refused.value.message
+    assert refused.value.status == 422 and says in said(refused.value)
 
 
 def test_a_body_at_the_depth_limit_is_read():

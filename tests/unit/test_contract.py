@@ -171,7 +171,7 @@ SCORER_ERRORS = [  # every kind of error the scorer answers, as it raises them
     ("not ready", lambda: scorer_errors.ModelNotReady("the model is loading")),
     ("cut", lambda: scorer_errors.DeadlineExceeded("the deadline passed")),
     ("queue", lambda: scorer_errors.QueueTimeout("waited too long", 4)),
-    ("failed", lambda: scorer_errors.ScorerError("the scorer failed on this request")),
+    ("failed", lambda: scorer_errors.ServiceError("the scorer failed on this request")),
 ]
 
 

@@ -76,7 +76,7 @@ def test_a_gzip_bomb_from_an_anonymous_caller_is_never_inflated(backend, monkeyp
     from gateway import handler
 
     inflated = []
-    monkeypatch.setattr(handler, "inflate", lambda *a: inflated.append(a) or b"{}")
+    monkeypatch.setattr(handler.body_reader, "inflate", lambda *a: inflated.append(a) or b"{}")
     bomb = gzip.compress(b"[" * 5_000_000)
     status, _, _ = call(event("POST", "/v1/systemone", raw=bomb, headers={"Content-Encoding": "gzip"}, principal=None))
     assert status == 401 and inflated == []
