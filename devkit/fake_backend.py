@@ -95,7 +95,7 @@ class UniformBackend:
         anything else whole, in pieces that do not align with lines (as SageMaker's parts)."""
         data = stream_bytes(self.invoke(endpoint, body, route, caller), json.loads(body))
         pieces = [data[i:i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES)]
-        return StreamedAnswer(pieces[0], iter(pieces[1:]), lambda: None)
+        return StreamedAnswer(endpoint.name, pieces[0], iter(pieces[1:]), lambda: None)
 
 
 PIECE_BYTES = 7  # fewer than any event: every event arrives in several pieces

@@ -42,7 +42,7 @@ from gateway import authorizer as authorizers
 from gateway import handler
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, streams
 from gateway.auth.store import DEFAULT_LIMITS
-from gateway.streaming import BadPrelude, header_list, read_prelude
+from gateway.streaming.integration import BadPrelude, header_list, read_prelude
 from systemone.errors import openai_body, system_one_body
 from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
 

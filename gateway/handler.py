@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from gateway.api.context import StreamedBody, StreamSlot
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
 from gateway.caller import principal_of
 from gateway.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge, RequestError, ServiceError
-from gateway.streaming import prelude, whole_body
+from gateway.streaming.integration import prelude, whole_body
+from gateway.streaming.response import StreamedBody, streamed_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
@@ -44,11 +44,13 @@ class GatewayFunction:
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """A buffered invocation (API Gateway's default integration): the whole response."""
-        result, _ = self.respond(event, context, streaming=False)
+        result, body = self.respond(event, context, streaming=False)
+        if body is not None:  # no route streams here; were one to, its work must not outlive the call
+            body.close()
         return result
 
     def stream(self, event: dict[str, Any], context: Any) -> Iterator[bytes]:
-        """A streaming invocation (the streaming integration, `gateway.streaming`): the
+        """A streaming invocation (the streaming integration, `gateway.streaming.integration`): the
         response as the HTTP integration's byte stream, its status and headers first, then the
         body as it is produced. Closing this generator (the caller gone) stops the body's work."""
         result, body = self.respond(event, context, streaming=True)
@@ -67,7 +69,7 @@ class GatewayFunction:
         started = time.perf_counter()
         request_id = ((event.get("requestContext") or {}).get("requestId")) or _new_request_id()
         path = event.get("path") or "/"
-        slot = StreamSlot() if streaming else None
+        body = None
         try:
             refuse_credentials_in_query(event)
             # Who calls, first: an anonymous request is refused before its body is even decoded.
@@ -80,21 +82,16 @@ class GatewayFunction:
 
             result = proxy_error(exc, path)
         else:
-            self.app.append_context(request_id=request_id, principal=principal, stream=slot)
-            try:
-                result = self.app.resolve(prepared, context)
-            except BaseException:
-                _drop(slot)  # a body left to stream holds a tenant's place and reservation
-                raise
+            self.app.append_context(request_id=request_id, principal=principal, streaming=streaming)
+            result = self.app.resolve(prepared, context)
+            body = streamed_body(result)  # a route's EventStream: its events, sent after the prelude
         _stamp_request_id(result, request_id, path)
         status = int(result.get("statusCode", 500))
-        if status != 200:
-            _drop(slot)  # only a 200 streams a body; anything else was answered whole
         log.info("request", extra={"path": path, "method": event.get("httpMethod"), "status": status,
-                                   "request_id": request_id, "streams": slot is not None and slot.body is not None,
+                                   "request_id": request_id, "streams": body is not None,
                                    "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
         _count_request(status)
-        return result, slot.body if slot is not None else None
+        return result, body
 
     def is_public(self, path: str) -> bool:
         path = route_path(path)
@@ -268,12 +265,6 @@ def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> Non
         result.setdefault("headers", {})
         for name in names:
             result["headers"][name] = request_id
-
-
-def _drop(slot: StreamSlot | None) -> None:
-    if slot is not None and slot.body is not None:
-        slot.body.close()
-        slot.body = None
 
 
 def _new_request_id() -> str:

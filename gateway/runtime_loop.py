@@ -17,7 +17,7 @@ when the managed runtime streams):
          during this call, which returns in each instance resumed from it
     POST /2018-06-01/runtime/restore/error              a failure after the restore
 
-The response is the HTTP integration's byte stream (`gateway.streaming`): API Gateway
+The response is the HTTP integration's byte stream (`gateway.streaming.integration`): API Gateway
 reads the status and headers from its prelude and passes the body on as it comes. When
 Lambda stops reading (the invocation's timeout, or the caller gone), the write fails
 and the handler's generator is closed, which hangs up on the model endpoint.
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.streaming import CONTENT_TYPE
+from gateway.streaming.integration import CONTENT_TYPE
 
 log = logging.getLogger("gateway.runtime_loop")
 API = "/2018-06-01/runtime"

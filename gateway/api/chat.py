@@ -10,13 +10,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from gateway.api.context import caller, request_id, stream_body, streaming, wait_preference
+from gateway.api.context import caller, request_id, streaming, wait_preference
 from gateway.api.responses import json_response, served_by
 from gateway.observability import counters
 from gateway.services.decide import DecideService
+from gateway.streaming.response import EVENT_STREAM, EventStream
 from gateway.wire.openai_chat import ChatRequest, as_event_stream
-
-_EVENT_STREAM = "text/event-stream"
 
 
 def router(service: DecideService) -> Router:
@@ -29,16 +28,14 @@ def router(service: DecideService) -> Router:
         if request.stream and streaming(routes):
             events, invocation = service.chat_stream(principal, request.backend_body(), request_id=request_id(routes),
                                                      metrics=counters(), wait_s=wait_preference(routes))
-            stream_body(routes, events)
-            return Response(200, _EVENT_STREAM, "", {"cache-control": "no-cache", **served_by(invocation.endpoint,
-                                                                                                invocation.attempts)})
+            return EventStream(events, served_by(invocation.endpoint, invocation.attempts))
         completion, invocation = service.chat(principal, request.backend_body(), request_id=request_id(routes),
                                               metrics=counters(), streaming=streaming(routes),
                                               wait_s=wait_preference(routes))
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())
-            return Response(200, _EVENT_STREAM, text, {"cache-control": "no-cache", **headers})
+            return Response(200, EVENT_STREAM, text, {"cache-control": "no-cache", **headers})
         return json_response(200, completion, headers)
 
     return routes

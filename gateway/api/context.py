@@ -4,8 +4,7 @@ handler found before the body was read), the request id, and whether the respons
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.auth.credentials import Principal
 from gateway.errors import Forbidden, Unauthenticated
@@ -26,26 +25,10 @@ def request_id(router: Any) -> str:
     return str(router.context.get("request_id", ""))
 
 
-class StreamedBody(Protocol):
-    def __iter__(self) -> Iterator[bytes]: ...
-
-    def __next__(self) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class StreamSlot:
-    """Where a route leaves a body that streams, for the handler to send after the status and
-    headers of the route's response (Powertools' responses hold whole bodies only)."""
-
-    def __init__(self) -> None:
-        self.body: StreamedBody | None = None
-
-
 def streaming(router: Any) -> bool:
     """The response streams to the caller (the streaming integration), so a route may send its
     body as it is produced and work within the longer deadline."""
-    return router.context.get("stream") is not None
+    return bool(router.context.get("streaming"))
 
 
 def wait_preference(router: Any) -> float | None:
@@ -57,7 +40,3 @@ def wait_preference(router: Any) -> float | None:
         if name.strip().lower() == "wait" and value.strip().isdigit() and 0 < int(value.strip()) <= 86400:
             return float(value.strip())
     return None
-
-
-def stream_body(router: Any, body: StreamedBody) -> None:
-    router.context["stream"].body = body

@@ -104,7 +104,8 @@ class StreamedAnswer:
     and raises StreamBroken when the endpoint fails after the first; `close()` hangs up, which
     stops the endpoint's work (the scorer stops generating when its caller goes)."""
 
-    def __init__(self, first: bytes, rest: Iterator[bytes], hang_up: Callable[[], None]) -> None:
+    def __init__(self, endpoint: str, first: bytes, rest: Iterator[bytes], hang_up: Callable[[], None]) -> None:
+        self.endpoint = endpoint
         self._first: bytes | None = first
         self._rest = rest
         self._hang_up = hang_up

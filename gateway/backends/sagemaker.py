@@ -138,7 +138,7 @@ class SageMakerInvoker:
         if first is None:
             events.close()
             raise EndpointFailed(endpoint.name, "empty_stream")
-        return StreamedAnswer(first, _broken_as_stream_errors(endpoint.name, parts), events.close)
+        return StreamedAnswer(endpoint.name, first, _broken_as_stream_errors(endpoint.name, parts), events.close)
 
 
 def _prime(client: Any, endpoint: Endpoint) -> None:

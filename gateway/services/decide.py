@@ -33,10 +33,10 @@ from gateway.decisions.cost import Meter
 from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import BackendFailed, NotFound, PayloadTooLarge, RateLimited
-from gateway.services.relay import ChatRelay
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.tenant_tags import TenantTags
 from gateway.services.throttle import TenantThrottle
+from gateway.streaming.relay import ChatRelay
 
 
 class DecisionMetrics(MetricsSink, Protocol):

@@ -2,7 +2,7 @@
 
 The gateway validates the body. Without `stream`, it asks the backend for one complete
 completion. With `stream: true` on the streaming integration, the backend's events are
-relayed as they come (`gateway.services.relay`); on the buffered integration,
+relayed as they come (`gateway.streaming.relay`); on the buffered integration,
 `as_event_stream` frames a whole completion as the events a stream would have sent.
 """
 

@@ -456,7 +456,7 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
 def test_the_function_starts_and_decides_without_importing_numpy():
     # numpy is in the artifact for refits only: a cold start that imported it would pay for
     # it on every decision function (the import alone is tens of milliseconds).
-    script = ("import sys\nimport gateway.handler, gateway.streaming, gateway.runtime_loop\n"
+    script = ("import sys\nimport gateway.handler, gateway.streaming.integration, gateway.runtime_loop\n"
               "from gateway.catalogs import adapters, policy\n"
               "sys.exit(1 if 'numpy' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", script], check=False).returncode == 0

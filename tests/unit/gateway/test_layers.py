@@ -12,12 +12,13 @@ GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 # Bottom to top; a unit may import units of its own layer or below, never above. The
 # architecture page (docs/architecture.md) shows the same order.
 LAYERS = (
-    ("errors", "aws", "observability", "settings", "streaming"),  # no domain types
+    ("errors", "aws", "observability", "settings"),  # no domain types
     ("auth",),  # principals, credentials, tenants
     ("decisions",),  # the decision model, budgets, records
     ("catalogs",),  # named, versioned questions; policies and calibration
     ("backends",),  # endpoint pools and the scorer's protocol
     ("stores",),  # SQLite and DynamoDB adapters of the store interfaces
+    ("streaming",),  # a response that streams: its type, the relay of a backend's events, the integration's bytes
     ("services",),  # the use cases the routes call
     ("wire",),  # the public request and response codecs
     ("api", "caller"),  # one router per resource; the principal of an event

@@ -18,7 +18,7 @@ from devkit.fake_backend import FakeBackendServer
 from devkit.gateway_stack import PRINCIPAL, event
 from devkit.runtime_api import RuntimeApiStandIn
 from gateway.runtime_loop import RuntimeApi, serve
-from gateway.streaming import CONTENT_TYPE, read_prelude
+from gateway.streaming.integration import CONTENT_TYPE, read_prelude
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -16,12 +16,12 @@ from devkit.gateway_stack import PRINCIPAL, event, install
 from devkit.sagemaker_standin import EVENT_STREAM, model_stream_error, payload_part
 from gateway import aws
 from gateway.backends.base import ANONYMOUS, Caller, Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
-from gateway.backends.events import DONE, MAX_EVENT_BYTES, BrokenStream, events
 from gateway.backends.sagemaker import SageMakerInvoker
 from gateway.composition import sagemaker_client
 from gateway.decisions.cost import Meter
-from gateway.services.relay import ChatRelay
-from gateway.streaming import read_prelude
+from gateway.streaming.events import DONE, MAX_EVENT_BYTES, events
+from gateway.streaming.integration import read_prelude
+from gateway.streaming.relay import ChatRelay
 from tests.fakes import FailingBackend
 
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "stream": True,
@@ -41,7 +41,7 @@ def test_events_are_put_back_together_from_pieces_of_any_size():
     for size in (1, 2, 3, 7, len(stream)):
         pieces = [stream[i:i + size] for i in range(0, len(stream), size)]
         # An event split over several data lines reaches the caller on one
-        assert list(events(pieces)) == [b'data: {"a": 1}\n\n', b'data: {"b": "x\\ny"}\n\n', b'data: {"c":3}\n\n', DONE]
+        assert list(events(pieces, "dg-cpu")) == [b'data: {"a": 1}\n\n', b'data: {"b": "x\\ny"}\n\n', b'data: {"c":3}\n\n', DONE]
 
 
 @pytest.mark.parametrize("stream", [
@@ -51,8 +51,8 @@ def test_events_are_put_back_together_from_pieces_of_any_size():
     b"data: " + b"x" * (MAX_EVENT_BYTES + 1),  # one event without end
 ], ids=["no-done", "not-json", "not-an-object", "unbounded"])
 def test_a_stream_that_is_not_a_completions_events_is_broken(stream):
-    with pytest.raises(BrokenStream):
-        list(events([stream[i:i + 4096] for i in range(0, len(stream), 4096)]))
+    with pytest.raises(StreamBroken):
+        list(events([stream[i:i + 4096] for i in range(0, len(stream), 4096)], "dg-cpu"))
 
 
 # -- the relay's ends -----------------------------------------------------------------------
@@ -80,7 +80,7 @@ def _relay(pieces, *, bound: float = 1e9, fail_after: int | None = None):
     released, meter = _Released(), Meter()
     meter.add("ep", 0.5, 1.0)
     clock = iter(range(1000)).__next__
-    relay = ChatRelay(StreamedAnswer(pieces[0], rest(), lambda: hung_up.append(True)), released.stack, meter, bound,
+    relay = ChatRelay(StreamedAnswer("dg-cpu", pieces[0], rest(), lambda: hung_up.append(True)), released.stack, meter, bound,
                       lambda: float(clock()), _Counted())
     return relay, released, meter, hung_up
 
@@ -178,7 +178,7 @@ def test_payload_parts_reach_the_gateway_as_the_bytes_the_container_wrote(aws_en
         answer = _stream(backend.url)
         pieces = list(answer)
     assert pieces and all(len(p) <= PIECE_BYTES for p in pieces)
-    sent = list(events(pieces))
+    sent = list(events(pieces, "dg-cpu"))
     assert sent[-1] == DONE and b'"usage"' in sent[-2]
 
 
@@ -329,7 +329,7 @@ class _Breaking(UniformBackend):
             yield b""
             raise StreamBroken(endpoint.name, "ModelStreamError")
 
-        return StreamedAnswer(head, rest(), lambda: None)
+        return StreamedAnswer(endpoint.name, head, rest(), lambda: None)
 
 
 def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_local_runner():

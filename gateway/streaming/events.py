@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
+from gateway.backends.base import StreamBroken
 from gateway.backends.scorer import json_object
 from gateway.errors import BackendFailed
 
@@ -20,19 +21,15 @@ DONE = b"data: [DONE]\n\n"
 MAX_EVENT_BYTES = 1 << 20
 
 
-class BrokenStream(Exception):
-    """The backend's stream was not the server-sent events of a chat completion."""
-
-
 def error_event(message: str, code: str) -> bytes:
     """An OpenAI-shaped error in the stream: after the 200 has started, the only way to say it."""
     body = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
 
 
-def events(parts: Iterable[bytes]) -> Iterator[bytes]:
-    """Whole events from a stream's pieces, each as `data: ...\n\n` on one line, up to and
-    including `data: [DONE]`. Raises BrokenStream on anything else: an event that is not one
+def events(parts: Iterable[bytes], endpoint: str) -> Iterator[bytes]:
+    """Whole events from `endpoint`'s stream's pieces, each as `data: ...\n\n` on one line, up to
+    and including `data: [DONE]`. Raises StreamBroken on anything else: an event that is not one
     JSON object, one over MAX_EVENT_BYTES, or a stream that ends without `[DONE]`. Each byte
     is scanned once, whatever the pieces' sizes."""
     buffer = bytearray()
@@ -45,18 +42,18 @@ def events(parts: Iterable[bytes]) -> Iterator[bytes]:
             raw = bytes(buffer[:end])
             del buffer[:end + 2]
             scanned = 0
-            event = _event(raw)
+            event = _event(raw, endpoint)
             if event is not None:
                 yield event
                 if event == DONE:
                     return
         scanned = len(buffer)
         if len(buffer) > MAX_EVENT_BYTES:
-            raise BrokenStream(f"an event over {MAX_EVENT_BYTES} bytes")
-    raise BrokenStream("the stream ended without [DONE]")
+            raise StreamBroken(endpoint, "event_too_large")
+    raise StreamBroken(endpoint, "no_done")
 
 
-def _event(raw: bytes) -> bytes | None:
+def _event(raw: bytes, endpoint: str) -> bytes | None:
     """One event's bytes to pass on; None for a comment or a keep-alive."""
     lines = [line[5:].lstrip(b" ") for line in raw.split(b"\n") if line.startswith(b"data:")]
     if not lines:
@@ -66,8 +63,8 @@ def _event(raw: bytes) -> bytes | None:
         return DONE
     try:
         payload = json_object(data)  # the check every answer of an endpoint gets
-    except BackendFailed as failed:
-        raise BrokenStream(failed.message) from None
+    except BackendFailed:
+        raise StreamBroken(endpoint, "event_not_json") from None
     if len(lines) > 1:  # one line for the caller, whatever the backend's framing
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     return b"data: " + data + b"\n\n"

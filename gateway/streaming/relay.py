@@ -1,6 +1,6 @@
 """A streamed chat completion, relayed from the backend to the caller as it is generated.
 
-The backend's pieces become whole server-sent events (`gateway.backends.events`),
+The backend's pieces become whole server-sent events (`gateway.streaming.events`),
 passed on one by one. The stream always ends with `data: [DONE]`; when the backend's
 stream broke off, or the stream reached its bound, an OpenAI-shaped error event comes
 first, since after the 200 has started no status can say it. However it ends (the
@@ -16,9 +16,9 @@ import logging
 from collections.abc import Callable, Iterator
 
 from gateway.backends.base import StreamBroken, StreamedAnswer
-from gateway.backends.events import DONE, BrokenStream, error_event, events
 from gateway.backends.pools import MetricsSink
 from gateway.decisions.cost import Meter
+from gateway.streaming.events import DONE, error_event, events
 
 log = logging.getLogger("gateway.relay")
 
@@ -52,7 +52,7 @@ class ChatRelay:
     def _relay(self) -> Iterator[bytes]:
         ended = "caller_gone"  # unless the events end otherwise: the caller closed the stream
         try:
-            for event in events(self._bounded()):
+            for event in events(self._bounded(), self._answer.endpoint):
                 yield event
                 if event == DONE:
                     ended = "done"
@@ -61,9 +61,9 @@ class ChatRelay:
             ended = "bound"
             yield error_event("the stream reached its time limit; ask for a shorter completion (max_tokens)", "timeout")
             yield DONE
-        except (StreamBroken, BrokenStream) as exc:
+        except StreamBroken as broken:
             ended = "broken"
-            log.warning("chat stream broke off", extra={"reason": getattr(exc, "reason", str(exc))})
+            log.warning("chat stream broke off", extra={"endpoint": broken.endpoint, "reason": broken.reason})
             yield error_event("the model endpoint failed mid-stream; the completion is incomplete", "stream_broken")
             yield DONE
         finally:
