@@ -13,60 +13,15 @@ other numbers.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from gateway.catalogs.model import Adapter
+from gateway.catalogs.vectors import STATE_CLIP, decode_vector
 from gateway.decisions.model import FitKey, ReadFeatures
-from systemone.features import pack, unpack
 from systemone.limits import STATE_FEATURE_DIMS
-
-if TYPE_CHECKING:
-    from gateway.catalogs.model import Adapter
-
-# The standardised state is clipped to this many spreads, in the fit and at decision time
-# alike: a state written to push the sketch far along a head's weights (anyone writes the
-# state, and sees the probabilities) moves a logit no further than the states it learned
-# from did.
-STATE_CLIP = 4.0
-# The zero-shot answer's least weight in a head (a temperature of at most 20): a head never
-# reads its model backwards. The fit keeps to it; an adapter written by hand is held to it.
-MIN_SCALE = 1 / 20
-
-
-def encode_vector(values: Sequence[float]) -> str:
-    return pack(values, "f")
-
-
-def decode_vector(text: str, length: int) -> list[float]:
-    return unpack(text, length, "f")
-
-
-def check_shapes(adapter: Adapter) -> None:
-    """ValueError unless every vector has the length the options and the sketch give it."""
-    k = len(adapter.options)
-    if len(adapter.bias) != k or len(set(adapter.options)) != k:
-        raise ValueError(f"an adapter over {k} options needs {k} distinct options and {k} biases")
-    # Bounds far beyond any fit's, within which every logit stays a finite number whatever
-    # the features (a sketch value is at most float16's 65504): no written adapter can make
-    # a decision fail.
-    for name, text, length, low, high in (("center", adapter.center, STATE_FEATURE_DIMS, -1e6, 1e6),
-                                          ("spread", adapter.spread, STATE_FEATURE_DIMS, 1e-6, 1e6),
-                                          ("weights", adapter.weights, k * STATE_FEATURE_DIMS, -1e4, 1e4)):
-        try:
-            values = decode_vector(text, length)
-        except ValueError as exc:
-            raise ValueError(f"adapter.{name} {exc}") from None
-        if min(values) < low or max(values) > high:
-            raise ValueError(f"adapter.{name} holds numbers outside [{low:g}, {high:g}]")
-    if not all(math.isfinite(b) and abs(b) <= 1e4 for b in adapter.bias) or not math.isfinite(adapter.scale):
-        raise ValueError("an adapter's scale and biases are finite numbers, biases within [-1e4, 1e4]")
-    if adapter.id != adapter_id(adapter.model_dump(mode="json")):
-        raise ValueError("adapter.id is not the hash of the adapter's content (written by a refit, never by hand)")
 
 
 def fitted_on(adapter: Adapter) -> FitKey:
@@ -140,11 +95,3 @@ def _zero_shot(orders: Sequence[Sequence[float]]) -> list[float]:
     mean = [sum(math.exp(o[k]) for o in orders) / n for k in range(len(orders[0]))]
     total = sum(mean) or 1.0  # read features are distributions (backends.scorer checks): never 0
     return [math.log(max(v / total, 1e-12)) for v in mean]
-
-
-def adapter_id(fields: dict[str, object]) -> str:
-    """`ad-` and 16 hex digits of the SHA-256 of the adapter's other fields (its fit
-    included): a name for people and records; the entry's own hash covers it whole."""
-    canonical = json.dumps({k: v for k, v in fields.items() if k != "id"}, sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False)
-    return "ad-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.catalogs.adapters import MIN_SCALE, STATE_CLIP  # the decision-time head's: one figure for both
+from gateway.catalogs.vectors import MIN_SCALE, STATE_CLIP  # the decision-time head's: one figure for both
 
 L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 MAX_FOLDS = 5

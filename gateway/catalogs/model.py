@@ -9,12 +9,13 @@ catalog is a no-op; changing anything, a description included, makes a new versi
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from gateway.catalogs.adapters import MIN_SCALE
+from gateway.catalogs.vectors import MIN_SCALE, adapter_id, decode_vector
 from gateway.decisions.model import MAX_CHOICES, MAX_LEVELS
 from systemone.limits import STATE_FEATURE_DIMS
 
@@ -180,10 +181,31 @@ class Adapter(_Strict):
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> Self:
-        from gateway.catalogs.adapters import check_shapes  # the vectors' decoding lives with their use
-
         check_shapes(self)
         return self
+
+
+def check_shapes(adapter: Adapter) -> None:
+    """ValueError unless every vector has the length the options and the sketch give it."""
+    k = len(adapter.options)
+    if len(adapter.bias) != k or len(set(adapter.options)) != k:
+        raise ValueError(f"an adapter over {k} options needs {k} distinct options and {k} biases")
+    # Bounds far beyond any fit's, within which every logit stays a finite number whatever
+    # the features (a sketch value is at most float16's 65504): no written adapter can make
+    # a decision fail.
+    for name, text, length, low, high in (("center", adapter.center, STATE_FEATURE_DIMS, -1e6, 1e6),
+                                          ("spread", adapter.spread, STATE_FEATURE_DIMS, 1e-6, 1e6),
+                                          ("weights", adapter.weights, k * STATE_FEATURE_DIMS, -1e4, 1e4)):
+        try:
+            values = decode_vector(text, length)
+        except ValueError as exc:
+            raise ValueError(f"adapter.{name} {exc}") from None
+        if min(values) < low or max(values) > high:
+            raise ValueError(f"adapter.{name} holds numbers outside [{low:g}, {high:g}]")
+    if not all(math.isfinite(b) and abs(b) <= 1e4 for b in adapter.bias) or not math.isfinite(adapter.scale):
+        raise ValueError("an adapter's scale and biases are finite numbers, biases within [-1e4, 1e4]")
+    if adapter.id != adapter_id(adapter.model_dump(mode="json")):
+        raise ValueError("adapter.id is not the hash of the adapter's content (written by a refit, never by hand)")
 
 
 class Learning(_Strict):

@@ -29,10 +29,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gateway.catalogs.adapters import adapter_id, encode_vector
 from gateway.catalogs.model import MAX_ADAPTER_OPTIONS, Adapter, AdapterFit, adapter_bytes_bound
 from gateway.catalogs.policy import answered_by, listing_of
 from gateway.catalogs.service import MAX_CONTENT_BYTES, CatalogService
+from gateway.catalogs.vectors import adapter_id, encode_vector
 from gateway.decisions.records import RecordStore
 from gateway.errors import InvalidRequest, NotFound, PayloadTooLarge
 from gateway.services.throttle import TenantThrottle

@@ -144,3 +144,60 @@ def test_the_contract_depends_on_pydantic_the_standard_library_and_zstandard_onl
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.add(node.module.split(".")[0])
     assert found - allowed - set(sys.stdlib_module_names) == set()
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Each module of `packages` and the modules of them it imports, at any depth of its
+    source (function bodies and TYPE_CHECKING blocks too: a circle there is still one)."""
+    paths = {_module_name(p): p for package in packages for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = {m for m in found if m in paths and m != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while (member := stack.pop()) != module:
+                group.append(member)
+            groups.append([module, *group])
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [sorted(g) for g in groups if len(g) > 1]
+
+
+def test_no_two_modules_of_the_deployables_import_each_other_however_indirectly():
+    # A package importing its own __init__ is no circle; everything else is.
+    graph = _import_graph(("gateway", "scorer_container", "systemone"))
+    graph = {m: {o for o in others if not m.startswith(o + ".")} for m, others in graph.items()}
+    assert _circles(graph) == []
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check finds one

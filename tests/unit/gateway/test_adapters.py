@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gateway.catalogs import fitting
-from gateway.catalogs.adapters import Head, decode_vector, encode_vector
+from gateway.catalogs.adapters import Head
+from gateway.catalogs.vectors import decode_vector, encode_vector
 from gateway.decisions.model import ReadFeatures
 from systemone.features import SKETCH, decode_state, encode_state
 from systemone.limits import STATE_FEATURE_DIMS
@@ -84,8 +85,8 @@ def test_vectors_travel_exactly_and_refuse_what_they_are_not():
 
 
 def test_an_adapter_whose_numbers_could_overflow_a_decision_is_refused_on_write():
-    from gateway.catalogs.adapters import adapter_id
     from gateway.catalogs.model import Adapter
+    from gateway.catalogs.vectors import adapter_id
 
     fit = {"fitted_at": 0.0, "samples": 20, "folds": 5, "l2": 0.1, "accuracy": 0.9, "nll": 0.3, "brier": 0.2,
            "zero_shot_accuracy": 0.5, "zero_shot_nll": 0.69, "zero_shot_brier": 0.5, "sources": {}, "outcomes": None}
@@ -102,7 +103,7 @@ def test_an_adapter_whose_numbers_could_overflow_a_decision_is_refused_on_write(
 
 
 def test_a_state_far_outside_what_the_head_learned_from_moves_it_no_further_than_the_clip():
-    from gateway.catalogs.adapters import STATE_CLIP
+    from gateway.catalogs.vectors import STATE_CLIP
 
     weights = tuple(tuple(1.0 if (d == 3 and k == 0) else 0.0 for d in range(D)) for k in range(2))
     head = Head(1.0, (0.0, 0.0), (0.0,) * D, (1.0,) * D, weights)

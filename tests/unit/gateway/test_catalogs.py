@@ -625,7 +625,7 @@ def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answ
     # Answers of another model file: uncalibrated, and the reason says so.
     moved = {**content, "adapter": {**entry["adapter"]}}
     moved["adapter"]["model_sha256"] = "ef" * 32
-    from gateway.catalogs.adapters import adapter_id
+    from gateway.catalogs.vectors import adapter_id
     moved["adapter"]["id"] = adapter_id(moved["adapter"])
     assert put(moved, name="fruit")[0] == 201
     answer = _decide_state("a bowl of cherries")[2]["answers"]["fruit"]
