@@ -134,11 +134,6 @@ class Runtime:
 
     # -- model facts -----------------------------------------------------------------
 
-    def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(1 << 16)
-        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None

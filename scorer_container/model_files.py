@@ -207,11 +207,6 @@ def _manifest_document(where: Path, raw: bytes | None = None) -> dict:
     return data
 
 
-def load_manifest(model_path: Path) -> ModelManifest:
-    where = model_path.parent / MANIFEST_NAME
-    return ModelManifest.from_json(_manifest_document(where), where)
-
-
 def verify_model(model_path: Path, expected_sha256: str | None = None,
                  expected_manifest_sha256: str | None = None) -> ModelManifest:
     """Check the file against its manifest, and both against the deployment's pins (stack

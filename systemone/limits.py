@@ -29,6 +29,5 @@ LAMBDA_INVOKE_PAYLOAD_BYTES = 6 * 1024 * 1024
 MAX_CARRIED_BODY_BYTES = LAMBDA_INVOKE_PAYLOAD_BYTES * 3 // 4
 
 # SageMaker Serverless Inference takes a request payload of at most 4 MB (read as 4,000,000
-# bytes, the smaller reading) and answers a call within 60 s, or not at all.
+# bytes, the smaller reading).
 SERVERLESS_MAX_PAYLOAD_BYTES = 4_000_000
-SERVERLESS_MAX_INVOCATION_S = 60.0

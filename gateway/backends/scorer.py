@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import replace
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -26,8 +25,7 @@ from gateway.decisions.model import (
     Question,
     ReadFeatures,
     Usage,
-    confidence_of,
-    score_of,
+    figures,
 )
 from gateway.errors import BackendFailed
 from systemone.answers import normalise
@@ -109,13 +107,13 @@ def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
 
 
 _ANSWER = TypeAdapter(ScorerAnswer, config=ConfigDict(defer_build=True))  # built on first use, as the models
-_AGREEMENT = 1e-6  # rounding between the scorer's floats and these (it normalises before it computes)
 
 
 def _answer(question: Question, raw: Any) -> Answer:
-    """The answer's distribution over the question's declared options, with the scorer's own
-    confidence and score; refused when it is not a contract answer of the question's type
-    covering every option with some probability."""
+    """The answer's distribution over the question's declared options, with its confidence and
+    score: the scorer's own (the contract's formulas, systemone.answers), computed here only
+    where the scorer's distribution held other options than the declared ones. Refused when it
+    is not a contract answer of the question's type covering every option with some probability."""
     try:
         answer = _ANSWER.validate_python(raw)
     except ValidationError:
@@ -128,10 +126,12 @@ def _answer(question: Question, raw: Any) -> Answer:
     values = [answer.probabilities.get(key) for key in keys]
     if any(v is None for v in values) or sum(values) <= 0:
         return Answer(question, refused=True)
-    read = Answer(question, normalise(values), confidence=answer.confidence, score=getattr(answer, "score", None),
-                  features=_features(raw, len(keys)))
-    return read if _figures_agree(read, set(answer.probabilities) == set(keys)) else replace(read, confidence=None,
-                                                                                              score=None)
+    probabilities = normalise(values)
+    if set(answer.probabilities) == set(keys) and answer.confidence is not None:
+        confidence, score = answer.confidence, getattr(answer, "score", None)
+    else:
+        confidence, score = figures(question.kind, probabilities)
+    return Answer(question, probabilities, confidence=confidence, score=score, features=_features(raw, len(keys)))
 
 
 _FEATURES = TypeAdapter(AnswerFeatures)
@@ -155,21 +155,6 @@ def _features(raw: dict[str, Any], n_options: int) -> ReadFeatures | None:
         log.warning("the endpoint's x_features do not fit the question; answered without them")
         return None
     return ReadFeatures(orders, tuple(state), sent.sketch)
-
-
-def _figures_agree(read: Answer, same_options: bool) -> bool:
-    """Whether the scorer's confidence and score describe the distribution the caller gets: the
-    question's options and no other, and the contract's formulas on them (else they are computed
-    here, and the log says the endpoint disagreed with itself)."""
-    if read.confidence is None and read.score is None:
-        return True
-    expected = Answer(read.question, read.probabilities)
-    agree = same_options and all(
-        mine is None or abs(mine - theirs) <= _AGREEMENT for mine, theirs in
-        ((read.confidence, confidence_of(expected)), (read.score, score_of(expected) if read.score is not None else 0)))
-    if not agree:
-        log.warning("the endpoint's confidence or score does not match its probabilities; computed here instead")
-    return agree
 
 
 def _count(value: Any) -> int:

@@ -10,7 +10,8 @@ BINS = 10
 
 
 def expected_calibration_error(pairs: list[tuple[float, bool]]) -> float:
-    """Mean |accuracy - confidence| over equal-width confidence bins, weighted by bin size."""
+    """Mean |accuracy - top probability| over equal-width bins of the answers' top probability
+    (the answer given's own probability: ECE's "confidence", not the contract's), weighted by bin size."""
     if not pairs:
         return 0.0
     total = 0.0
@@ -18,14 +19,14 @@ def expected_calibration_error(pairs: list[tuple[float, bool]]) -> float:
         low, high = b / BINS, (b + 1) / BINS
         members = [(c, ok) for c, ok in pairs if low <= c < high or (b == BINS - 1 and c == 1.0)]
         if members:
-            confidence = sum(c for c, _ in members) / len(members)
+            top = sum(c for c, _ in members) / len(members)
             accuracy = sum(ok for _, ok in members) / len(members)
-            total += len(members) * abs(accuracy - confidence)
+            total += len(members) * abs(accuracy - top)
     return total / len(pairs)
 
 
 def labelled_answers(records: Iterable[dict[str, Any]], catalog: str) -> list[tuple[float, bool]]:
-    """(confidence in the answer, whether it matched the outcome) for each question of the entry that has one."""
+    """(the answer's top probability, whether it matched the outcome) for each question of the entry that has one."""
     pairs = []
     for record in records:
         expected = ((record.get("outcome") or {}).get("answers")) or {}
@@ -37,11 +38,11 @@ def labelled_answers(records: Iterable[dict[str, Any]], catalog: str) -> list[tu
             probabilities = question.get("probabilities") or {}
             if question["kind"] == "noul":
                 p = probabilities.get("true", 0.5)
-                confidence = max(p, 1 - p)
+                top = max(p, 1 - p)
             else:
-                confidence = max(probabilities.values(), default=0.0)
+                top = max(probabilities.values(), default=0.0)
             predicted = question.get("model_answer", question.get("answer"))
-            pairs.append((confidence, _same(predicted, expected[question["name"]])))
+            pairs.append((top, _same(predicted, expected[question["name"]])))
     return pairs
 
 

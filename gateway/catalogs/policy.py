@@ -26,8 +26,7 @@ from typing import Any
 
 from gateway.catalogs.adapters import adapted
 from gateway.catalogs.model import InjectionRule, Policy, Rule
-from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason
-from systemone import answers as formulas
+from gateway.decisions.model import Action, DecisionResult, FitKey, Verdict, VerdictReason, figures
 
 _EPSILON = 1e-12
 _STRICTNESS: dict[Action, int] = {"auto": 0, "review": 1, "abstain": 2}
@@ -47,18 +46,20 @@ def with_temperature(kind: str, probabilities: Sequence[float], temperature: flo
     return tuple(w / total for w in weights)
 
 
-def measures(kind: str, probabilities: Sequence[float]) -> tuple[float, float, float]:
-    """(top probability, margin over the runner-up, confidence) of an answer."""
+def measures(kind: str, probabilities: Sequence[float], confidence: float | None = None) -> tuple[float, float, float]:
+    """(top probability, margin over the runner-up, confidence) of an answer; its confidence
+    is computed only when the answer carries none."""
     distribution = (probabilities[0], 1 - probabilities[0]) if kind == "noul" else tuple(probabilities)
     ordered = sorted(distribution, reverse=True)
     top, margin = ordered[0], ordered[0] - ordered[1]
-    confidence = formulas.score_confidence(distribution) if kind == "score" else formulas.choice_confidence(distribution)
-    return top, margin, confidence
+    return top, margin, figures(kind, tuple(probabilities))[0] if confidence is None else confidence
 
 
-def judge(kind: str, probabilities: Sequence[float], policy: Policy, suspicion: float | None = None) -> Verdict:
-    """`suspicion`: the scorer's injection suspicion for the state (None: the scorer did not say)."""
-    top, margin, confidence = measures(kind, probabilities)
+def judge(kind: str, probabilities: Sequence[float], policy: Policy, suspicion: float | None = None,
+          confidence: float | None = None) -> Verdict:
+    """`suspicion`: the scorer's injection suspicion for the state (None: the scorer did not say);
+    `confidence`: the answer's own, when it carries one."""
+    top, margin, confidence = measures(kind, probabilities, confidence)
 
     def holds(rule: Rule) -> bool:
         return ((rule.min_top is None or top >= rule.min_top)
@@ -148,7 +149,9 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
         else:  # no adapter, or one that does not apply to this answer: the entry's temperature, if it does
             matches = fitted_here(binding.fitted_on, answered)
             calibrated = with_temperature(kind, answer.probabilities, binding.temperature) if matches else answer.probabilities
-        verdict = judge(kind, calibrated, binding.policy, suspicion) if binding.policy is not None else None
+        figured = answer.recalibrated(calibrated)  # its figures computed once, or the scorer's kept
+        verdict = (judge(kind, calibrated, binding.policy, suspicion, figured.confidence)
+                   if binding.policy is not None else None)
         if not matches:  # what the answer and its record say was applied: no temperature, no adapter
             answer = replace(answer, question=replace(answer.question, binding=replace(binding, temperature=1.0)))
             if verdict is not None:
@@ -156,7 +159,8 @@ def apply_catalogs(result: DecisionResult) -> DecisionResult:
         elif own is not None:
             answer = replace(answer, adapter=binding.adapter.id,
                              question=replace(answer.question, binding=replace(binding, temperature=1.0)))
-        answers.append(replace(answer.recalibrated(calibrated), verdict=verdict))
+        answers.append(replace(answer, probabilities=figured.probabilities, confidence=figured.confidence,
+                               score=figured.score, verdict=verdict))
     return replace(result, answers=tuple(answers))
 
 

@@ -149,18 +149,19 @@ class Answer:
     probabilities: tuple[float, ...] = ()
     refused: bool = False  # the backend gave no usable answer to this question
     verdict: Verdict | None = None  # when the question's catalog entry has a policy (gateway.catalogs.policy)
-    # The scorer's own confidence and expected score, kept while these are its probabilities;
-    # None once the gateway changed them (a catalog temperature): then computed from them.
+    # The confidence and (a score question's) expected level of these probabilities: the
+    # scorer's while they are its own, computed once (`figures`) when the gateway changes them.
     confidence: float | None = None
     score: float | None = None
     features: ReadFeatures | None = None  # what the backend read it from, when asked (x_features)
     adapter: str | None = None  # the id of the catalog entry's adapter that produced these probabilities
 
     def recalibrated(self, probabilities: tuple[float, ...]) -> Answer:
-        """This answer with other probabilities: the scorer's figures no longer describe them."""
+        """This answer with other probabilities, and the figures that describe them."""
         if probabilities == self.probabilities:
             return self
-        return replace(self, probabilities=probabilities, confidence=None, score=None)
+        confidence, score = figures(self.question.kind, probabilities)
+        return replace(self, probabilities=probabilities, confidence=confidence, score=score)
 
 
 def cost_fields(cost: Cost) -> dict[str, float]:
@@ -168,16 +169,22 @@ def cost_fields(cost: Cost) -> dict[str, float]:
     return {"x_endpoint_s": round(cost.endpoint_seconds, 4), "x_cost_usd": cost.usd}
 
 
+def figures(kind: str, probabilities: tuple[float, ...]) -> tuple[float, float | None]:
+    """The contract's confidence of `probabilities` and, for a score question, its expected
+    level (systemone.answers: the formulas the scorer computes its own with)."""
+    if kind == "score":
+        return formulas.score_confidence(probabilities), formulas.expected_score(probabilities)
+    distribution = (probabilities[0], 1 - probabilities[0]) if kind == "noul" else probabilities
+    return formulas.choice_confidence(distribution), None
+
+
 def confidence_of(answer: Answer) -> float:
-    """The answer's confidence (systemone.answers): the scorer's, or computed from recalibrated probabilities."""
-    if answer.confidence is not None:
-        return answer.confidence
-    p = answer.probabilities
-    return formulas.score_confidence(p) if answer.question.kind == "score" else formulas.choice_confidence(p)
+    """The answer's confidence: the one it carries, else (an answer made without) its figure."""
+    return answer.confidence if answer.confidence is not None else figures(answer.question.kind, answer.probabilities)[0]
 
 
 def score_of(answer: Answer) -> float:
-    """A score answer's expected level: the scorer's, or computed from recalibrated probabilities."""
+    """A score answer's expected level: the one it carries, else its figure."""
     return answer.score if answer.score is not None else formulas.expected_score(answer.probabilities)
 
 
