@@ -41,7 +41,8 @@ def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
     if runtime.spending is not None:
         app.include_router(usage.router(runtime.spending, runtime.decide.limits, doc=doc))
     if runtime.settings.openapi:
-        from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer  # 0.1 s of imports: only when served
+        # The OpenAPI models are a cold start's worth of imports: loaded only where the document is served.
+        from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
         # Every route but /health takes a bearer credential (an API key or a minted token).
         app.enable_swagger(path=OPENAPI_PATH, title=API_TITLE, version="1",

@@ -10,9 +10,9 @@ What a unit costs in seconds is measured on the engine's own work, not on a plai
 prefill: at load, a real decision of the engine's usual shape (one choice question,
 the model's own readout and debiasing) is timed against its counted units, and from
 then on every decision the scorer answers is too (`WorkRate.observe`). A plain prefill
-of 256 tokens runs several times faster per token than the many short branches of a
-decision, and a rate measured once at load can be 30% optimistic an hour later on a
-shared machine: an estimate built on either admitted work its deadline then cut. The
+runs faster per token than the many short branches of a decision, and a rate measured
+once at load drifts on a shared machine (docs/concepts/bounded-work.md): an estimate
+built on either admitted work its deadline then cut. The
 rate used is the recent decisions' (their own time: waits for other jobs' turns are not
 work), read per tenant (`WorkRate`): slower than at load as soon as the tenants typically
 say so, faster only once `MIN_TO_RAISE` decisions are in and every tenant agrees, and never
@@ -66,7 +66,7 @@ _WINDOW = 16  # recent decisions of each tenant the rate is read from
 _MAX_TENANTS = 64  # tenants whose decisions are kept; the one heard from least recently goes first
 MAX_AGE_S = 600.0  # older decisions say nothing of the machine now
 MAX_SLOWDOWN = 2.0  # the observed rate is never taken as more than this many times slower than at load
-MAX_SPEEDUP = 4.0  # ... nor faster than this many times (a load beside other work measured 24 tokens/s, quiet 68-81)
+MAX_SPEEDUP = 4.0  # ... nor faster than this many times (a load beside other work: docs/concepts/bounded-work.md)
 MIN_TO_RAISE = 4  # recent decisions that must agree before the rate is taken as faster than at load
 MIN_TO_VOTE = 3  # a tenant's decisions before its median counts while another tenant's does
 _MIN_UNITS = 256  # no budget below this: the smallest decision must still fit

@@ -40,10 +40,10 @@ class RuntimeSettings:
     # Distinct branches that can live in the KV cache at once, every job's together.
     n_seq_max: int = 128
     # Jobs' worth of KV cells (n_ctx each) the cache holds: jobs of several tenants live in it
-    # at once and take turns; a cell costs 28 KiB on the quality model (230 MiB for 8,192).
+    # at once and take turns; each cell is memory the scorer holds from its start.
     context_jobs: int = 2
-    # Off on purpose: on 2 cores it is 17-24% faster, but a prefix-tree read then differs
-    # from evaluating the same prompt alone by up to 0.34 nats (SmolLM2; 0 without it).
+    # Off on purpose: faster, but a prefix-tree read then differs from evaluating the same
+    # prompt alone (docs/operations/configuration.md has the figures).
     flash_attn: bool = False
     use_mmap: bool = True
     seed: int = 0
@@ -153,7 +153,7 @@ class Runtime:
     def control_tokens(self) -> frozenset[str]:
         """The text of every control token (`<start_of_turn>`, `<|im_start|>`): what the
         tokenizer turns into a real turn marker when it reads it in text (see untrusted.py)."""
-        if self._control_tokens is None:  # a scan of the vocabulary (0.4 s for gemma's 262k): once
+        if self._control_tokens is None:  # a scan of the whole vocabulary: once
             control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
             found = set()
             for token in range(self.n_vocab):

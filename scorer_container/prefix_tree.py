@@ -14,9 +14,8 @@ Sibling leaves (the option continuations of a likelihood probe, say) are decoded
 together: one `llama_decode` carries all of them, each token tagged with its own
 sequence, so each attends only to its parent's cells and its own. Two identical
 continuations in one batch come out bit-identical; against its prompt evaluated alone,
-a continuation's log-probabilities move by rounding only (up to 0.04 nats on SmolLM2,
-where a separate decode call gives 0; gemma's 0.22 is the same either way), because
-llama.cpp's CPU kernels round differently for different batch shapes.
+a continuation's log-probabilities move by rounding only, because llama.cpp's CPU
+kernels round differently for different batch shapes.
 tests/integration/test_engine.py holds both.
 """
 

@@ -30,7 +30,7 @@ _RUNTIME_OPTIONS = {
     "seed": "seed", "s": "seed",
 }
 _NOT_OPTIONS = {"model", "model-dir"}
-MAX_SEQUENCES = 128  # llama.cpp 0.3.36 failed its decodes with 256
+MAX_SEQUENCES = 128  # the llama.cpp this image pins fails its decodes past it
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ class ScorerSettings:
             runtime["context_jobs"] = _at_least("SCORER_CONTEXT_JOBS", env["SCORER_CONTEXT_JOBS"], 1)
         settings = RuntimeSettings(**runtime)  # type: ignore[arg-type]
         if not 1 <= settings.n_seq_max <= min(MAX_SEQUENCES, settings.n_batch):
-            # llama.cpp aborts the process on a decode when its sequences outnumber its batch
-            # (measured with 0.3.36), and refuses more than MAX_SEQUENCES: say so at start instead.
+            # llama.cpp aborts the process on a decode when its sequences outnumber its batch,
+            # and refuses more than MAX_SEQUENCES: say so at start instead.
             raise ValueError(f"{PREFIX}PARALLEL must be between 1 and {MAX_SEQUENCES}, and at most"
                              f" {PREFIX}BATCH_SIZE ({settings.n_batch})")
         readout = env.get(PREFIX + "READOUT") or env.get("SCORER_READOUT")

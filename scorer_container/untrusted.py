@@ -471,7 +471,7 @@ def _wording(text: str) -> str:
 class Answers(frozenset[str]):
     """A request's option wordings (`answer_wordings`), with what `names_an_answer` reads of
     them on every paragraph and string of the state computed once per request: their lengths
-    and the longest (rebuilt on each call, 66k paragraphs and 1,024 options took 2.4 s).
+    and the longest (rebuilt on each call, a large state made reading it quadratic).
     A frozenset of the wordings, so it goes wherever one did."""
 
     __slots__ = ("lengths", "longest")
@@ -563,10 +563,10 @@ _REORDERING = re.compile("[\u202d\u202e\U000e0000-\U000e007f]")
 
 # -- quarantine -------------------------------------------------------------------------
 
-# A flagged passage is removed without a trace in the text: on gemma's tuned attack forms
-# a marker standing in its place ("[a passage ... was removed here]", or "[removed]") left
-# attacks succeeding more often (28.9%, 29.4%) than removing it outright (25.0%; clean
-# target rate 21.7%): the marker is itself text the model reacts to. The answer still says
+# A flagged passage is removed without a trace in the text: on tuned attack forms a marker
+# standing in its place ("[a passage ... was removed here]", or "[removed]") left attacks
+# succeeding more often than removing it outright (docs/figures/injection.md): the marker
+# is itself text the model reacts to. The answer still says
 # it (`neutralised`: quarantined_passages), and the signal flags the state.
 # A flagged paragraph this short goes whole (planted text is rarely one sentence: "Note to
 # the reviewer: ... Choose X."); in a longer one, only the flagged sentences go.

@@ -50,7 +50,7 @@ class TenantLimits:
 DEFAULT_LIMITS = TenantLimits()
 # The least endpoint time a minute a tenant may be given: a request's deadline is capped at
 # it, and one attempt needs the endpoint's 2 s to connect and a couple of seconds to read (a
-# typical decision takes about 2 s on a CPU scorer). Below it every request would fail as if
+# decision's time on a CPU scorer: docs/benchmarks.md). Below it every request would fail as if
 # the model were down; it is refused instead (429 naming the figures).
 MIN_ENDPOINT_SECONDS_PER_MINUTE = 5.0
 

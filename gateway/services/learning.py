@@ -45,9 +45,9 @@ MAX_REFIT_RECORDS = 5000
 # The keys (model, template, readout, listing, sketch) a refit's read counts outcomes for:
 # their samples are held until one is chosen, so their number is bounded.
 MAX_KEYS = 4
-# The training outcomes a refit asked over the API fits on (the newest): about 1.6 s of one
-# core here, so that a 256 MB function (a sixth of a core) answers within API Gateway's
-# 29 s. The scheduled refit (gateway.refits, a function of its own) fits on up to
+# The training outcomes a refit asked over the API fits on (the newest): few enough that a
+# 256 MB function (a sixth of a core) answers within API Gateway's 29 s (the fit's time:
+# docs/concepts/adapters.md). The scheduled refit (gateway.refits, a function of its own) fits on up to
 # MAX_REFIT_RECORDS.
 MAX_REQUEST_SAMPLES = 500
 # ...for an entry of up to this many options; an entry with more gets proportionally fewer

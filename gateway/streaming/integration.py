@@ -17,9 +17,9 @@ from typing import Any
 
 CONTENT_TYPE = "application/vnd.awslambda.http-integration-response"
 DELIMITER = b"\x00" * 8
-# The local runner's bound on a prelude (API Gateway reads it from the stream's first bytes;
-# its own limit is reported as 16 KB, not confirmed in AWS's documentation): a gateway
-# prelude is a status and a few headers, well under it.
+# The local runner's bound on a prelude (API Gateway reads it from the stream's first bytes,
+# with a limit of its own that AWS's documentation does not state): a gateway prelude is a
+# status and a few headers, well under it.
 MAX_PRELUDE_BYTES = 16 * 1024
 
 
