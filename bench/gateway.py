@@ -375,7 +375,7 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.authorizer import Authorizer
-    from gateway.composition import build_runtime
+    from gateway.composition import build_services
     from gateway.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
 
@@ -385,7 +385,7 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     store = stores.tenants
     create_tenant(store, "bench")
     key = issue_api_key(store, "bench", ["chat", "decide"]).secret
-    function = InProcessFunction(GatewayFunction(build_runtime(settings_for(backend_url))))
+    function = InProcessFunction(GatewayFunction(build_services(settings_for(backend_url))))
     server = make_server("127.0.0.1", 0, LocalApiGateway(function, authorizer=Authorizer(Authenticator(stores))))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     gateway_url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -539,9 +539,9 @@ def main() -> int:
     print(f"Without its bytecode: import {bare['import_p50_ms']:.0f} ms, init {bare['init_p50_ms']:.0f} ms, first request"
           f" {bare['first_request_p50_ms']:.0f} ms, total {bare['cold_total_p50_ms']:.0f} ms"
           f" (with / without: {cold['cold_total_p50_ms'] / bare['cold_total_p50_ms']:.2f}x)")
-    if runtime := report.get("cold_start_runtime_python"):
-        print(f"With Python {runtime['python']}: import {runtime['import_p50_ms']:.0f} ms, init {runtime['init_p50_ms']:.0f}"
-              f" ms, first request {runtime['first_request_p50_ms']:.0f} ms, total {runtime['cold_total_p50_ms']:.0f} ms")
+    if services := report.get("cold_start_runtime_python"):
+        print(f"With Python {services['python']}: import {services['import_p50_ms']:.0f} ms, init {services['init_p50_ms']:.0f}"
+              f" ms, first request {services['first_request_p50_ms']:.0f} ms, total {services['cold_total_p50_ms']:.0f} ms")
     print(f"RSS: {cold['rss_after_first_request_mb']:.0f} MB after the first request, "
           f"{cold['rss_after_burst_mb']:.0f} MB after {cold['burst_requests']} more (Lambda: 256 MB)")
     http = report["over_http"]

@@ -9,9 +9,9 @@ from typing import Any
 
 from devkit.local import proxy_event
 from gateway.auth.tokens import CachedKeyRing, new_key_document
-from gateway.composition import build_runtime
+from gateway.composition import build_services
 from gateway.handler import GatewayFunction
-from gateway.services.runtime import GatewayRuntime
+from gateway.services.instance import InstanceServices
 from gateway.settings import GatewaySettings
 
 PRINCIPAL = {"principalId": "acme", "tenant_id": "acme", "scopes": "chat decide", "models": "*", "credential_id": "k1"}
@@ -35,22 +35,22 @@ def settings_for(endpoint_url: str | None = None, *, endpoints: tuple[str, ...] 
     })
 
 
-RECORD_KEYS = new_key_document()  # the records' state-hash keys of every runtime built here
+RECORD_KEYS = new_key_document()  # the records' state-hash keys of every services built here
 
 
 _function: GatewayFunction | None = None  # the function built last, which `call_installed` invokes
 
 
 def install(backend: Any = None, endpoint_url: str | None = None, stores: Any = None, authenticator: Any = None,
-            settings: GatewaySettings | None = None, **kwargs: Any) -> GatewayRuntime:
-    """Build a fresh function (a fresh app and runtime) for `call_installed`, on `stores` and
-    `authenticator` (none: the settings'); returns its runtime."""
+            settings: GatewaySettings | None = None, **kwargs: Any) -> InstanceServices:
+    """Build a fresh function (a fresh app and services) for `call_installed`, on `stores` and
+    `authenticator` (none: the settings'); returns its services."""
     global _function
-    runtime = build_runtime(settings or settings_for(endpoint_url, **kwargs), backend, stores=stores,
+    services = build_services(settings or settings_for(endpoint_url, **kwargs), backend, stores=stores,
                             authenticator=authenticator,
                             record_keys=CachedKeyRing(lambda: RECORD_KEYS))
-    _function = GatewayFunction(runtime)
-    return runtime
+    _function = GatewayFunction(services)
+    return services
 
 
 def _installed_function() -> GatewayFunction:
@@ -59,8 +59,8 @@ def _installed_function() -> GatewayFunction:
     return _function
 
 
-def installed() -> GatewayRuntime:
-    """The runtime of the function `call_installed` invokes."""
+def installed() -> InstanceServices:
+    """The services of the function `call_installed` invokes."""
     return _installed_function().runtime
 
 

@@ -88,7 +88,7 @@ class InProcessFunction:
     """The function as one warm instance in this process: like a Lambda instance, it serves
     one request at a time (Powertools keeps the current event on the resolver class, so
     two requests must never run through one process at once). For tests and tools that
-    build their own runtime; without one, the function Lambda would build from the environment."""
+    build their own services; without one, the function Lambda would build from the environment."""
 
     def __init__(self, function: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
                  streaming_function: Callable[[dict[str, Any], Any], Iterator[bytes]] | None = None) -> None:

@@ -18,7 +18,7 @@ from gateway.api.docs import ResponseDocs
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
 from gateway.errors import InvalidRequest, ServiceError, UnknownRoute
-from gateway.services.runtime import GatewayRuntime
+from gateway.services.instance import InstanceServices
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
 
@@ -28,19 +28,19 @@ PUBLIC_QUESTION_TAGS = QUESTION_TAGS | {"predicate", "catalog"}
 API_TITLE = "Decision gateway"
 
 
-def build_app(runtime: GatewayRuntime) -> APIGatewayRestResolver:
+def build_app(services: InstanceServices) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_text.loads,
                                  strip_prefixes=[IAM_PREFIX])
-    doc = ResponseDocs(served=runtime.settings.openapi)
-    app.include_router(operations.router(runtime.registry, doc))
-    app.include_router(decisions.router(runtime.decide, runtime.idempotency, doc))
-    app.include_router(records.router(runtime.records, doc))
-    app.include_router(catalogs.router(runtime.catalogs, runtime.learning, doc))
-    app.include_router(chat.router(runtime.decide))
-    app.include_router(tokens.router(runtime.authenticator, doc))
-    if runtime.spending is not None:
-        app.include_router(usage.router(runtime.spending, runtime.decide.limits, doc=doc))
-    if runtime.settings.openapi:
+    doc = ResponseDocs(served=services.settings.openapi)
+    app.include_router(operations.router(services.registry, doc))
+    app.include_router(decisions.router(services.decide, services.idempotency, doc))
+    app.include_router(records.router(services.records, doc))
+    app.include_router(catalogs.router(services.catalogs, services.learning, doc))
+    app.include_router(chat.router(services.decide))
+    app.include_router(tokens.router(services.authenticator, doc))
+    if services.spending is not None:
+        app.include_router(usage.router(services.spending, services.decide.limits, doc=doc))
+    if services.settings.openapi:
         # The OpenAPI models are a cold start's worth of imports: loaded only where the document is served.
         from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 

@@ -1,8 +1,8 @@
 """The composition root: every adapter and service of a deployment is chosen and wired
-here, once, from settings, for the gateway function (`build_runtime`), the authorizer
+here, once, from settings, for the gateway function (`build_services`), the authorizer
 and the admin CLI (`build_stores`, `build_authenticator`, `build_record_keys`).
 
-Nothing is built at import of this module; in Lambda, gateway.handler builds the runtime
+Nothing is built at import of this module; in Lambda, gateway.handler builds the services
 while the function initialises (the init phase), SageMaker clients included.
 """
 
@@ -25,9 +25,9 @@ from gateway.decisions.records import DecisionRecorder
 from gateway.observability import counters
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
+from gateway.services.instance import InstanceServices
 from gateway.services.learning import LearningService
 from gateway.services.records import RecordsService
-from gateway.services.runtime import GatewayRuntime
 from gateway.services.spending import Spending
 from gateway.services.tenant_tags import TenantTags
 from gateway.services.throttle import TenantThrottle
@@ -41,8 +41,8 @@ from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
 MAX_SAGEMAKER_CONNECTIONS = 16
 
 
-def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = None, stores: Stores | None = None,
-                  authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> GatewayRuntime:
+def build_services(settings: GatewaySettings, backend: InferenceBackend | None = None, stores: Stores | None = None,
+                  authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> InstanceServices:
     """The function's services, on the given stores (else the configured ones) and authenticator
     (else one on those stores)."""
     registry = build_registry(settings)
@@ -67,7 +67,7 @@ def build_runtime(settings: GatewaySettings, backend: InferenceBackend | None = 
                 if stores is not None and tenants is not None else None)
     spending = Spending(stores.counters, tenants.limits) if stores is not None and tenants is not None else None
     idempotency = Idempotency(stores.idempotency, hold_s=longest_request_s(settings)) if stores is not None else None
-    return GatewayRuntime(
+    return InstanceServices(
         settings=settings, registry=registry,
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
                              spending=spending, tags=TenantTags(record_keys)),

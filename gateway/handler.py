@@ -27,20 +27,20 @@ from gateway.streaming.response import StreamedBody, streamed_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
-    from gateway.composition import GatewayRuntime
+    from gateway.composition import InstanceServices
 
 log = logging.getLogger("gateway.handler")
 
 
 class GatewayFunction:
-    """The function with one runtime: tests, the local runner and benchmarks build their
+    """The function with one services: tests, the local runner and benchmarks build their
     own; Lambda gets the one `lambda_handler` builds from the environment."""
 
-    def __init__(self, runtime: GatewayRuntime) -> None:
+    def __init__(self, services: InstanceServices) -> None:
         from gateway.app import build_app
 
-        self.runtime = runtime
-        self.app = build_app(runtime)
+        self.runtime = services
+        self.app = build_app(services)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """A buffered invocation (API Gateway's default integration): the whole response."""
@@ -110,10 +110,10 @@ class GatewayFunction:
 
 def build_function() -> GatewayFunction:
     """The function as this deployment's settings describe it (stores, clients, routes)."""
-    from gateway.composition import build_runtime
+    from gateway.composition import build_services
     from gateway.settings import GatewaySettings
 
-    return GatewayFunction(build_runtime(GatewaySettings.from_env()))
+    return GatewayFunction(build_services(GatewaySettings.from_env()))
 
 
 def _built_in_init_phase() -> tuple[GatewayFunction | None, float]:

@@ -34,7 +34,7 @@ def document() -> dict[str, Any]:
     # The function logs each request and emits metrics on stdout: neither belongs in a page.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    from gateway.composition import build_runtime
+    from gateway.composition import build_services
     from gateway.handler import GatewayFunction
     from gateway.settings import GatewaySettings
 
@@ -42,7 +42,7 @@ def document() -> dict[str, Any]:
         "models": [{"name": "decision-default", "serves": ["decisions"], "endpoints": [{"name": "unused"}]}],
         "openapi": True,
     })
-    function = GatewayFunction(build_runtime(settings, backend=_NoBackend()))
+    function = GatewayFunction(build_services(settings, backend=_NoBackend()))
     event = {
         "resource": "/{proxy+}", "path": "/v1/openapi", "httpMethod": "GET", "headers": {}, "multiValueHeaders": {},
         "queryStringParameters": {"format": "json"}, "multiValueQueryStringParameters": {"format": ["json"]},

@@ -80,17 +80,17 @@ def gemma_path() -> Path:
 def smollm2_runtime(smollm2_path):
     from scorer_container.llama_runtime import Runtime, RuntimeSettings
 
-    runtime = Runtime(smollm2_path, RuntimeSettings(n_ctx=4096, n_threads=2))
-    yield runtime
-    runtime.close()
+    services = Runtime(smollm2_path, RuntimeSettings(n_ctx=4096, n_threads=2))
+    yield services
+    services.close()
 
 
-def make_engine(runtime, readout: str, **kwargs):
+def make_engine(services, readout: str, **kwargs):
     from scorer_container.engine import DecisionEngine
     from scorer_container.prompts import PromptFormat
 
-    prompts = PromptFormat.for_runtime(runtime)
-    return DecisionEngine(runtime, prompts, model_name="test-model", default_readout=readout,
+    prompts = PromptFormat.for_runtime(services)
+    return DecisionEngine(services, prompts, model_name="test-model", default_readout=readout,
                           **{"defenses_overridable": True, **kwargs})
 
 
@@ -161,7 +161,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import file_key_ring, new_key_document
     from gateway.authorizer import Authorizer
-    from gateway.composition import build_runtime
+    from gateway.composition import build_services
     from gateway.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
     from tests.gateway_helpers import unthrottled
@@ -178,10 +178,10 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     (folder / "signing-keys.json").write_text(new_key_document())
     authenticator = Authenticator(store, file_key_ring(folder / "signing-keys.json"))
     (folder / "record-keys.json").write_text(new_key_document())
-    runtime = build_runtime(settings_for(scorer_url), stores=store, authenticator=authenticator,
+    services = build_services(settings_for(scorer_url), stores=store, authenticator=authenticator,
                             record_keys=file_key_ring(folder / "record-keys.json"))
     # The stack's own function and authorizer (in Lambda's terms: one warm instance of each).
-    stack = LocalStack("", key.secret, GatewayFunction(runtime), authenticator, store)
+    stack = LocalStack("", key.secret, GatewayFunction(services), authenticator, store)
     gateway = LocalApiGateway(InProcessFunction(stack.function), authorizer=Authorizer(authenticator))
     server = make_server("127.0.0.1", 0, gateway)
     stack.url = f"http://127.0.0.1:{server.server_address[1]}"

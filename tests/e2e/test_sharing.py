@@ -34,7 +34,7 @@ def stack(smollm2_path, tmp_path_factory):
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import file_key_ring, new_key_document
     from gateway.authorizer import Authorizer
-    from gateway.composition import build_runtime
+    from gateway.composition import build_services
     from gateway.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
 
@@ -52,9 +52,9 @@ def stack(smollm2_path, tmp_path_factory):
     with ScorerProcess({"SM_LLAMA_CPP_MODEL": str(smollm2_path), "SM_LLAMA_CPP_THREADS": "2",
                         "SCORER_MAX_REQUEST_TOKENS": "60000", "SCORER_MAX_RESIDENT": "2"}) as scorer:
         scorer.wait("ready")
-        runtime = build_runtime(settings_for(scorer.url), stores=store, authenticator=authenticator,
+        services = build_services(settings_for(scorer.url), stores=store, authenticator=authenticator,
                                 record_keys=file_key_ring(folder / "record-keys.json"))
-        gateway = LocalApiGateway(InProcessFunction(GatewayFunction(runtime)), authorizer=Authorizer(authenticator))
+        gateway = LocalApiGateway(InProcessFunction(GatewayFunction(services)), authorizer=Authorizer(authenticator))
         server = make_server("127.0.0.1", 0, gateway)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:

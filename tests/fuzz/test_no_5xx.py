@@ -48,7 +48,7 @@ class _AllowEveryone:
         return DEFAULT_LIMITS
 
 
-_authorize: list[Authorizer] = []  # the authorizer of the runtime last installed, which the fuzz server runs
+_authorize: list[Authorizer] = []  # the authorizer of the services last installed, which the fuzz server runs
 
 
 def _install_fuzz_runtime(tmp: Path) -> None:
@@ -82,8 +82,8 @@ def fuzz_url():
 
 def _operations():
     """The operations of the OpenAPI document the resolver generates from the wire models."""
-    runtime = install(UniformBackend())
-    document = json.loads(build_app(runtime).get_openapi_json_schema(title="decision gateway", version="1"))
+    services = install(UniformBackend())
+    document = json.loads(build_app(services).get_openapi_json_schema(title="decision gateway", version="1"))
     return [result.ok() for result in schemathesis.openapi.from_dict(document).get_all_operations()]
 
 

@@ -19,7 +19,7 @@ from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, mint, new_key_document
 from gateway.authorizer import Authorizer
-from gateway.composition import build_runtime
+from gateway.composition import build_services
 from gateway.handler import GatewayFunction
 from gateway.stores.sqlite import open_sqlite
 from tests.conftest import CANARY_KEY
@@ -62,7 +62,7 @@ class Stack:
         self.expired_token, _ = mint(ring, "acme", ("chat", "decide"), None, 3600, time.time() - 7200)
         self.revoked_token, claims = mint(ring, "acme", ("chat", "decide"), None, 600, time.time())
         store.tenants.revoke_token(claims.token_id, "acme", claims.expires_at)
-        self.runtime = build_runtime(settings_for(), UniformBackend(), stores=store, authenticator=self.auth)
+        self.runtime = build_services(settings_for(), UniformBackend(), stores=store, authenticator=self.auth)
         self.authorizer = Authorizer(self.auth)
         gateway = LocalApiGateway(InProcessFunction(GatewayFunction(self.runtime)),
                                   authorizer=lambda event, context: self.authorizer(event, context))

@@ -431,9 +431,9 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
     from gateway.settings import GatewaySettings
 
     pool_settings = [{"name": name, "tier": 0} for name in "abcd"]  # one tier: a weighted random order
-    runtime = install(UniformBackend(), settings=GatewaySettings.model_validate({"region": "us-east-1", "models": [
+    services = install(UniformBackend(), settings=GatewaySettings.model_validate({"region": "us-east-1", "models": [
         {"name": "decision-default", "aliases": ["jev-latest"], "serves": ["decisions"], "endpoints": pool_settings}]}))
-    pool = runtime.registry.route_for("jev-latest", "decisions").pool
+    pool = services.registry.route_for("jev-latest", "decisions").pool
     snapshot = pool.rng.getstate()
 
     def orders() -> list[tuple[str, ...]]:
@@ -447,7 +447,7 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
                         types.SimpleNamespace(register_after_restore=registered.append))
     handler._register_restore_hook()
     assert registered == [handler.after_restore]
-    monkeypatch.setattr(handler, "_function", handler.GatewayFunction(runtime))
+    monkeypatch.setattr(handler, "_function", handler.GatewayFunction(services))
     pool.rng.setstate(snapshot)
     registered[0]()
     assert orders() != first

@@ -101,8 +101,8 @@ def test_a_decision_is_answered_only_once_its_record_is_stored(tmp_path, failure
     store = replace(store, records=records)
     create_tenant(store.tenants, "acme")
     document = new_key_document()
-    runtime = install(FixedBackend(), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
-    runtime.decide.recorder.sleep = lambda s: None
+    services = install(FixedBackend(), stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
+    services.decide.recorder.sleep = lambda s: None
     register_credentials(store, ACME)
     got, headers, body = call(event("POST", "/v1/systemone", DECISION, principal=ACME))
     assert got == status and records.attempts == min(failures + 1, 3)
@@ -163,7 +163,7 @@ def test_a_revocation_names_exactly_one_thing(backend, body):
 
 def test_tenant_budgets_refuse_before_the_backend(backend, store):
     set_limits(store.tenants, "acme", max_options=10, max_text_bytes=2048, max_chat_tokens=64)
-    install_again = backend  # the runtime caches tenants for a minute: a fresh runtime reads the new limits
+    install_again = backend  # the services caches tenants for a minute: a fresh services reads the new limits
     document = new_key_document()
     install(install_again, stores=store, authenticator=Authenticator(store, CachedKeyRing(lambda: document)))
     many = {"queue": {"type": "choice", "criteria": {f"o{k}": None for k in range(11)}}}

@@ -14,7 +14,7 @@ from gateway.auth.tenant_cache import TenantCache
 from gateway.auth.tenants import create_tenant, set_limits
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.service import CatalogService
-from gateway.composition import build_registry, build_runtime
+from gateway.composition import build_registry, build_services
 from gateway.decisions.model import Decision, Option, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RateLimited, RecordNotStored
@@ -157,9 +157,9 @@ def test_without_a_key_no_tag_is_sent_and_the_key_is_read_on_first_use_not_at_bu
     reads: list[int] = []
     document = new_key_document()
     ring = CachedKeyRing(lambda: reads.append(1) or document)
-    runtime = build_runtime(settings_for(), backend, record_keys=ring)
+    services = build_services(settings_for(), backend, record_keys=ring)
     assert reads == []
-    runtime.decide.chat(ACME, {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}]})
+    services.decide.chat(ACME, {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}]})
     assert reads == [1] and backend.callers[-1].tenant_tag
     # And a key that cannot be read sends the call to the shared lane, its log naming no tenant
     broken = tagged_service(store, backend, "not a key document")

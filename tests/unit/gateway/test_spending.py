@@ -15,7 +15,7 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.credentials import Principal
 from gateway.auth.tenants import set_limits
 from gateway.backends.base import ANONYMOUS
-from gateway.composition import build_runtime
+from gateway.composition import build_services
 from gateway.decisions.cost import worst_case
 from gateway.handler import GatewayFunction
 from gateway.settings import GatewaySettings
@@ -53,7 +53,7 @@ def priced_settings() -> GatewaySettings:
 
 
 def on_store(path) -> dict:
-    """What build_runtime takes to run on the SQLite file at `path` with an authenticator."""
+    """What build_services takes to run on the SQLite file at `path` with an authenticator."""
     stores = open_sqlite(path)
     return {"stores": stores, "authenticator": Authenticator(stores)}
 
@@ -61,10 +61,10 @@ def on_store(path) -> dict:
 def function(path, backend, clock=None) -> GatewayFunction:
     """One function instance over the SQLite file at `path`, with its own connection (and,
     given one, a clock for its budgets)."""
-    runtime = build_runtime(priced_settings(), backend, **on_store(path))
+    services = build_services(priced_settings(), backend, **on_store(path))
     if clock is not None:
-        runtime.spending.clock = clock
-    return GatewayFunction(runtime)
+        services.spending.clock = clock
+    return GatewayFunction(services)
 
 
 @pytest.fixture
@@ -205,17 +205,17 @@ def test_usage_needs_a_scope_that_may_read_catalog_names_and_checks_its_days(pat
 
 
 def test_the_store_unreachable_refuses_with_503_rather_than_admitting_unchecked(path):
-    runtime = build_runtime(priced_settings(), SlowBackend(), **on_store(path))
-    set_limits(runtime.authenticator.tenant_store, "acme", monthly_budget_usd=10.0)
+    services = build_services(priced_settings(), SlowBackend(), **on_store(path))
+    set_limits(services.authenticator.tenant_store, "acme", monthly_budget_usd=10.0)
 
     def broken(*args):
         raise OSError("disk gone")
 
-    runtime.spending.store.add_within = broken
-    assert runtime.spending is not None
+    services.spending.store.add_within = broken
+    assert services.spending is not None
     principal = Principal("acme", frozenset({"decide"}), None, "k", None)
     with pytest.raises(Exception) as refused:
-        with runtime.spending.spend(principal.tenant_id, worst_case(1.0, 1.0), ["(inline)"]):
+        with services.spending.spend(principal.tenant_id, worst_case(1.0, 1.0), ["(inline)"]):
             pass
     assert getattr(refused.value, "status", None) == 503
 
@@ -280,10 +280,10 @@ def test_a_lone_tenant_runs_a_58_s_request_beside_its_decisions_and_each_settles
 def test_the_decide_service_reserves_a_long_requests_ordinary_deadline_on_the_minute(path):
     # Given a tenant at 60 endpoint-seconds a minute on a pool whose ordinary deadline is 2 s
     set_limits(open_sqlite(path).tenants, "acme", endpoint_seconds_per_minute=60.0)
-    runtime = build_runtime(priced_settings(), SlowBackend(), **on_store(path))
+    services = build_services(priced_settings(), SlowBackend(), **on_store(path))
     now = (time.time() // 60 + 1) * 60 + 5.0
-    runtime.spending.clock = lambda: now
-    pool = runtime.registry.route_for("chat-default", "chat").pool
+    services.spending.clock = lambda: now
+    pool = services.registry.route_for("chat-default", "chat").pool
     # When a 58 s request holds its work, then the minute holds 2 s of it, the ordinary deadline
-    with runtime.decide.work("acme", pool, b"{}", ["(chat)"], 58.0):
+    with services.decide.work("acme", pool, b"{}", ["(chat)"], 58.0):
         assert open_sqlite(path).counters.tally(f"work:acme:{now - 5:.0f}") == 2_000

@@ -1,5 +1,5 @@
 """Streaming through the gateway, at the lowest layers: whole events from misaligned pieces,
-the relay's ends, SageMaker's event stream through botocore's runtime client, and the handler's streaming
+the relay's ends, SageMaker's event stream through botocore's services client, and the handler's streaming
 entry point (the one the runtime loop and the local runner run)."""
 
 from __future__ import annotations
@@ -300,11 +300,11 @@ def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadlin
     store = open_sqlite(tmp_path / "gateway.db")
     create_tenant(store.tenants, "acme")
     backend = _Timed()
-    runtime = install(backend)
-    runtime.decide.throttle = TenantThrottle(store.counters, runtime.decide.limits, hold_s=58)
-    runtime.decide.tenants = TenantCache(store.tenants)
+    services = install(backend)
+    services.decide.throttle = TenantThrottle(store.counters, services.decide.limits, hold_s=58)
+    services.decide.tenants = TenantCache(store.tenants)
     # Given a long request of the tenant in flight
-    with runtime.decide.throttle.long_work("acme"):
+    with services.decide.throttle.long_work("acme"):
         meta, _, _ = _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))
         # Then a second one is refused at once (429 with Retry-After), before any backend call
         assert meta["statusCode"] == 429 and not backend.read_timeouts
@@ -312,7 +312,7 @@ def test_a_tenant_has_one_long_request_at_a_time_and_its_minute_caps_the_deadlin
         assert _streamed(event("POST", "/v1/systemone", DECISION))[0]["statusCode"] == 200
     # And a tenant allowed 30 s of endpoint time a minute gets at most a 30 s deadline
     set_limits(store.tenants, "acme", endpoint_seconds_per_minute=30.0)
-    runtime.decide.tenants = TenantCache(store.tenants)
+    services.decide.tenants = TenantCache(store.tenants)
     assert _streamed(event("POST", "/v1/systemone", DECISION, headers=LONG))[0]["statusCode"] == 200
     assert backend.read_timeouts[-1] <= 28
 

@@ -15,7 +15,7 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import set_limits
 from gateway.backends.base import ANONYMOUS
-from gateway.composition import build_runtime
+from gateway.composition import build_services
 from gateway.handler import GatewayFunction
 from gateway.services.throttle import TenantThrottle
 from gateway.stores.sqlite import open_sqlite
@@ -42,10 +42,10 @@ def function(path, backend=None, clock=None) -> GatewayFunction:
     """One function instance over the SQLite file at `path` (its own connection, as a
     separate Lambda instance has its own client), with a settable clock for the throttle."""
     store = open_sqlite(path)
-    runtime = build_runtime(settings_for(), backend or UniformBackend(), stores=store, authenticator=Authenticator(store))
+    services = build_services(settings_for(), backend or UniformBackend(), stores=store, authenticator=Authenticator(store))
     if clock is not None:
-        runtime.throttle.clock = clock
-    return GatewayFunction(runtime)
+        services.throttle.clock = clock
+    return GatewayFunction(services)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""What a warm function keeps: its settings, the model registry and the services its
-routes call (built by `gateway.composition.build_runtime`, once per container)."""
+"""What a warm function instance keeps: its settings, the model registry and the services
+its routes call (built by `gateway.composition.build_services`, once per instance)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gateway.settings import GatewaySettings
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayRuntime:
+class InstanceServices:
     settings: GatewaySettings
     registry: ModelRegistry
     decide: DecideService
