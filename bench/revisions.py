@@ -69,16 +69,16 @@ import json, sys, time
 from pathlib import Path
 from bench.scorer import STATE, questions
 from scorer_container.engine import DecisionEngine
-from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.llama import LlamaModel, LlamaSettings
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import DecisionRequest, parse
 
 model, repeat, largest = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-runtime = Runtime(sorted(Path("models", model).glob("*.gguf"))[0], RuntimeSettings(n_ctx=8192))
-prompts = PromptFormat.for_runtime(runtime)
+llama = LlamaModel(sorted(Path("models", model).glob("*.gguf"))[0], LlamaSettings(n_ctx=8192))
+prompts = PromptFormat.for_model(llama)
 figures = {}
 for readout in ("letters", "likelihood"):
-    engine = DecisionEngine(runtime, prompts, model_name=model, default_readout=readout, defenses_overridable=True)
+    engine = DecisionEngine(llama, prompts, model_name=model, default_readout=readout, defenses_overridable=True)
     for n_questions, n_options in [s for s in ((1, 4), (4, 4), (1, 16), (4, 16), (1, 64)) if s[1] <= largest]:
         for debias in (False, True):
             body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options),

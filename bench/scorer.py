@@ -37,7 +37,7 @@ from scorer_container import engine as engine_module
 from scorer_container.chat import ChatGenerator
 from scorer_container.decision_settings import DecisionSettings
 from scorer_container.engine import DecisionEngine
-from scorer_container.llama_runtime import Batch, Runtime, RuntimeSettings
+from scorer_container.llama import Batch, LlamaModel, LlamaSettings
 from scorer_container.prefix_tree import MAX_LOGITS_ROWS_PER_DECODE, Branch, build_tree, evaluate
 from scorer_container.prompts import PromptFormat, render_value
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
@@ -94,9 +94,9 @@ def captured_trees(engine: DecisionEngine, request: DecisionRequest,
     trees: list[list[Branch]] = []
     original = engine_module.evaluate
 
-    def spy(runtime, branches, deadline=None):
+    def spy(llama, branches, deadline=None):
         trees.append(list(branches))
-        return original(runtime, branches, deadline)
+        return original(llama, branches, deadline)
 
     engine_module.evaluate = spy
     try:
@@ -118,36 +118,36 @@ def tree_work(branches: list[Branch]) -> tuple[list[int], int]:
     return tokens, rows
 
 
-def raw_decode(runtime: Runtime, tokens: list[int], rows: int = 1) -> None:
+def raw_decode(llama: LlamaModel, tokens: list[int], rows: int = 1) -> None:
     """Decode `tokens` as one sequence with `rows` logits rows spread over them (>= 1: the last)."""
-    runtime.clear()
+    llama.clear()
     last = len(tokens) - 1
     wanted = {round(i * last / (rows - 1)) for i in range(rows)} if rows > 1 else {last}
     batch, in_batch = Batch.empty(), 0
     for position, token in enumerate(tokens):
         logits = position in wanted
-        if len(batch) >= runtime.n_batch or (logits and in_batch >= MAX_LOGITS_ROWS_PER_DECODE):
-            runtime.decode(batch)
+        if len(batch) >= llama.n_batch or (logits and in_batch >= MAX_LOGITS_ROWS_PER_DECODE):
+            llama.decode(batch)
             batch, in_batch = Batch.empty(), 0
         batch.add(token, position, 0, logits)
         in_batch += logits
-    runtime.decode(batch)
-    runtime.clear()
+    llama.decode(batch)
+    llama.clear()
 
 
-def floors(runtime: Runtime, trees: list[list[Branch]], repeat: int) -> tuple[int, int, float, float]:
+def floors(llama: LlamaModel, trees: list[list[Branch]], repeat: int) -> tuple[int, int, float, float]:
     work = [tree_work(tree) for tree in trees]
     tokens = sum(len(t) for t, _ in work)
     rows = sum(r for _, r in work)
-    plain = best_of(repeat, lambda: [raw_decode(runtime, t) for t, _ in work])
-    with_rows = best_of(repeat, lambda: [raw_decode(runtime, t, r) for t, r in work])
+    plain = best_of(repeat, lambda: [raw_decode(llama, t) for t, _ in work])
+    with_rows = best_of(repeat, lambda: [raw_decode(llama, t, r) for t, r in work])
     return tokens, rows, plain, with_rows
 
 
-def reevaluate(runtime: Runtime, trees: list[list[Branch]]) -> None:
+def reevaluate(llama: LlamaModel, trees: list[list[Branch]]) -> None:
     for tree in trees:
         for branch in tree:
-            evaluate(runtime, [branch])
+            evaluate(llama, [branch])
 
 
 def generate_and_parse(chat: ChatGenerator, request: DecisionRequest) -> int:
@@ -165,12 +165,12 @@ def generate_and_parse(chat: ChatGenerator, request: DecisionRequest) -> int:
 
 def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questions: int, n_options: int,
             repeat: int) -> dict:
-    runtime = engine.runtime
+    llama = engine.llama
     body = {"model": "m", "state": STATE, "questions": questions(n_questions, n_options), "x_readout": readout}
     plain = parse(DecisionRequest, {**body, "x_order_average": False, "x_prior": False})
     debiased = parse(DecisionRequest, {**body, "x_order_average": True, "x_prior": True})
     trees, evaluated = captured_trees(engine, plain)
-    tokens, rows, floor_s, floor_rows_s = floors(runtime, trees, repeat)
+    tokens, rows, floor_s, floor_rows_s = floors(llama, trees, repeat)
     assert evaluated == tokens, (evaluated, tokens)
     engine_s = best_of(repeat, running(engine, plain))
     engine.priors.clear()
@@ -179,7 +179,7 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
     cold_s = time.perf_counter() - start
     warm_trees, warm_tokens = captured_trees(engine, debiased)
     warm_s = best_of(repeat, running(engine, debiased))
-    _, _, warm_floor_s, warm_floor_rows_s = floors(runtime, warm_trees, repeat)
+    _, _, warm_floor_s, warm_floor_rows_s = floors(llama, warm_trees, repeat)
     row = {"readout": readout, "questions": n_questions, "options": n_options, "tokens": tokens, "logits_rows": rows,
            "engine_s": engine_s, "floor_s": floor_s, "floor_rows_s": floor_rows_s,
            "engine_over_floor": engine_s / floor_s, "engine_over_floor_rows": engine_s / floor_rows_s,
@@ -192,7 +192,7 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
         engine.answer(debiased, rotations)  # its priors warm, as in steady traffic
         rotation_trees, rotation_tokens = captured_trees(engine, debiased, rotations)
         rotations_s = best_of(repeat, running(engine, debiased, rotations))
-        _, _, _, rotation_floor_rows_s = floors(runtime, rotation_trees, repeat)
+        _, _, _, rotation_floor_rows_s = floors(llama, rotation_trees, repeat)
         row.update({"rotations_warm_s": rotations_s, "rotations_warm_tokens": rotation_tokens,
                     "rotations_over_floor_rows": rotations_s / rotation_floor_rows_s,
                     "rotations_over_reversal": rotations_s / warm_s})
@@ -202,12 +202,12 @@ def measure(engine: DecisionEngine, chat: ChatGenerator, readout: str, n_questio
         engine.answer(defended)  # its priors warm
         defended_trees, defended_tokens = captured_trees(engine, defended)
         defended_s = best_of(repeat, running(engine, defended))
-        _, _, _, defended_floor_rows_s = floors(runtime, defended_trees, repeat)
+        _, _, _, defended_floor_rows_s = floors(llama, defended_trees, repeat)
         row.update({"defended_warm_s": defended_s, "defended_warm_tokens": defended_tokens,
                     "defended_over_floor_rows": defended_s / defended_floor_rows_s,
                     "defended_over_debiased": defended_s / warm_s})
     if n_options <= 16:  # the naive approaches, on the small rows only (they take minutes on the big ones)
-        row["reevaluate_s"] = best_of(1, lambda: reevaluate(runtime, trees))
+        row["reevaluate_s"] = best_of(1, lambda: reevaluate(llama, trees))
         row["generate_s"] = best_of(1, lambda: generate_and_parse(chat, plain))
     return row
 
@@ -220,17 +220,17 @@ def main() -> int:
     parser.add_argument("--options", nargs="*", type=int, default=[64, 128, 255])
     args = parser.parse_args()
     path = sorted((ROOT / "models" / args.model).glob("*.gguf"))[0]
-    runtime = Runtime(path, RuntimeSettings(n_ctx=8192))
-    prompts = PromptFormat.for_runtime(runtime)
-    chat = ChatGenerator(runtime, prompts, args.model)
-    state_tokens = len(runtime.tokenize(STATE))
-    print(f"model {args.model}; state {state_tokens} tokens; n_batch {runtime.n_batch}; best of {args.repeat}", flush=True)
+    llama = LlamaModel(path, LlamaSettings(n_ctx=8192))
+    prompts = PromptFormat.for_model(llama)
+    chat = ChatGenerator(llama, prompts, args.model)
+    state_tokens = len(llama.tokenize(STATE))
+    print(f"model {args.model}; state {state_tokens} tokens; n_batch {llama.n_batch}; best of {args.repeat}", flush=True)
     print(f"{'readout':<10} {'q':>2} {'opts':>4} {'tokens':>6} {'rows':>5} {'engine s':>9} {'floor s':>8}"
           f" {'+rows s':>8} {'eng/+rows':>9} {'eng/floor':>9} {'debias cold':>11} {'warm':>7} {'warm/plain':>10}", flush=True)
     rows = []
     shapes = [(1, 4), (4, 4), (1, 16), (4, 16)] + [(1, n) for n in args.options]
     for readout in args.readouts:
-        engine = DecisionEngine(runtime, prompts, model_name=args.model, default_readout=readout,
+        engine = DecisionEngine(llama, prompts, model_name=args.model, default_readout=readout,
                                 defenses_overridable=True)
         for n_questions, n_options in shapes:
             row = measure(engine, chat, readout, n_questions, n_options, args.repeat if n_options <= 64 else 2)
@@ -269,7 +269,7 @@ def main() -> int:
                                                       indent=2))
     plot(rows, out / "bench_scorer.png", args.model)
     print(f"wrote {out / 'bench_scorer.json'} and {out / 'bench_scorer.png'}")
-    runtime.close()
+    llama.close()
     return 0
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from gateway.catalogs import fitting
 from scorer_container.engine import DecisionEngine
-from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.llama import LlamaModel, LlamaSettings
 from scorer_container.model_files import verify_model
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import DecisionRequest, parse
@@ -101,14 +101,14 @@ class Engine:
 
     def answer(self, request: DecisionRequest) -> dict[str, Any]:
         if self._engine is None:
-            runtime = Runtime(self.path, RuntimeSettings(n_ctx=4096))
-            self._engine = DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), self.manifest,
+            llama = LlamaModel(self.path, LlamaSettings(n_ctx=4096))
+            self._engine = DecisionEngine.for_manifest(llama, PromptFormat.for_model(llama), self.manifest,
                                                        model_name=self.name)
         return self._engine.answer(request)
 
     def close(self) -> None:
         if self._engine is not None:
-            self._engine.runtime.close()
+            self._engine.llama.close()
 
 
 def read_features(engine: Engine, catalog: Catalog) -> list[dict[str, Any]]:

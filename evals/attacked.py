@@ -41,7 +41,7 @@ from evals.probing import Config, Prober, ScoreCache, distribution, prepared, pr
 from scorer_container import scoring, untrusted
 from scorer_container.decision_settings import DecisionSettings
 from scorer_container.engine import DecisionEngine
-from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.llama import LlamaModel, LlamaSettings
 from scorer_container.model_files import verify_model
 from scorer_container.prompts import PromptFormat
 from scorer_container.questions import injection_question, request_answers
@@ -70,8 +70,8 @@ def served_engine(name: str) -> DecisionEngine:
     """The engine with the model's manifest settings, as the scorer builds it."""
     path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
     manifest = verify_model(path)
-    runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
-    return DecisionEngine.for_manifest(runtime, PromptFormat.for_runtime(runtime), manifest, model_name=name,
+    llama = LlamaModel(path, LlamaSettings(n_ctx=2048))
+    return DecisionEngine.for_manifest(llama, PromptFormat.for_model(llama), manifest, model_name=name,
                                        defenses_overridable=True)
 
 
@@ -129,7 +129,7 @@ def measure(name: str, defenses: tuple[str, ...], n_items: int) -> dict:
             out["defenses"][defense] = summarise(heldout, items, attacks, clean, attacked)
     finally:
         cache.close()
-        engine.runtime.close()
+        engine.llama.close()
     out["clean_flagged_by_patterns"] = clean_flagged(load())
     out["chosen"] = choose(out)
     return out

@@ -43,7 +43,7 @@ from evals.labelled import Item, load
 from evals.probing import Config, Prober, ScoreCache, distribution, prepared, probes_for
 from scorer_container.decision_settings import DecisionSettings
 from scorer_container.engine import DecisionEngine
-from scorer_container.llama_runtime import Runtime, RuntimeSettings
+from scorer_container.llama import LlamaModel, LlamaSettings
 from scorer_container.model_files import ModelManifest, verify_model
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import DecisionRequest, parse
@@ -164,8 +164,8 @@ def invariance(sent: np.ndarray, item: Item, found: dict[str, np.ndarray], shape
 def load_engine(name: str) -> tuple[DecisionEngine, ModelManifest]:
     path = sorted((ROOT / "models" / name).glob("*.gguf"))[0]
     manifest = verify_model(path)
-    runtime = Runtime(path, RuntimeSettings(n_ctx=2048))
-    engine = DecisionEngine(runtime, PromptFormat.for_runtime(runtime), model_name=name, default_readout="letters")
+    llama = LlamaModel(path, LlamaSettings(n_ctx=2048))
+    engine = DecisionEngine(llama, PromptFormat.for_model(llama), model_name=name, default_readout="letters")
     return engine, manifest
 
 
@@ -246,7 +246,7 @@ def evaluate_model(name: str, plan: Plan, dataset: list[Item], grid: list[Config
         seconds = seconds_per_decision(engine, heldout, settings, plan.timed)
     finally:
         cache.close()
-        engine.runtime.close()
+        engine.llama.close()
     return {"plan": plan.__dict__, "results": results, "chosen": PER_TYPE, "by_type": by_type, "flat": flat,
             "pooled": pooled,
             "temperatures": temperatures, "before": before.key,

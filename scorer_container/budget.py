@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scorer_container.llama_runtime import Runtime
+from scorer_container.llama import LlamaModel
 from scorer_container.prefix_tree import log_probs
 from systemone.limits import API_GATEWAY_TIMEOUT_S
 
@@ -200,28 +200,28 @@ class Budget:
                 "tokens_per_s": round(self.prefill.tokens_per_s, 1), "row_cost": round(self.prefill.row_cost, 3)}
 
 
-def measure_prefill(runtime: Runtime, repeat: int = 2) -> Prefill:
+def measure_prefill(llama: LlamaModel, repeat: int = 2) -> Prefill:
     """A plain prefill's rate and the cost of one logits row in tokens, best of `repeat`."""
-    base = runtime.tokenize(_SAMPLE_TEXT)
+    base = llama.tokenize(_SAMPLE_TEXT)
     tokens = (base * (_SAMPLE_TOKENS // len(base) + 1))[:_SAMPLE_TOKENS]
-    last_piece = (len(tokens) - 1) // runtime.n_batch * runtime.n_batch  # rows are read from the last decode
+    last_piece = (len(tokens) - 1) // llama.n_batch * llama.n_batch  # rows are read from the last decode
     rows = frozenset(range(max(last_piece, len(tokens) - _SAMPLE_ROWS), len(tokens)))
     candidates = (tokens[0],)
 
     def timed(wanted: frozenset[int]) -> float:
-        runtime.clear()
+        llama.clear()
         start = time.perf_counter()
-        runtime.prefill(tokens, rows=wanted)
+        llama.prefill(tokens, rows=wanted)
         for position in sorted(wanted) or [len(tokens) - 1]:
-            log_probs(runtime.logits(position - last_piece), candidates)  # as the engine reads a row
+            log_probs(llama.logits(position - last_piece), candidates)  # as the engine reads a row
         return time.perf_counter() - start
 
-    with runtime.lock:
+    with llama.lock:
         try:
             plain = min(timed(frozenset()) for _ in range(repeat))
             with_rows = min(timed(rows) for _ in range(repeat))
         finally:
-            runtime.clear()
+            llama.clear()
     per_token = plain / len(tokens)
     return Prefill(len(tokens) / plain, max(0.0, (with_rows - plain) / (len(rows) - 1)) / per_token)
 
@@ -270,10 +270,10 @@ def budget_for(engine: DecisionEngine, fixed_units: int | None, seconds: float, 
                step_s: float | None = None) -> Budget:
     """The budget measured here; a fixed one (`fixed_units`) skips timing a decision at load
     and reads its rate from the prefill alone (it only informs /ping and the log). With
-    `step_s`, the runtime's turn is sized from the prefill rate first, so that the decisions
+    `step_s`, the model's turn is sized from the prefill rate first, so that the decisions
     timed at load run in the pieces they are served in."""
-    prefill = measure_prefill(engine.runtime)
+    prefill = measure_prefill(engine.llama)
     if step_s is not None:
-        engine.runtime.step_tokens = step_tokens_for(prefill.tokens_per_s, step_s, engine.runtime.n_batch)
+        engine.llama.step_tokens = step_tokens_for(prefill.tokens_per_s, step_s, engine.llama.n_batch)
     at_load = 1 / prefill.tokens_per_s if fixed_units is not None else measure_decisions(engine, prefill.row_cost)
     return Budget(seconds * MARGIN, prefill, WorkRate(at_load), fixed_units, long_seconds * MARGIN)

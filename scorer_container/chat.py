@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from scorer_container.deadline import Deadline, never
 from scorer_container.errors import CallerGone, ContextOverflow, DeadlineExceeded, InvalidRequest
-from scorer_container.llama_runtime import Batch, ModelShare, Runtime, Sampler, WholeModel, prefill_pieces
+from scorer_container.llama import Batch, LlamaModel, ModelShare, Sampler, WholeModel, prefill_pieces
 from scorer_container.prompts import PromptFormat
 from scorer_container.schema import ChatRequest
 from scorer_container.untrusted import without_control_tokens
@@ -38,11 +38,11 @@ class ChatUsage:
 
 
 class ChatGenerator:
-    def __init__(self, runtime: Runtime, prompts: PromptFormat, model_name: str) -> None:
-        self.runtime = runtime
+    def __init__(self, llama: LlamaModel, prompts: PromptFormat, model_name: str) -> None:
+        self.llama = llama
         self.prompts = prompts
         self.model_name = model_name
-        self.control_tokens = runtime.control_tokens()
+        self.control_tokens = llama.control_tokens()
 
     def prepare(self, request: ChatRequest) -> tuple[list[int], int]:
         """Prompt tokens and the token budget; refuses prompts that do not fit."""
@@ -54,11 +54,11 @@ class ChatGenerator:
         except ValueError as exc:
             raise InvalidRequest.at(["messages"], str(exc)) from None
         prompt = self.prompts.render_chat(messages)
-        add_bos = self.runtime.adds_bos and not self.prompts.starts_with_bos(prompt)
-        tokens = self.runtime.tokenize(prompt, add_bos=add_bos)
-        room = self.runtime.n_ctx - len(tokens)
+        add_bos = self.llama.adds_bos and not self.prompts.starts_with_bos(prompt)
+        tokens = self.llama.tokenize(prompt, add_bos=add_bos)
+        room = self.llama.n_ctx - len(tokens)
         if room < 1:
-            raise ContextOverflow(f"the prompt has {len(tokens)} tokens; this model's context is {self.runtime.n_ctx}")
+            raise ContextOverflow(f"the prompt has {len(tokens)} tokens; this model's context is {self.llama.n_ctx}")
         asked = request.max_completion_tokens or request.max_tokens
         return tokens, min(asked or DEFAULT_MAX_TOKENS, room)
 
@@ -73,9 +73,9 @@ class ChatGenerator:
         When `deadline` passes the text generated so far is returned, cut short (finish
         reason "length"); one that passes during the prompt raises DeadlineExceeded."""
         deadline = deadline or never()
-        share = share or WholeModel(self.runtime)
+        share = share or WholeModel(self.llama)
         temperature = 0.7 if request.temperature is None else request.temperature
-        sampler = self.runtime.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
+        sampler = self.llama.sampler(temperature, request.top_p or 1.0, 40, request.seed or 0)
         usage.prompt_tokens = len(tokens)
         try:
             token: int | None = self._read_prompt(tokens, share, sampler, deadline)
@@ -89,11 +89,11 @@ class ChatGenerator:
                     raise CallerGone("the caller closed the connection; the generation was abandoned")
                 if token is None or deadline.expired():
                     break  # out of time: the text so far, cut short ("length")
-                if self.runtime.is_end_of_generation(token):
+                if self.llama.is_end_of_generation(token):
                     finish = "stop"
                     break
                 usage.completion_tokens += 1
-                out, stopped = text.add(self.runtime.token_bytes(token))
+                out, stopped = text.add(self.llama.token_bytes(token))
                 if out:
                     yield Piece(out)
                 if stopped:
@@ -106,8 +106,8 @@ class ChatGenerator:
             yield Piece("", finish)
         finally:
             sampler.close()
-            with self.runtime.lock:
-                self.runtime.drop_sequences(share.seqs)
+            with self.llama.lock:
+                self.llama.drop_sequences(share.seqs)
 
     def _read_prompt(self, tokens: list[int], share: ModelShare, sampler: Sampler, deadline: Deadline) -> int:
         """Decode the prompt, a turn a piece, and draw the first token from its last logits."""
@@ -116,7 +116,7 @@ class ChatGenerator:
         for n, batch in enumerate(pieces):
             deadline.check()
             with share.step():
-                self.runtime.decode(batch)
+                self.llama.decode(batch)
                 if n == len(pieces) - 1:
                     token = sampler.sample(len(batch) - 1)
         return token
@@ -128,7 +128,7 @@ class ChatGenerator:
             with share.step():
                 batch = Batch.empty()
                 batch.add(token, position, share.seqs[0], True)
-                self.runtime.decode(batch)
+                self.llama.decode(batch)
                 return sampler.sample(0)
         except CallerGone:
             raise

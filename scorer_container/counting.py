@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorer_container.errors import ContextOverflow
-from scorer_container.llama_runtime import Runtime
+from scorer_container.llama import LlamaModel
 from scorer_container.prefix_tree import context_capacity
 from scorer_container.prompts import PromptFormat
 
@@ -45,10 +45,10 @@ class Cost:
 class TokenCounter:
     """Token counts of one request's texts, kept across the settings `fit` tries."""
 
-    def __init__(self, runtime: Runtime, prompts: PromptFormat) -> None:
-        self.runtime = runtime
+    def __init__(self, llama: LlamaModel, prompts: PromptFormat) -> None:
+        self.llama = llama
         self.prompts = prompts
-        self.capacity = context_capacity(runtime)
+        self.capacity = context_capacity(llama)
         self.too_long = MAX_CHARS_PER_TOKEN * self.capacity
         self._counts: dict[str, int] = {}
         self._frames: dict[str, tuple[int, int]] = {}
@@ -58,7 +58,7 @@ class TokenCounter:
             raise ContextOverflow(f"a probe of this request is {len(text)} characters; this model serves at most"
                                   f" {self.capacity} tokens of context: shorten the state, instructions or options")
         if text not in self._counts:
-            self._counts[text] = len(self.runtime.tokenize(text))
+            self._counts[text] = len(self.llama.tokenize(text))
         return self._counts[text]
 
     def frame(self, framing: str) -> tuple[int, int]:
@@ -66,8 +66,8 @@ class TokenCounter:
         state) and after it (once per probe)."""
         if framing not in self._frames:
             def prompt(block: str) -> list[int]:
-                return self.runtime.tokenize(self.prompts.decision_prompt("", block, framing),
-                                             add_bos=self.runtime.adds_bos)
+                return self.llama.tokenize(self.prompts.decision_prompt("", block, framing),
+                                             add_bos=self.llama.adds_bos)
 
             head = common_prefix(prompt("a"), prompt("b"))
             self._frames[framing] = head, len(prompt("")) - head

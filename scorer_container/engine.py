@@ -10,7 +10,7 @@ answered in two rounds: its groups, then a final round of the group winners.
 The `Deadline` is checked between decodes, so a job nobody waits for stops.
 
     server -> engine -> planning (questions, decision_settings, counting, priors)
-                     -> prefix_tree -> llama_runtime
+                     -> prefix_tree -> llama
                      -> answers
 """
 
@@ -25,7 +25,7 @@ from scorer_container import answers, scoring
 from scorer_container.counting import common_prefix
 from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
-from scorer_container.llama_runtime import ModelShare, Runtime
+from scorer_container.llama import LlamaModel, ModelShare
 from scorer_container.planning import Asked, Plan, Planner
 from scorer_container.prefix_tree import Branch, Read, Sketch, evaluate
 from scorer_container.priors import PriorCache
@@ -40,7 +40,7 @@ Scores = dict[Probe, np.ndarray]
 class DecisionEngine:
     def __init__(
         self,
-        runtime: Runtime,
+        llama: LlamaModel,
         prompt_format: PromptFormat,
         *,
         model_name: str,
@@ -58,10 +58,10 @@ class DecisionEngine:
         default_quarantine: bool = False,
         defenses_overridable: bool = False,
     ) -> None:
-        self.runtime = runtime
+        self.llama = llama
         self.prompts = prompt_format
         self.model_name = model_name
-        self.control_tokens = runtime.control_tokens()
+        self.control_tokens = llama.control_tokens()
         # A number applies to both readouts and to every question type (a deployment's
         # override); a mapping is per readout; the manifest's per-type settings may differ.
         fixed = isinstance(temperature, (int, float))
@@ -77,17 +77,17 @@ class DecisionEngine:
         self.labels = self._single_token_labels(max_labels)
         if len(self.labels) < 2:
             raise ValueError("the model's vocabulary has fewer than two single-token letter labels")
-        self.planner = Planner(runtime, prompt_format, self.defaults, len(self.labels), self.control_tokens,
+        self.planner = Planner(llama, prompt_format, self.defaults, len(self.labels), self.control_tokens,
                                self.priors)
         self._sketch: Sketch | None = None
 
     @classmethod
-    def for_manifest(cls, runtime: Runtime, prompt_format: PromptFormat, manifest: Any, *, model_name: str,
+    def for_manifest(cls, llama: LlamaModel, prompt_format: PromptFormat, manifest: Any, *, model_name: str,
                      readout: str | None = None, temperature: float | None = None,
                      **options: Any) -> DecisionEngine:
         """The engine with a model manifest's defaults (what `make eval` chose), as the scorer
         serves it; `readout` and `temperature` are a deployment's overrides (None: the manifest's)."""
-        return cls(runtime, prompt_format, model_name=model_name, default_readout=readout or manifest.readout,
+        return cls(llama, prompt_format, model_name=model_name, default_readout=readout or manifest.readout,
                    default_order_average=manifest.order_average, default_prior=manifest.prior,
                    default_ordering=manifest.ordering, default_averaging=manifest.averaging,
                    temperature=manifest.temperatures if temperature is None else temperature,
@@ -98,10 +98,10 @@ class DecisionEngine:
     def _single_token_labels(self, limit: int) -> list[int]:
         """Token ids of " A", " B"... that stay single tokens right after the answer cue."""
         labels = []
-        cue = self.runtime.tokenize(ANSWER_CUE)
+        cue = self.llama.tokenize(ANSWER_CUE)
         for letter in LETTERS[:limit]:
-            alone = self.runtime.tokenize(" " + letter)
-            after_cue = self.runtime.tokenize(ANSWER_CUE + " " + letter)
+            alone = self.llama.tokenize(" " + letter)
+            after_cue = self.llama.tokenize(ANSWER_CUE + " " + letter)
             if len(alone) != 1 or after_cue != [*cue, alone[0]]:
                 break  # labels must stay contiguous: A, B, C...
             labels.append(alone[0])
@@ -142,7 +142,7 @@ class DecisionEngine:
     def sketch(self) -> Sketch:
         """The projection `x_features.state` is read with (built once: 2 arrays of n_vocab)."""
         if self._sketch is None:
-            self._sketch = Sketch.for_vocabulary(self.runtime.n_vocab, STATE_FEATURE_DIMS)
+            self._sketch = Sketch.for_vocabulary(self.llama.n_vocab, STATE_FEATURE_DIMS)
         return self._sketch
 
     def _tree(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None, framing: str,
@@ -163,7 +163,7 @@ class DecisionEngine:
                 at = own[0].reads[0].position  # the answer position: where the first option is read
                 sketch_at[probe] = len(branches)
                 branches.append(Branch(own[0].tokens[: at + 1], (Read(at, self.sketch),)))
-        result = evaluate(self.runtime, branches, deadline, share)
+        result = evaluate(self.llama, branches, deadline, share)
         sketches = {probe: result.results[index][0] for probe, index in sketch_at.items()}
         scores = []
         for probe, (start, end) in zip(probes, spans, strict=True):
@@ -253,14 +253,14 @@ class DecisionEngine:
                   framing: str = "plain") -> list[Branch]:
         """The probe's branches; a likelihood probe's continuations share `batch_key` (one decode)."""
         prompt = self.prompts.decision_prompt(state_text, probe.block, framing)
-        add_bos = self.runtime.adds_bos and not self.prompts.starts_with_bos(prompt)
-        tokens = self.runtime.tokenize(prompt, add_bos=add_bos)
+        add_bos = self.llama.adds_bos and not self.prompts.starts_with_bos(prompt)
+        tokens = self.llama.tokenize(prompt, add_bos=add_bos)
         if probe.readout == "letters":
             labels = tuple(self.labels[: len(probe.shown)])
             return [Branch(tuple(tokens), (Read(len(tokens) - 1, labels),))]
         branches = []
         for continuation in probe.continuations:
-            full = self.runtime.tokenize(prompt + continuation, add_bos=add_bos)
+            full = self.llama.tokenize(prompt + continuation, add_bos=add_bos)
             # Where the option's tokens start: the tokenizer may merge across the seam.
             start = min(common_prefix(tokens, full), len(full) - 1)
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))

@@ -26,7 +26,7 @@ from scorer_container.counting import Cost, Tally, TokenCounter, over_budget
 from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import DecisionSettings, Defaults
 from scorer_container.errors import OverBudget
-from scorer_container.llama_runtime import Runtime
+from scorer_container.llama import LlamaModel
 from scorer_container.priors import PriorCache
 from scorer_container.probes import Listing, probe_for
 from scorer_container.prompts import CONTENT_FREE_STATE, PromptFormat, framed_state, render_value
@@ -73,9 +73,9 @@ class _Request:
 
 
 class Planner:
-    def __init__(self, runtime: Runtime, prompts: PromptFormat, defaults: Defaults, max_listed: int,
+    def __init__(self, llama: LlamaModel, prompts: PromptFormat, defaults: Defaults, max_listed: int,
                  control_tokens: frozenset[str], priors: PriorCache) -> None:
-        self.runtime = runtime
+        self.llama = llama
         self.prompts = prompts
         self.defaults = defaults
         self.max_listed = max_listed  # the most options one probe lists (the single-token letters)
@@ -151,7 +151,7 @@ class Planner:
         return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost())
 
     def _shared(self, request: DecisionRequest) -> _Request:
-        counter = TokenCounter(self.runtime, self.prompts)
+        counter = TokenCounter(self.llama, self.prompts)
         raw = render_value(request.state)
         if len(raw) > 2 * counter.too_long:  # far beyond the context: refused before it is even cleaned
             counter(raw)

@@ -29,7 +29,7 @@ import numpy as np
 
 from scorer_container.deadline import Deadline, never
 from scorer_container.errors import ContextOverflow
-from scorer_container.llama_runtime import Batch, ModelShare, Runtime, WholeModel
+from scorer_container.llama import Batch, LlamaModel, ModelShare, WholeModel
 
 # llama.cpp sizes its output buffer by the most logits rows one decode asked for; with a
 # 256k vocabulary each row is 1 MiB, so rows per decode are capped to keep memory flat.
@@ -169,21 +169,21 @@ def _node_at(root: _Node, tokens: Sequence[int], position: int) -> _Node:
     return node
 
 
-def context_capacity(runtime: Runtime) -> int:
+def context_capacity(llama: LlamaModel) -> int:
     """The longest path a tree may have: a decode may place tokens in cells freed out of
     order, and a batch of sibling leaves lives beside the path, so one micro-batch of
     the context stays in reserve."""
-    return runtime.n_ctx - _reserve(runtime)
+    return llama.n_ctx - _reserve(llama)
 
 
-def cells_for(runtime: Runtime, tokens: int) -> int:
+def cells_for(llama: LlamaModel, tokens: int) -> int:
     """The KV cells a tree of `tokens` decoded tokens holds at most: a cell a token, never more
     than one job's context (a path within the capacity, and the reserve beside it)."""
-    return min(runtime.n_ctx, tokens + _reserve(runtime))
+    return min(llama.n_ctx, tokens + _reserve(llama))
 
 
-def _reserve(runtime: Runtime) -> int:
-    return min(runtime.settings.n_ubatch, runtime.n_batch)
+def _reserve(llama: LlamaModel) -> int:
+    return min(llama.settings.n_ubatch, llama.n_batch)
 
 
 def longest_path(root: _Node) -> int:
@@ -196,7 +196,7 @@ def longest_path(root: _Node) -> int:
     return longest
 
 
-def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | None = None,
+def evaluate(llama: LlamaModel, branches: Sequence[Branch], deadline: Deadline | None = None,
              share: ModelShare | None = None) -> TreeResult:
     """Decode the tree of `branches` in the sequences of `share` (the whole model when None) and
     return every read. Each decode is one turn at the model (`share.step()`), a node's tokens
@@ -210,21 +210,21 @@ def evaluate(runtime: Runtime, branches: Sequence[Branch], deadline: Deadline | 
     if not branches:
         return TreeResult(results, 0)
     root = build_tree(branches)
-    capacity = context_capacity(runtime)
+    capacity = context_capacity(llama)
     if longest_path(root) > capacity:
         raise ContextOverflow(
             f"the prompt needs {longest_path(root)} tokens of context; this model serves at most {capacity}"
         )
-    share = share or WholeModel(runtime)
+    share = share or WholeModel(llama)
     try:
-        evaluated = _run(runtime, share, root, results, deadline or never())
+        evaluated = _run(llama, share, root, results, deadline or never())
     finally:
-        with runtime.lock:
-            runtime.drop_sequences(share.seqs)
+        with llama.lock:
+            llama.drop_sequences(share.seqs)
     return TreeResult(results, evaluated)
 
 
-def _run(runtime: Runtime, share: ModelShare, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
+def _run(llama: LlamaModel, share: ModelShare, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
     free_seqs = deque(share.seqs)
     evaluated = 0
     step_tokens = max(1, share.step_tokens)
@@ -232,8 +232,8 @@ def _run(runtime: Runtime, share: ModelShare, root: _Node, results: list[list[np
     def release(node: _Node | None) -> None:
         while node is not None:
             if node.seq_id is not None:
-                with runtime.lock:  # dropping cells needs the context, not a turn
-                    runtime.drop_sequence(node.seq_id)
+                with llama.lock:  # dropping cells needs the context, not a turn
+                    llama.drop_sequence(node.seq_id)
                 free_seqs.append(node.seq_id)
                 node.seq_id = None
             parent = node.parent
@@ -253,15 +253,15 @@ def _run(runtime: Runtime, share: ModelShare, root: _Node, results: list[list[np
         if node.batch_key is not None and not node.children and node.parent is not None:
             # Half the reserve: the group's cells beside the path, plus slack for the decode;
             # and no more than one turn's tokens.
-            leaves = _sibling_leaves(node, ready, min(_reserve(runtime) // 2, step_tokens), len(free_seqs))
+            leaves = _sibling_leaves(node, ready, min(_reserve(llama) // 2, step_tokens), len(free_seqs))
             if len(leaves) > 1:
                 for leaf in leaves:
                     leaf.seq_id = free_seqs.popleft()
                 with share.step():
                     for leaf in leaves:
                         if node.parent.seq_id is not None:
-                            runtime.copy_sequence(node.parent.seq_id, leaf.seq_id)
-                    _decode_leaves(runtime, leaves, results, deadline)
+                            llama.copy_sequence(node.parent.seq_id, leaf.seq_id)
+                    _decode_leaves(llama, leaves, results, deadline)
                 for leaf in leaves:
                     evaluated += len(leaf.tokens)
                     release(leaf)
@@ -271,9 +271,9 @@ def _run(runtime: Runtime, share: ModelShare, root: _Node, results: list[list[np
         node.seq_id = free_seqs.popleft()
         parent = node.parent
         if parent is not None and parent.seq_id is not None:
-            with runtime.lock:
-                runtime.copy_sequence(parent.seq_id, node.seq_id)
-        _decode_node(runtime, share, node, results, deadline, step_tokens)
+            with llama.lock:
+                llama.copy_sequence(parent.seq_id, node.seq_id)
+        _decode_node(llama, share, node, results, deadline, step_tokens)
         evaluated += len(node.tokens)
         if node.children:
             node.pending_children = len(node.children)
@@ -313,7 +313,7 @@ def _sibling_leaves(first: _Node, ready: list[_Node], max_tokens: int, free: int
     return leaves
 
 
-def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.ndarray]], deadline: Deadline) -> None:
+def _decode_leaves(llama: LlamaModel, leaves: list[_Node], results: list[list[np.ndarray]], deadline: Deadline) -> None:
     """Decode sibling leaves in one batch, each in its own sequence (already copied from the parent)."""
     batch = Batch.empty()
     pending: list[tuple[int, tuple[int, ...], int, int]] = []
@@ -325,12 +325,12 @@ def _decode_leaves(runtime: Runtime, leaves: list[_Node], results: list[list[np.
             if wanted:
                 pending.extend((index, candidates, b, r) for candidates, b, r in wanted)
     deadline.check()
-    runtime.decode(batch)  # the caller holds the turn, and reads the rows inside it
+    llama.decode(batch)  # the caller holds the turn, and reads the rows inside it
     for index, candidates, b, r in pending:
-        results[b][r] = read_row(runtime.logits(index), candidates)
+        results[b][r] = read_row(llama.logits(index), candidates)
 
 
-def _decode_node(runtime: Runtime, share: ModelShare, node: _Node, results: list[list[np.ndarray]], deadline: Deadline,
+def _decode_node(llama: LlamaModel, share: ModelShare, node: _Node, results: list[list[np.ndarray]], deadline: Deadline,
                  step_tokens: int) -> None:
     """Decode one node's tokens in its own sequence, in pieces of at most one turn's tokens (a turn each)."""
     reads_at = _reads_by_position(node)
@@ -342,8 +342,8 @@ def _decode_node(runtime: Runtime, share: ModelShare, node: _Node, results: list
         nonlocal rows
         deadline.check()
         with share.step():
-            runtime.decode(batch)
-            logits = [(runtime.logits(index), candidates, b, r) for index, candidates, b, r in pending]
+            llama.decode(batch)
+            logits = [(llama.logits(index), candidates, b, r) for index, candidates, b, r in pending]
         for row, candidates, b, r in logits:
             results[b][r] = read_row(row, candidates)
         batch.tokens.clear()

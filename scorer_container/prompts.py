@@ -89,12 +89,12 @@ class PromptFormat:
             self._template = env.from_string(chat_template)
 
     @classmethod
-    def for_runtime(cls, runtime: Any) -> PromptFormat:
-        """The format of the model loaded in `runtime` (its chat template and special tokens)."""
+    def for_model(cls, llama: Any) -> PromptFormat:
+        """The format of the model loaded in `llama` (its chat template and special tokens)."""
         return cls(
-            runtime.chat_template(),
-            runtime.token_bytes(runtime.bos_token).decode("utf-8", "replace"),
-            runtime.token_bytes(runtime.eos_token).decode("utf-8", "replace"),
+            llama.chat_template(),
+            llama.token_bytes(llama.bos_token).decode("utf-8", "replace"),
+            llama.token_bytes(llama.eos_token).decode("utf-8", "replace"),
         )
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> str:

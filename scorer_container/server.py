@@ -300,8 +300,8 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
                 raise exc if deadline.gone else job.timed_out() from None
             busy_s = time.perf_counter() - planning
         units = plan.cost.units(budget.row_cost)
-        runtime = loaded.engine.runtime
-        await job.resident(cells_for(runtime, plan.cost.tokens), min(DECISION_SEQS, runtime.n_seq_max))
+        llama = loaded.engine.llama
+        await job.resident(cells_for(llama, plan.cost.tokens), min(DECISION_SEQS, llama.n_seq_max))
         if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
             raise job.timed_out()  # it waited in line too long to finish: busy, not too big
         started = time.perf_counter()
@@ -356,7 +356,7 @@ async def _chat(service: ScorerService, body: Any, deadline: Deadline, caller: C
         async with job.planning():
             tokens, budget = await asyncio.to_thread(loaded.chat.prepare, request)
         # Its cells: the prompt and every token it may generate, held from its first turn to its last.
-        cells = min(loaded.engine.runtime.cells, len(tokens) + budget)
+        cells = min(loaded.engine.llama.cells, len(tokens) + budget)
         if request.stream:
             events = stream_chat(loaded, request, tokens, budget, job, cells, request.include_usage(), deadline)
             return ClosingStreamingResponse(events, media_type="text/event-stream", on_close=job.release)

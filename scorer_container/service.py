@@ -23,7 +23,7 @@ from scorer_container.scheduler import Scheduler
 from scorer_container.settings import ScorerSettings
 
 if TYPE_CHECKING:
-    from scorer_container.llama_runtime import Runtime
+    from scorer_container.llama import LlamaModel
 
 log = logging.getLogger("scorer")
 
@@ -50,24 +50,24 @@ class ScorerService:
 
     def load(self) -> None:
         """Locate, verify and load the model; on any failure stay unhealthy and say why."""
-        from scorer_container.llama_runtime import Runtime  # llama.cpp only once loading
+        from scorer_container.llama import LlamaModel  # llama.cpp only once loading
 
         try:
             path = locate_model(self.settings.model, self.settings.model_dir)
             manifest = verify_model(path, self.settings.expected_sha256, self.settings.expected_manifest_sha256)
-            runtime = Runtime(path, self.settings.runtime)
-            prompts = PromptFormat.for_runtime(runtime)
+            llama = LlamaModel(path, self.settings.llama)
+            prompts = PromptFormat.for_model(llama)
             name = self.settings.alias or manifest.name
             engine = DecisionEngine.for_manifest(
-                runtime, prompts, manifest, model_name=name,
+                llama, prompts, manifest, model_name=name,
                 # The manifest's readout and fitted temperatures unless the deployment sets them.
                 readout=self.settings.readout, temperature=self.settings.temperature,
                 prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
             )
             budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s,
                                 self.settings.long_budget_s, self.settings.step_s)
-            self.loaded = Loaded(manifest, engine, ChatGenerator(runtime, prompts, name), name, budget,
-                                 self.scheduler_for(runtime))
+            self.loaded = Loaded(manifest, engine, ChatGenerator(llama, prompts, name), name, budget,
+                                 self.scheduler_for(llama))
             self.status, self.reason = "ready", ""
             log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,
                      budget.describe())
@@ -78,11 +78,11 @@ class ScorerService:
             self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
             log.exception("model load failed")
 
-    def scheduler_for(self, runtime: Runtime) -> Scheduler:
+    def scheduler_for(self, llama: LlamaModel) -> Scheduler:
         s = self.settings
-        return Scheduler(cells=runtime.cells, seqs=runtime.n_seq_max, job_cells=runtime.n_ctx, max_jobs=s.max_jobs,
+        return Scheduler(cells=llama.cells, seqs=llama.n_seq_max, job_cells=llama.n_ctx, max_jobs=s.max_jobs,
                          max_resident=s.max_resident, tenant_share=s.tenant_share, long_share=s.long_share,
-                         bulk_share=s.bulk_share, step_tokens=runtime.step_tokens, model_lock=runtime.lock)
+                         bulk_share=s.bulk_share, step_tokens=llama.step_tokens, model_lock=llama.lock)
 
     def require(self) -> Loaded:
         if self.loaded is None:

@@ -12,11 +12,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scorer_container.llama_runtime import RuntimeSettings
+from scorer_container.llama import LlamaSettings
 from scorer_container.model_files import TEMPERATURE_RANGE
 
 PREFIX = "SM_LLAMA_CPP_"
-# llama-server option (long and short names) -> RuntimeSettings field.
+# llama-server option (long and short names) -> LlamaSettings field.
 _RUNTIME_OPTIONS = {
     "ctx-size": "n_ctx", "c": "n_ctx",
     "batch-size": "n_batch", "b": "n_batch",
@@ -37,7 +37,7 @@ MAX_SEQUENCES = 128  # the llama.cpp this image pins fails its decodes past it
 class ScorerSettings:
     model: str | None = None
     model_dir: str | None = None
-    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    llama: LlamaSettings = field(default_factory=LlamaSettings)
     readout: str | None = None  # overrides the manifest's readout
     alias: str | None = None  # the model name reported to callers
     # The line (scheduler.py): requests admitted at once (planning, waiting, running), more get 503;
@@ -74,7 +74,7 @@ class ScorerSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ScorerSettings:
         env = os.environ if env is None else env
-        runtime: dict[str, object] = {}
+        llama: dict[str, object] = {}
         ignored = []
         for key, raw in sorted(env.items()):
             if not key.startswith(PREFIX):
@@ -87,14 +87,14 @@ class ScorerSettings:
                 ignored.append(option)
                 continue
             if target == "use_mmap":
-                runtime[target] = not _flag(raw)
+                llama[target] = not _flag(raw)
             elif target == "flash_attn":
-                runtime[target] = raw.strip().lower() in ("true", "on", "1", "enabled", "yes")
+                llama[target] = raw.strip().lower() in ("true", "on", "1", "enabled", "yes")
             else:
-                runtime[target] = _int(key, raw)
+                llama[target] = _int(key, raw)
         if env.get("SCORER_CONTEXT_JOBS"):
-            runtime["context_jobs"] = _at_least("SCORER_CONTEXT_JOBS", env["SCORER_CONTEXT_JOBS"], 1)
-        settings = RuntimeSettings(**runtime)  # type: ignore[arg-type]
+            llama["context_jobs"] = _at_least("SCORER_CONTEXT_JOBS", env["SCORER_CONTEXT_JOBS"], 1)
+        settings = LlamaSettings(**llama)  # type: ignore[arg-type]
         if not 1 <= settings.n_seq_max <= min(MAX_SEQUENCES, settings.n_batch):
             # llama.cpp aborts the process on a decode when its sequences outnumber its batch,
             # and refuses more than MAX_SEQUENCES: say so at start instead.
@@ -106,7 +106,7 @@ class ScorerSettings:
         return cls(
             model=env.get(PREFIX + "MODEL") or None,
             model_dir=env.get(PREFIX + "MODEL_DIR") or None,
-            runtime=settings,
+            llama=settings,
             readout=readout or None,
             alias=env.get(PREFIX + "ALIAS") or None,
             max_jobs=_at_least("SCORER_MAX_JOBS", env.get("SCORER_MAX_JOBS", "8"), 1),

@@ -77,10 +77,10 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_runtime(smollm2_path):
-    from scorer_container.llama_runtime import Runtime, RuntimeSettings
+def smollm2_llama(smollm2_path):
+    from scorer_container.llama import LlamaModel, LlamaSettings
 
-    services = Runtime(smollm2_path, RuntimeSettings(n_ctx=4096, n_threads=2))
+    services = LlamaModel(smollm2_path, LlamaSettings(n_ctx=4096, n_threads=2))
     yield services
     services.close()
 
@@ -89,7 +89,7 @@ def make_engine(services, readout: str, **kwargs):
     from scorer_container.engine import DecisionEngine
     from scorer_container.prompts import PromptFormat
 
-    prompts = PromptFormat.for_runtime(services)
+    prompts = PromptFormat.for_model(services)
     return DecisionEngine(services, prompts, model_name="test-model", default_readout=readout,
                           **{"defenses_overridable": True, **kwargs})
 

@@ -13,7 +13,7 @@ SCORER = Path(__file__).resolve().parents[2] / "scorer_container"
 # Bottom to top; a module may import modules of its own layer or below, never above.
 LAYERS = (
     ("errors", "scoring", "priors"),  # no domain types: errors, distributions, a bounded cache
-    ("deadline", "untrusted", "schema", "llama_runtime", "model_files"),  # the request, the state, the model
+    ("deadline", "untrusted", "schema", "llama", "model_files"),  # the request, the state, the model
     ("prompts", "prefix_tree", "scheduler", "embedded", "settings"),  # templates, one tree of decodes, the line
     ("questions", "decision_settings", "chat"),  # the options as the model reads them; how they are read
     ("probes",),  # one prompt listing options in one order

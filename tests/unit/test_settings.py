@@ -23,18 +23,18 @@ def test_sagemaker_llama_cpp_variables_map_to_engine_settings():
             "SCORER_CONTEXT_JOBS": "3",
         }
     )
-    runtime = settings.runtime
+    llama = settings.llama
     assert settings.model == "/opt/ml/model/m.gguf"
-    assert (runtime.n_ctx, runtime.n_gpu_layers, runtime.n_threads, runtime.n_batch) == (8192, 999, 4, 1024)
-    assert runtime.n_seq_max == 16 and runtime.flash_attn and not runtime.use_mmap
+    assert (llama.n_ctx, llama.n_gpu_layers, llama.n_threads, llama.n_batch) == (8192, 999, 4, 1024)
+    assert llama.n_seq_max == 16 and llama.flash_attn and not llama.use_mmap
     assert settings.readout == "letters" and (settings.max_jobs, settings.max_resident) == (6, 3)
-    assert (settings.tenant_share, settings.long_share, runtime.context_jobs) == (1.0, 0.4, 3)
+    assert (settings.tenant_share, settings.long_share, llama.context_jobs) == (1.0, 0.4, 3)
     # Unknown options are reported by name (never by value) and ignored.
     assert settings.ignored_options == ("api-key-file",)
 
 
 def test_a_false_flag_keeps_the_default():
-    assert ScorerSettings.from_env({"SM_LLAMA_CPP_NO_MMAP": "false"}).runtime.use_mmap
+    assert ScorerSettings.from_env({"SM_LLAMA_CPP_NO_MMAP": "false"}).llama.use_mmap
 
 
 @pytest.mark.parametrize("env", [{"SM_LLAMA_CPP_CTX_SIZE": "big"}, {"SM_LLAMA_CPP_READOUT": "vibes"},

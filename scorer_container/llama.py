@@ -4,7 +4,7 @@ It owns one model and one context with a unified KV cache, and offers what the e
 needs and nothing more: tokenize, decode a batch of tokens tagged with sequence ids
 and positions (logits requested only where they are read), copy and drop sequences,
 and read one logits row. llama.cpp contexts are not thread-safe: callers hold
-`Runtime.lock` around every use.
+`LlamaModel.lock` around every use.
 
 Several jobs live in the context at once, each in sequences of its own (a `ModelShare`:
 the scheduler's `Job`, or `WholeModel` for tools that own the machine), and take turns
@@ -30,7 +30,7 @@ from scorer_container.errors import EngineFailure, ModelFileError
 
 
 @dataclass(frozen=True)
-class RuntimeSettings:
+class LlamaSettings:
     n_ctx: int = 4096  # what one job may use; the cache holds `context_jobs` times as many cells
     n_batch: int = 512
     n_ubatch: int = 512
@@ -84,10 +84,10 @@ class Batch:
         return len(self.tokens)
 
 
-class Runtime:
+class LlamaModel:
     """One loaded GGUF model with one llama.cpp context."""
 
-    def __init__(self, model_path: Path, settings: RuntimeSettings) -> None:
+    def __init__(self, model_path: Path, settings: LlamaSettings) -> None:
         _silence_llama_logs()
         llama_cpp.llama_backend_init()
         self.settings = settings
@@ -297,9 +297,9 @@ class ModelShare(Protocol):
 class WholeModel:
     """A job that owns the model: tools, tests and the measurements at load, which run alone."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.seqs = tuple(range(runtime.n_seq_max))
-        self._runtime = runtime
+    def __init__(self, llama: LlamaModel) -> None:
+        self.seqs = tuple(range(llama.n_seq_max))
+        self._runtime = llama
 
     @property
     def step_tokens(self) -> int:
