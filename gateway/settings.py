@@ -102,7 +102,7 @@ class ModelSettings(_Settings):
     release_date: str = Field(default="1970-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$")
     endpoints: tuple[EndpointSettings, ...] = Field(min_length=1)
     routing: RoutingSettings | None = None  # else the gateway's
-    # Estimated tokens one decision may make the model evaluate (decisions/budget.py);
+    # Estimated tokens one decision may make the model evaluate (decisions/work_limits.py);
     # set it to the scorer's own budget (its /ping shows max_request_tokens).
     max_request_tokens: int = Field(default=32000, ge=256, le=10_000_000)
     # The scorer's line: the jobs one instance of the first tier admits at once (its

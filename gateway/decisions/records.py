@@ -63,7 +63,7 @@ WRITE_BACKOFF_S = 0.05
 # together ("Constraints in Amazon DynamoDB", "DynamoDB item sizes and formats"). A record
 # is held to 400,000 by the figure below, so that no difference in counting (UpdateItem's
 # own overhead; moto counts numbers by their digits and stops at 405,000) can fail a write
-# the check let through. The decision-time estimate (`decisions/budget.py`,
+# the check let through. The decision-time estimate (`decisions/work_limits.py`,
 # MAX_RECORD_BYTES = 300,000) leaves about 100 KB of it for the outcome.
 MAX_RECORD_ITEM_BYTES = 400_000
 # The rest of a record's item, bounded: its attribute names (70 bytes), four numbers (at

@@ -2,7 +2,7 @@
 
 In order: the model must be one the credential may use; the tenant's policy
 (catalog-only, limits) is read; catalog references are resolved into questions; the
-request must fit the model's budget; its worst case is reserved within the tenant's spend
+request must fit the model's work limits; its worst case is reserved within the tenant's spend
 budgets (`gateway.services.spending`); the model's endpoint pool is asked, in System One
 (`gateway.backends.scorer`); catalog questions are calibrated and judged by their
 policy; the record is written, and the decision is answered only once it is stored.
@@ -28,10 +28,10 @@ from gateway.catalogs.model import INJECTION_THRESHOLD
 from gateway.catalogs.policy import apply_catalogs
 from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
 from gateway.catalogs.service import CatalogService
-from gateway.decisions.budget import check_budget, check_chat_budget
 from gateway.decisions.cost import Meter
 from gateway.decisions.model import Decision, DecisionResult, Question
 from gateway.decisions.records import DecisionRecorder
+from gateway.decisions.work_limits import check_chat_work, check_decision_work
 from gateway.errors import BackendFailed, NotFound, PayloadTooLarge, RateLimited
 from gateway.services.spending import CHAT_ENTRY, INLINE_ENTRY, Spending
 from gateway.services.tenant_tags import TenantTags
@@ -189,7 +189,7 @@ class DecideService:
         tenant = self.tenant(principal.tenant_id)
         asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
-        check_budget(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
+        check_decision_work(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         body = json_bytes(backend_request(asked, model.name))
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
         with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline) as held:
@@ -223,7 +223,7 @@ class DecideService:
     def chat_stream(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
                     metrics: MetricsSink | None = None, wait_s: float | None = None) -> tuple[ChatRelay, Invocation]:
         """A chat completion's server-sent events as the backend generates them. Everything
-        that can refuse the request (model, limits, budget, the tenant's places in flight, the
+        that can refuse the request (model, work limits, spend, the tenant's places in flight, the
         pool's endpoints) refuses it here, before the first event; the tenant's place and its
         reserved spend are held until the events end (`ChatRelay`), within its deadline."""
         model, body = self._chat_request(principal, request, stream=True)
@@ -241,7 +241,7 @@ class DecideService:
     def _chat_request(self, principal: Principal, request: dict[str, Any], *, stream: bool) -> tuple[ModelRoute, bytes]:
         require_model(principal, str(request.get("model")))
         model = self.registry.route_for(request["model"], "chat")
-        payload = {**request, "stream": stream, **check_chat_budget(request, self.limits(principal.tenant_id))}
+        payload = {**request, "stream": stream, **check_chat_work(request, self.limits(principal.tenant_id))}
         if not stream:
             payload.pop("stream_options", None)
         return model, json_bytes(payload)

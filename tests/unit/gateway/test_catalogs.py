@@ -518,7 +518,7 @@ def test_the_features_an_entry_keeps_count_in_the_records_size_before_the_model_
     # 250 questions naming an entry that keeps features: without them the record would fit,
     # with them it cannot, so the request is refused with the figures before any backend call
     # (not after the scorer's work, when the record is written). 120 fit, features and all.
-    from gateway.decisions.budget import MAX_RECORD_BYTES, features_bytes
+    from gateway.decisions.work_limits import MAX_RECORD_BYTES, features_bytes
 
     backend = learning_stack(store)
     put(FRUIT, name="fruit")

@@ -341,8 +341,8 @@ def test_the_budget_is_a_setting_of_each_model():
 
 
 def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
-    from gateway.decisions.budget import estimated_tokens
     from gateway.decisions.model import Decision, Option, Question
+    from gateway.decisions.work_limits import estimated_tokens
 
     question = Question("q0", "choice", "Which?", tuple(Option(f"o{k}", f"o{k}", "x" * 40) for k in range(10)))
     plain = Decision("m", "state " * 100, (question,))

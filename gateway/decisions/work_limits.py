@@ -1,13 +1,13 @@
 """The work one decision may ask of the model, counted before any backend call.
 
-The scorer counts exactly, with the model's tokenizer, and refuses past its own budget
+The scorer counts exactly, with the model's tokenizer, and refuses past its own allowance
 (413), cutting debiasing the request did not ask for first. The gateway has no
 tokenizer: it estimates the least the scorer could do, from the text the model will
 read (the state once; each question's instructions and options once, twice when the
 request asks for order averaging, twice again when it asks for the content-free
 prior) at 4 bytes a token, the usual rate for English with these models' tokenizers,
 and refuses past the model's `max_request_tokens` with 413 before anything is sent.
-So a request the gateway refuses, the scorer would refuse too (with its budget in
+So a request the gateway refuses, the scorer would refuse too (with its allowance in
 that setting); the gateway's is the cheaper, coarser check, there so that a 400 x 255
 request never reaches an endpoint at all.
 
@@ -49,7 +49,7 @@ def estimated_tokens(decision: Decision) -> int:
     return total
 
 
-def check_budget(decision: Decision, max_tokens: int, limits: TenantLimits = DEFAULT_LIMITS) -> int:
+def check_decision_work(decision: Decision, max_tokens: int, limits: TenantLimits = DEFAULT_LIMITS) -> int:
     """The estimate, or PayloadTooLarge (413) when the decision is over the model's
     `max_tokens` or over one of the tenant's limits."""
     questions = [q for q in decision.questions if isinstance(q, Question)]
@@ -115,7 +115,7 @@ def _question_tokens(question: Question) -> int:
     return total
 
 
-def check_chat_budget(request: dict[str, Any], limits: TenantLimits = DEFAULT_LIMITS) -> dict[str, int]:
+def check_chat_work(request: dict[str, Any], limits: TenantLimits = DEFAULT_LIMITS) -> dict[str, int]:
     """The completion's token limit the backend gets (the tenant's when the request names
     none), or PayloadTooLarge when the request asks for more, or sends more text, than
     the tenant may."""
