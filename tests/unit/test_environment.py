@@ -30,13 +30,14 @@ def test_boto3_reads_no_profile_or_credentials_file_of_the_developers():
     assert not os.path.exists(NO_AWS_FILES) and os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
 
 
+@pytest.mark.slow  # a selection of the suite, run again in a shell of its own
 @pytest.mark.timeout(900)
 def test_the_suite_passes_with_the_developers_variables_set():
     # Given a shell holding every variable above, when the tests that reach AWS clients,
     # settings and the local stack run, then they pass as they do in a clean shell (before
     # the environment was scrubbed, an AWS_PROFILE alone failed the local stack's tests).
-    selection = ["tests/unit/gateway/test_aws_clients.py", "tests/unit/gateway/test_settings.py",
-                 "tests/unit/test_settings.py", "tests/unit/gateway/test_throttle.py",
+    selection = ["tests/unit/gateway/test_aws.py", "tests/unit/gateway/test_settings.py",
+                 "tests/unit/scorer_container/test_settings.py", "tests/unit/gateway/services/test_throttle.py",
                  "tests/e2e/test_sdks.py::test_openai_models_list"]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
                          cwd=ROOT, env={**os.environ, **HOSTILE}, capture_output=True, text=True, timeout=880)

@@ -1,6 +1,6 @@
 """The repository's shape, checked: each top-level package imports only its own modules and
 the packages of the layers below it, so the deployables stay free of the tools and tests
-that run beside them. (tests/unit/gateway/test_layers.py checks the layers inside gateway/.)
+that run beside them. (tests/unit/test_gateway.py checks the layers inside gateway/.)
 
 Imports are read from the source (AST), at any depth: function bodies, `importlib`
 calls with a literal name, and `python -m MODULE` argument lists, since a tool that starts
@@ -126,3 +126,42 @@ def test_no_function_is_longer_than_a_screen(path):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long
+
+
+# The unit tests mirror the source: tests/unit/<path>/test_<name>.py tests <path>/<name>.py or
+# the package <path>/<name>/. These test the house as a whole, and say why.
+WHOLE_HOUSE = {
+    "test_contract_in_one_place.py": "the contract's literals live in systemone/ alone, across every package",
+    "test_engine_skip.py": "the suite's own skip when no Docker engine runs (scripts/engine.sh, tests/docker_helpers.py)",
+    "test_environment.py": "the suite passes whatever the developer's shell holds",
+    "test_house_rules.py": "rules every deployable keeps: value classes, no environment writes, no circles",
+    "test_readme.py": "the README and the documentation pages",
+    "test_repository_layers.py": "the layers between the top-level packages, and this mirror",
+}
+
+
+def source_under_test(test: Path) -> Path | None:
+    """The module or package a unit test file tests, by its place; None when there is none."""
+    relative = test.relative_to(ROOT / "tests" / "unit")
+    name = relative.name.removeprefix("test_").removesuffix(".py")
+    base = ROOT / relative.parent / name
+    return next((p for p in (base.with_suffix(".py"), base) if p.exists()), None)
+
+
+UNIT_TESTS = sorted((ROOT / "tests" / "unit").rglob("test_*.py"))
+
+
+@pytest.mark.parametrize("test", UNIT_TESTS, ids=lambda p: str(p.relative_to(ROOT / "tests" / "unit")))
+def test_each_unit_test_file_mirrors_the_module_it_tests(test):
+    relative = str(test.relative_to(ROOT / "tests" / "unit"))
+    assert relative in WHOLE_HOUSE or source_under_test(test) is not None, (
+        f"tests/unit/{relative} maps to no module: name it after the module it tests (tests/unit/<path>/test_<name>.py"
+        " for <path>/<name>.py or the package <path>/<name>/), or say in WHOLE_HOUSE why it tests the house")
+
+
+def test_the_mirror_rule_finds_modules_packages_and_strays():
+    unit = ROOT / "tests" / "unit"
+    assert source_under_test(unit / "gateway" / "services" / "test_throttle.py") == ROOT / "gateway" / "services" / "throttle.py"
+    assert source_under_test(unit / "gateway" / "test_stores.py") == ROOT / "gateway" / "stores"
+    assert source_under_test(unit / "gateway" / "test_nothing_here.py") is None
+    assert set(WHOLE_HOUSE) <= {str(p.relative_to(unit)) for p in UNIT_TESTS}  # no stale reason

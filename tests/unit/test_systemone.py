@@ -23,6 +23,7 @@ from scorer_container import errors as scorer_errors
 from scorer_container.answers import answer
 from scorer_container.questions import prepare_question
 from scorer_container.schema import DecisionRequest, parse
+from tests.conftest import examples
 
 # Text as JSON carries it (no lone surrogates: they are not UTF-8), short and long.
 plain = st.text(st.characters(exclude_categories=("Cs",)), min_size=0, max_size=40)
@@ -71,7 +72,7 @@ def on_the_scorer(decision) -> DecisionRequest:
     return parse(DecisionRequest, json.loads(json_bytes(backend_request(decision, "decision-default"))))
 
 
-CONTRACT = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CONTRACT = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @CONTRACT

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
+GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 # Bottom to top; a unit may import units of its own layer or below, never above. The
 # architecture page (docs/architecture.md) shows the same order.
 LAYERS = (

@@ -21,7 +21,7 @@ from botocore.validate import validate_parameters
 from devkit import deploy
 
 pytestmark = pytest.mark.model  # the dry run reads an embedded model's folder
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = "models/smollm2-135m-instruct-q4_1"
 CANARIES = {"DG_API_KEY": "dgk_0123456789abcdef_CANARYcanaryCANARYcanaryCANARYcanaryCANARYc",
             "GATEWAY_DEV_API_KEY": "dgk_fedcba9876543210_CANARYcanaryCANARYcanaryCANARYcanaryCANARYd",

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from devkit.sagemaker_standin import EVENT_STREAM, SageMakerStandIn
+from devkit.sagemaker_standin import EVENT_STREAM, SageMakerStandIn, encode, model_stream_error, payload_part
 
 
 async def invocations(request: Request):
@@ -69,3 +69,25 @@ def test_other_paths_reach_the_container_and_other_methods_on_the_runtime_paths_
     assert CLIENT.post("/invocations", json={}).json()["path"] == "/invocations"
     assert CLIENT.get("/endpoints/dg-cpu/invocations").status_code == 405
     assert CLIENT.post("/endpoints/a/b/invocations", json={}).status_code == 404
+
+
+# -- the event-stream messages it writes, as botocore reads them (the gateway reads them with
+# botocore's own reader, as it reads AWS's) ----------------------------------------------
+
+def by_botocore(data: bytes) -> list[tuple[dict, bytes]]:
+    buffer = EventStreamBuffer()
+    buffer.add_data(data)
+    return [(dict(m.headers), m.payload) for m in buffer]
+
+
+def test_what_the_stand_in_writes_botocore_reads():
+    stream = payload_part(b"data: {}\n\n") + payload_part(b"") + model_stream_error("it broke", "ModelInvocationTimeExceeded")
+    (part, empty, error) = by_botocore(stream)
+    assert part == ({":event-type": "PayloadPart", ":content-type": "application/octet-stream",
+                     ":message-type": "event"}, b"data: {}\n\n")
+    assert empty[1] == b""
+    assert error[0][":exception-type"] == "ModelStreamError" and b"ModelInvocationTimeExceeded" in error[1]
+
+
+def test_encode_writes_string_headers_botocore_reads():
+    assert by_botocore(encode({"a": "é", ":message-type": "event"}, b"p")) == [({"a": "é", ":message-type": "event"}, b"p")]

@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import botocore.utils
 import pytest
 
 from devkit.sagemaker_standin import payload_part
@@ -284,6 +285,8 @@ def test_no_credentials_is_the_deployments_failure_and_nothing_is_sent(runtime, 
             unused.bind(("127.0.0.1", 0))
             port = unused.getsockname()[1]
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f"http://127.0.0.1:{port}/creds")
+        # botocore's retries of a refused endpoint, without its second between them
+        monkeypatch.setattr(botocore.utils.ContainerMetadataFetcher, "SLEEP_TIME", 0)
     aws.reset_session()
     calls = invoker()
     calls.prepare([endpoint(runtime)])  # the init phase goes on: the first call tries again
