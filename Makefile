@@ -32,8 +32,8 @@ docs: setup  ## the documentation site into build/site (open build/site/index.ht
 	@$(DOCS_BUILD)
 	@echo "[docs] built build/site"
 
-test-fast: setup  ## the tests that need no model and no Docker engine
-	@$(PY) -m pytest -m "not model and not container and not sam_local"
+test-fast: setup  ## the tests that need no model, no Docker engine and no `sam build`, on every core, each property on a fifth of its examples
+	@$(PY) -m pytest -m "not model and not container and not sam_local and not slow" --thin-fuzz -n auto
 
 # A Docker engine (started where the machine allows: scripts/engine.sh), the base images
 # (pulled, or built from Debian packages where they cannot be), and the CPU scorer image.

@@ -149,7 +149,7 @@ async def _send_model_error(send: Any, endpoint: str, start: dict[str, Any], bod
 # -- AWS event-stream messages, as the runtime API writes them --------------------------------
 # A message: a prelude (total length, headers length, the prelude's CRC32), the headers
 # (name, type, value), the payload, and the CRC32 of everything before it. botocore reads
-# them in the tests (tests/unit/test_eventstream.py), so this writer cannot drift from AWS's
+# them in the tests (tests/unit/devkit/test_sagemaker_standin.py), so this writer cannot drift from AWS's
 # format unnoticed.
 
 _PRELUDE = struct.Struct("!II")

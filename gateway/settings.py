@@ -39,7 +39,7 @@ MAX_STREAM_DEADLINE_S = SAGEMAKER_INVOCATION_S - 2.0
 # 3) inside the proxy event, beside the headers (twice: single and multi-value; API
 # Gateway allows 10 KiB of them), the request context and the authorizer's context.
 # So the largest body that can reach the function is what is left, times 3/4; the
-# gateway accepts no more, and says so with its own 413 (tests/unit/gateway/test_limits.py).
+# gateway accepts no more, and says so with its own 413 (tests/unit/devkit/test_local.py).
 EVENT_OVERHEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = (LAMBDA_INVOKE_PAYLOAD_BYTES - EVENT_OVERHEAD_BYTES) * 3 // 4
 assert MAX_BODY_BYTES < MAX_CARRIED_BODY_BYTES  # the gateway's own 413 comes first (systemone.limits)

@@ -203,3 +203,23 @@ def words(line: str) -> bool:
         return False
     choices = json.loads(line[6:]).get("choices") or [{}]
     return bool(choices[0].get("delta", {}).get("content"))
+
+
+# Property-based tests draw their examples from schemas, which takes most of their time:
+# make test-fast runs each on a fifth of them (at least 10), make test on all.
+_thin_fuzz = False
+
+
+def pytest_addoption(parser):
+    parser.addoption("--thin-fuzz", action="store_true",
+                     help="run each property-based test on a fifth of its examples (make test-fast)")
+
+
+def pytest_configure(config):
+    global _thin_fuzz
+    _thin_fuzz = config.getoption("--thin-fuzz")
+
+
+def examples(n: int) -> int:
+    """How many examples a property-based test draws: `n`, or a fifth of it with --thin-fuzz."""
+    return max(10, n // 5) if _thin_fuzz else n

@@ -3,7 +3,7 @@
 Powertools builds a validator for every response model a route declares on that route's
 first request (its `dependant`), after any snapshot was taken: work no caller needs where
 nobody reads the document. Routes name the model by class either way
-(tests/unit/gateway/test_responses.py holds the rendered bodies to the same models)."""
+(tests/unit/gateway/wire/test_responses.py holds the rendered bodies to the same models)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The public answers as models: what each route returns, declared on the route by class
 (`gateway.api.docs`) for the OpenAPI document's response schemas, and held by the tests to every
-body the routes render (tests/unit/gateway/test_responses.py), so the document and the wire
+body the routes render (tests/unit/gateway/wire/test_responses.py), so the document and the wire
 cannot drift. A rename breaks the import, not only the documentation build.
 
 The System One answers are the contract's (`systemone.models`) plus the gateway's own

@@ -26,6 +26,7 @@ from gateway.app import build_app
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
 from gateway.authorizer import Authorizer
+from tests.conftest import examples
 from tests.gateway_helpers import call
 
 FUZZ_ROLE = "arn:aws:iam::123456789012:role/Fuzz"
@@ -129,7 +130,7 @@ def test_openapi_operations_never_answer_5xx(fuzz_url, operation, mode, tmp_path
     # complement is not spelled out") and raises when a random run wanders there, which
     # made this test fail one run in a few for a reason unrelated to the gateway. A fixed
     # sequence of 100 cases per operation and mode is reproducible in CI.
-    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+    @settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
     def check(case):
         if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and "model" in case.body:
             case.body["model"] = models[case.path]  # a random model name would stop every request at 404
@@ -163,7 +164,7 @@ system_one_like = st.fixed_dictionaries(
 
 
 @given(body=system_one_like | json_values, path=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions"]))
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_arbitrary_json_bodies_never_answer_5xx(body, path):
     install(UniformBackend())
     status, _, answer = call(event("POST", path, body))
@@ -171,7 +172,7 @@ def test_arbitrary_json_bodies_never_answer_5xx(body, path):
 
 
 @given(raw=st.binary(max_size=300), encoding=st.sampled_from(["", "gzip", "zstd", "identity", "deflate"]), wrap=st.booleans())
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_arbitrary_bytes_never_answer_5xx(raw, encoding, wrap):
     install(UniformBackend())
     data = gzip.compress(raw) if wrap and encoding == "gzip" else raw
@@ -193,7 +194,7 @@ principals = st.sampled_from([None, {"tenant_id": "", "reason": "invalid credent
 
 @given(fragment=hostile_fragments, where=st.sampled_from(["state", "x_temperature", "model"]), principal=principals,
        path=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions", "/v1/catalogs/x", "/v1/tokens/revoke"]))
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_hostile_numbers_and_nesting_never_answer_5xx(fragment, where, principal, path):
     install(UniformBackend())
     head = '{"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}'
@@ -215,7 +216,7 @@ tokens = st.one_of(
 
 
 @given(token=tokens, scheme=st.sampled_from(["Bearer ", "bearer ", "Basic ", "", "Bearer  "]))
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_the_authorizer_refuses_malformed_credentials_and_never_raises(tmp_path_factory, token, scheme):
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant

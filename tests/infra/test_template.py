@@ -535,6 +535,7 @@ def test_the_artifact_pip_runs_under_the_interpreter_not_a_shim(tmp_path):
     assert pip.split()[0] == sys.executable and str(shim) not in pip
 
 
+@pytest.mark.slow  # a whole `sam build`
 def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
     """The artifact is built for this machine's architecture and Python here (the runtime's may
     not be installed), so that it can be imported here."""
