@@ -7,7 +7,7 @@ how much memory it holds, and the same requests through LiteLLM's proxy, in one 
    rendering, logging, metrics).
 2. Cold start, in fresh processes, of the function's artifact as `sam build` makes it
    (`make build-GatewayFunction`, for this machine's architecture): importing
-   `gateway.handler` (which builds the function, as in Lambda's init phase), then the
+   `gateway.functions.handler` (which builds the function, as in Lambda's init phase), then the
    first request through the real botocore SageMaker client to an instant HTTP backend;
    and the RSS after that first request and after a burst (the function runs in a 256 MB
    Lambda). The same artifact without its bytecode runs beside it, as a read-only code
@@ -137,7 +137,7 @@ import json, resource, sys, time, os, io
 # function's module: not the function's cost.
 import decimal, logging, threading, traceback
 started = time.perf_counter()
-import gateway.handler as handler  # in Lambda's init phase: the module loads, then builds the function
+import gateway.functions.handler as handler  # in Lambda's init phase: the module loads, then builds the function
 loaded = time.perf_counter() - started
 init = getattr(handler, "INIT_SECONDS", 0.0)  # what building took (0: built on the first request)
 imported = loaded - init
@@ -172,7 +172,7 @@ _AUTHORIZER_CHILD = r"""
 import json, sys, time, os
 import decimal, logging, threading, traceback
 started = time.perf_counter()
-import gateway.authorizer as authorizer
+import gateway.functions.authorizer as authorizer
 loaded = time.perf_counter() - started
 event = {"type": "REQUEST", "headers": {"Authorization": "Bearer " + os.environ["BENCH_API_KEY"]},
          "methodArn": "arn:aws:execute-api:us-east-1:123456789012:api/live/POST/v1/systemone"}
@@ -374,9 +374,9 @@ def over_http(requests: int, backend_url: str, with_litellm: bool) -> dict:
     from devkit.local import InProcessFunction, LocalApiGateway, make_server
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
-    from gateway.authorizer import Authorizer
-    from gateway.composition import build_services
-    from gateway.handler import GatewayFunction
+    from gateway.functions.authorizer import Authorizer
+    from gateway.functions.composition import build_services
+    from gateway.functions.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")

@@ -125,7 +125,7 @@ def main() -> int:
     from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key, set_limits
-    from gateway.authorizer import Authorizer
+    from gateway.functions.authorizer import Authorizer
     from gateway.observability import configure_logging
     from gateway.stores.sqlite import open_sqlite
 

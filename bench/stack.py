@@ -49,7 +49,7 @@ def _serving(model_dir: Path, tenants: tuple[str, ...]) -> Iterator[Stack]:
     from devkit.scorer_process import ScorerProcess
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
-    from gateway.authorizer import Authorizer
+    from gateway.functions.authorizer import Authorizer
     from gateway.stores.sqlite import open_sqlite
 
     stores = open_sqlite(Path(tempfile.mkdtemp(prefix="bench-stack-")) / "gateway.db")

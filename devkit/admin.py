@@ -257,8 +257,8 @@ def _credential_command(args: argparse.Namespace, authenticator: Any) -> None:
 
 def _verify_record(args: argparse.Namespace, stores: Any) -> dict[str, Any]:
     from gateway.auth.tokens import file_key_ring
-    from gateway.composition import build_record_keys
     from gateway.decisions.records import state_matches
+    from gateway.functions.composition import build_record_keys
     from gateway.settings import AuthSettings
 
     keys = file_key_ring(args.record_keys_file) if args.record_keys_file else build_record_keys(AuthSettings.from_env())
@@ -363,7 +363,7 @@ def _emergency_rotate(args: argparse.Namespace, authenticator: Any) -> dict[str,
 
 def _configured(args: argparse.Namespace) -> tuple[Any, Any]:
     """The stores and the authenticator the arguments and the environment name."""
-    from gateway.composition import build_authenticator, build_stores
+    from gateway.functions.composition import build_authenticator, build_stores
     from gateway.settings import AuthSettings
 
     settings = AuthSettings.from_env()

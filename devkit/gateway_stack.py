@@ -9,8 +9,8 @@ from typing import Any
 
 from devkit.local import proxy_event
 from gateway.auth.tokens import CachedKeyRing, new_key_document
-from gateway.composition import build_services
-from gateway.handler import GatewayFunction
+from gateway.functions.composition import build_services
+from gateway.functions.handler import GatewayFunction
 from gateway.services.instance import InstanceServices
 from gateway.settings import GatewaySettings
 

@@ -38,10 +38,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gateway import authorizer as authorizers
-from gateway import handler
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, streams
 from gateway.auth.store import DEFAULT_LIMITS
+from gateway.functions import authorizer as authorizers
+from gateway.functions import handler
 from gateway.streaming.integration import BadPrelude, header_list, read_prelude
 from systemone.errors import openai_body, system_one_body
 from systemone.limits import API_GATEWAY_MAX_REQUEST_BYTES, LAMBDA_INVOKE_PAYLOAD_BYTES
@@ -242,7 +242,7 @@ class ProcessFunctions:
 def _instance_main(connection: Any, env: dict[str, str]) -> None:
     """One function instance: import once, then serve events until the pipe closes."""
     os.environ.update(env)
-    from gateway import handler as instance_handler
+    from gateway.functions import handler as instance_handler
 
     while True:
         try:
@@ -260,7 +260,7 @@ def _instance_main(connection: Any, env: dict[str, str]) -> None:
 
 def _stream_to(connection: Any, stream: Iterator[bytes]) -> None:
     """Send each chunk as it comes; a "cancel" from the parent (its caller went) closes the
-    stream, as a Lambda whose response is cut closes it (`gateway.runtime_loop`)."""
+    stream, as a Lambda whose response is cut closes it (`gateway.functions.runtime_loop`)."""
     with contextlib.closing(stream):
         try:
             for chunk in stream:

@@ -1,5 +1,5 @@
 """A local stand-in for the Lambda Runtime API, as AWS documents it, for testing the
-streaming function's runtime loop (`gateway.runtime_loop`) without Lambda: `sam local`
+streaming function's runtime loop (`gateway.functions.runtime_loop`) without Lambda: `sam local`
 runs functions buffered and cannot stream a response.
 
 It serves one runtime process: `invoke(event)` queues an event for

@@ -34,8 +34,8 @@ def document() -> dict[str, Any]:
     # The function logs each request and emits metrics on stdout: neither belongs in a page.
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    from gateway.composition import build_services
-    from gateway.handler import GatewayFunction
+    from gateway.functions.composition import build_services
+    from gateway.functions.handler import GatewayFunction
     from gateway.settings import GatewaySettings
 
     settings = GatewaySettings.model_validate({

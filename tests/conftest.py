@@ -160,9 +160,9 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
     from gateway.auth.store import PrincipalRule
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import file_key_ring, new_key_document
-    from gateway.authorizer import Authorizer
-    from gateway.composition import build_services
-    from gateway.handler import GatewayFunction
+    from gateway.functions.authorizer import Authorizer
+    from gateway.functions.composition import build_services
+    from gateway.functions.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
     from tests.gateway_helpers import unthrottled
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from devkit.gateway_stack import call_installed
-from gateway.handler import GatewayFunction
+from gateway.functions.handler import GatewayFunction
 
 
 def call(ev: dict[str, Any], function: GatewayFunction | None = None) -> tuple[int, dict[str, str], Any]:

@@ -1,5 +1,5 @@
 """What a warm function instance keeps: its settings, the model registry and the services
-its routes call (built by `gateway.composition.build_services`, once per instance)."""
+its routes call (built by `gateway.functions.composition.build_services`, once per instance)."""
 
 from __future__ import annotations
 

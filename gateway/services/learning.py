@@ -47,7 +47,7 @@ MAX_REFIT_RECORDS = 5000
 MAX_KEYS = 4
 # The training outcomes a refit asked over the API fits on (the newest): few enough that a
 # 256 MB function (a sixth of a core) answers within API Gateway's 29 s (the fit's time:
-# docs/concepts/adapters.md). The scheduled refit (gateway.refits, a function of its own) fits on up to
+# docs/concepts/adapters.md). The scheduled refit (gateway.functions.refits, a function of its own) fits on up to
 # MAX_REFIT_RECORDS.
 MAX_REQUEST_SAMPLES = 500
 # ...for an entry of up to this many options; an entry with more gets proportionally fewer

@@ -5,7 +5,7 @@ REST API with `responseTransferMode: STREAM`, or a function URL) sends its respo
 one byte stream of content type `application/vnd.awslambda.http-integration-response`: a
 JSON prelude with the status and headers, eight NUL bytes, then the body, which API
 Gateway passes on as it arrives. The same bytes are what the runtime loop
-(`gateway.runtime_loop`) posts to the Lambda Runtime API, and what the local runner
+(`gateway.functions.runtime_loop`) posts to the Lambda Runtime API, and what the local runner
 (`devkit.local`) reads back, so both run one code path.
 """
 

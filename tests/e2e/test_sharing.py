@@ -33,9 +33,9 @@ def stack(smollm2_path, tmp_path_factory):
     from gateway.auth.authenticate import Authenticator
     from gateway.auth.tenants import create_tenant, issue_api_key
     from gateway.auth.tokens import file_key_ring, new_key_document
-    from gateway.authorizer import Authorizer
-    from gateway.composition import build_services
-    from gateway.handler import GatewayFunction
+    from gateway.functions.authorizer import Authorizer
+    from gateway.functions.composition import build_services
+    from gateway.functions.handler import GatewayFunction
     from gateway.stores.sqlite import open_sqlite
 
     for name, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"), ("AWS_DEFAULT_REGION", "us-east-1")):

@@ -22,10 +22,10 @@ from schemathesis import GenerationMode
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import call_installed, event, install
 from devkit.local import InProcessFunction, LocalApiGateway, make_server
-from gateway.app import build_app
+from gateway.api.app import build_app
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
-from gateway.authorizer import Authorizer
+from gateway.functions.authorizer import Authorizer
 from tests.conftest import examples
 from tests.gateway_helpers import call
 

@@ -547,10 +547,10 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
                          env={**ENV, "LAMBDA_ARCH": arch, "LAMBDA_PYTHON": version, "BYTECODE_PYTHON": sys.executable})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     artifact = build / "GatewayFunction"
-    assert (artifact / "gateway" / "handler.py").exists() and (artifact / "systemone").is_dir()
+    assert (artifact / "gateway" / "functions" / "handler.py").exists() and (artifact / "systemone").is_dir()
     # With its bytecode, for the Python it was built for: a read-only code folder cannot cache it.
     tag = sys.implementation.cache_tag
-    assert (artifact / "gateway" / "__pycache__" / f"handler.{tag}.pyc").exists()
+    assert (artifact / "gateway" / "functions" / "__pycache__" / f"handler.{tag}.pyc").exists()
     assert (artifact / "pydantic" / "__pycache__" / f"main.{tag}.pyc").exists()
     # Built from what the function needs: the tools beside it (devkit: the local runner, the admin
     # CLI, the calibration tool), the scorer and the benchmarks are never copied in.
@@ -558,9 +558,9 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
     probe = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(artifact)!r})\n"
-        "import gateway.handler, gateway.authorizer, gateway.rotation\n"
+        "import gateway.functions.handler, gateway.functions.authorizer, gateway.functions.rotation\n"
         f"event = json.load(open({str(ROOT / 'events' / 'health.json')!r}))\n"
-        "print(json.dumps(gateway.handler.lambda_handler(event, None)['statusCode']))\n"
+        "print(json.dumps(gateway.functions.handler.lambda_handler(event, None)['statusCode']))\n"
     )
     models = json.dumps({"models": [{"name": "m", "endpoints": [{"name": "e"}]}]})
     result = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -640,8 +640,8 @@ def test_the_models_parameter_is_settings_the_gateway_accepts_for_every_deployme
     assert names == ["decision-default", "chat-default", *(["decision-quiet"] if serverless else [])]
     # Every pool is priced: each instance at its type's price in the one price file, the
     # Serverless pool by its memory.
-    from gateway.composition import endpoint as built
     from gateway.decisions.cost import PRICES
+    from gateway.functions.composition import endpoint as built
 
     for endpoint in settings.models[0].endpoints:
         kind = "GpuInstanceType" if endpoint.name == "gpuendpoint" else "CpuInstanceType"
@@ -706,7 +706,7 @@ def test_the_streaming_routes_are_the_streaming_functions_and_stream(template):
     assert variables == gateway["Environment"]["Variables"]
     script = ROOT / wrapper.removeprefix("/var/task/")
     assert wrapper.startswith("/var/task/") and script.is_file() and os.access(script, os.X_OK)
-    assert "gateway.runtime_loop" in script.read_text()
+    assert "gateway.functions.runtime_loop" in script.read_text()
     assert {k: streaming[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")} == {
         k: gateway[k] for k in ("SnapStart", "AutoPublishAlias", "AutoPublishAliasAllProperties", "CodeUri")}
 
@@ -748,7 +748,7 @@ def test_sams_transform_makes_the_streaming_routes_stream_integrations_of_the_st
 
 def test_the_scheduled_refit_lists_tenant_ids_and_writes_catalog_versions_only(template):
     refit = resources(template, "AWS::Serverless::Function")["RefitFunction"]["Properties"]
-    assert refit["Handler"] == "gateway.refits.lambda_handler"
+    assert refit["Handler"] == "gateway.functions.refits.lambda_handler"
     assert refit["Events"]["Daily"] == {"Type": "Schedule", "Properties": {
         "Schedule": "rate(1 day)", "Description": refit["Events"]["Daily"]["Properties"]["Description"]}}
     assert refit["EventInvokeConfig"] == {"MaximumRetryAttempts": 0}

@@ -18,9 +18,9 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, mint, new_key_document
-from gateway.authorizer import Authorizer
-from gateway.composition import build_services
-from gateway.handler import GatewayFunction
+from gateway.functions.authorizer import Authorizer
+from gateway.functions.composition import build_services
+from gateway.functions.handler import GatewayFunction
 from gateway.stores.sqlite import open_sqlite
 from tests.conftest import CANARY_KEY
 from tests.gateway_helpers import unthrottled

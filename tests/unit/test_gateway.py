@@ -21,11 +21,8 @@ LAYERS = (
     ("streaming",),  # a response that streams: its type, the relay of a backend's events, the integration's bytes
     ("services",),  # the use cases the routes call
     ("wire",),  # the public request and response codecs
-    ("api", "caller"),  # one router per resource; the principal of an event
-    ("app",),  # assembles the routers
-    ("composition",),  # builds stores, services and the authenticator from settings
-    ("handler", "authorizer", "rotation", "refits"),  # the Lambda entry points
-    ("runtime_loop",),  # the streaming function's Runtime API client, around the handler
+    ("api",),  # one router per resource, and the app that assembles them
+    ("functions",),  # the Lambda entry points, the streaming runtime loop, and the composition root they are built by
 )  # the tools that run beside the functions are in devkit/ (tests/unit/test_repository_layers.py)
 LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
 
@@ -69,8 +66,8 @@ def test_no_two_units_import_each_other():
 
 def test_the_checks_see_an_upward_import():
     # A module of the decision model that imports a route would be refused.
-    tree = ast.parse("from gateway.api.records import router\nfrom gateway import handler\n")
-    assert imported_units(tree) == {"api", "handler"} and LAYER["api"] > LAYER["decisions"]
+    tree = ast.parse("from gateway.api.records import router\nfrom gateway.functions import handler\n")
+    assert imported_units(tree) == {"api", "functions"} and LAYER["api"] > LAYER["decisions"]
 
 
 def test_the_contract_package_depends_on_neither_side():

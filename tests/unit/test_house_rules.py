@@ -71,7 +71,7 @@ def test_immutable_values_are_frozen_dataclasses_and_no_module_brings_its_own_de
 
 def test_importing_the_functions_writes_nothing_into_the_environment():
     probe = ("import json, os, sys; before = dict(os.environ); "
-             "import gateway.authorizer, gateway.handler, gateway.runtime_loop, gateway.rotation, gateway.refits; "
+             "import gateway.functions.authorizer, gateway.functions.handler, gateway.functions.runtime_loop, gateway.functions.rotation, gateway.functions.refits; "
              "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PYDANTIC_", "OPENBLAS_"))}
     env |= {"GATEWAY_MODELS": json.dumps({"models": []}), "AWS_REGION": "us-east-1"}
@@ -84,7 +84,7 @@ def test_importing_the_functions_writes_nothing_into_the_environment():
 def test_no_module_writes_the_environment(package):
     """`os.environ[...] =`, `.setdefault`, `.update`, `os.putenv`: only the runtime loop's
     per-invocation trace id, which a custom runtime must set."""
-    allowed = {("gateway/runtime_loop.py", "_X_AMZN_TRACE_ID")}
+    allowed = {("gateway/functions/runtime_loop.py", "_X_AMZN_TRACE_ID")}
     writes = []
     for path in (ROOT / package).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

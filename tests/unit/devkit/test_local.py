@@ -12,8 +12,8 @@ from devkit import local
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, call_installed, event, install, settings_for, stream_installed
 from devkit.local import LocalApiGateway, LocalUsagePlans, TokenBucket, proxy_event, read_whole
-from gateway import authorizer
 from gateway.auth.store import DEFAULT_LIMITS, Tenant
+from gateway.functions import authorizer
 from gateway.settings import LAMBDA_INVOKE_PAYLOAD_BYTES, MAX_BODY_BYTES, GatewaySettings
 from systemone import limits
 from tests.fakes import ManualClock

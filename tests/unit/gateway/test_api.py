@@ -73,7 +73,7 @@ def test_an_anonymous_request_gets_401_before_its_body_is_read(backend, raw):
 def test_a_gzip_bomb_from_an_anonymous_caller_is_never_inflated(backend, monkeypatch):
     import gzip
 
-    from gateway import handler
+    from gateway.functions import handler
 
     inflated = []
     monkeypatch.setattr(handler.body_reader, "inflate", lambda *a: inflated.append(a) or b"{}")

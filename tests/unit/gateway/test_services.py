@@ -14,10 +14,10 @@ from gateway.auth.tenant_cache import TenantCache
 from gateway.auth.tenants import create_tenant, set_limits
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.catalogs.service import CatalogService
-from gateway.composition import build_registry, build_services
 from gateway.decisions.model import Decision, Option, Question
 from gateway.decisions.records import DecisionRecorder
 from gateway.errors import Forbidden, InvalidRequest, NotFound, PayloadTooLarge, RateLimited, RecordNotStored
+from gateway.functions.composition import build_registry, build_services
 from gateway.services.decide import DecideService
 from gateway.services.records import RecordsService
 from gateway.services.tenant_tags import TenantTags

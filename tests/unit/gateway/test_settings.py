@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.composition import pool_policy
+from gateway.functions.composition import pool_policy
 from gateway.settings import GatewaySettings, SettingsError
 
 MODELS = {"models": [{"name": "decision-default", "aliases": ["jev-latest"], "endpoints": [{"name": "dg-gpu"}, {"name": "dg-cpu"}]}]}
@@ -84,7 +84,7 @@ def serverless_model(*endpoints: dict) -> dict:
 
 def test_a_cold_serverless_endpoint_is_a_pool_to_route_to_never_a_fallback():
     # Serverless first (a quiet tenant's pool, an instance behind it): accepted, 4 MB a body.
-    from gateway.composition import build_registry
+    from gateway.functions.composition import build_registry
 
     first = GatewaySettings.from_env(serverless_model({"name": "quiet", "serverless": True}, {"name": "cpu"}))
     (quiet, cpu) = build_registry(first).endpoints()
@@ -100,7 +100,7 @@ def test_a_cold_serverless_endpoint_is_a_pool_to_route_to_never_a_fallback():
 
 
 def test_an_endpoint_is_priced_by_its_instance_hour_or_its_serverless_memory():
-    from gateway.composition import build_registry
+    from gateway.functions.composition import build_registry
 
     settings = GatewaySettings.from_env(serverless_model(
         {"name": "quiet", "serverless": True, "memory_gb": 6}, {"name": "cpu", "usd_per_hour": 3.6}, {"name": "free"}))

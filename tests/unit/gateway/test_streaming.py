@@ -17,8 +17,8 @@ from devkit.sagemaker_standin import EVENT_STREAM, model_stream_error, payload_p
 from gateway import aws
 from gateway.backends.base import ANONYMOUS, Caller, Endpoint, EndpointBusy, EndpointFailed, StreamBroken, StreamedAnswer
 from gateway.backends.sagemaker import SageMakerInvoker
-from gateway.composition import sagemaker_client
 from gateway.decisions.cost import Meter
+from gateway.functions.composition import sagemaker_client
 from gateway.streaming.events import DONE, MAX_EVENT_BYTES, events
 from gateway.streaming.integration import read_prelude
 from gateway.streaming.relay import ChatRelay

@@ -14,13 +14,13 @@ import pytest
 
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import event, install
-from gateway import authorizer
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import create_tenant, issue_api_key
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.errors import RateLimited, Unauthenticated
+from gateway.functions import authorizer
 from gateway.stores.sqlite import open_sqlite
 from gateway.stores.sqlite.tenants import SQLiteTenants
 from tests.fakes import ManualClock

@@ -29,8 +29,8 @@ from gateway.backends.base import (
 )
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.sagemaker import SageMakerInvoker
-from gateway.composition import sagemaker_client
 from gateway.errors import RateLimited
+from gateway.functions.composition import sagemaker_client
 from systemone.sidechannel import parse_attributes, request_id_of, tenant_of, tenant_tag, weight_of, work_of
 
 

@@ -15,9 +15,9 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.credentials import Principal
 from gateway.auth.tenants import set_limits
 from gateway.backends.base import ANONYMOUS
-from gateway.composition import build_services
 from gateway.decisions.cost import worst_case
-from gateway.handler import GatewayFunction
+from gateway.functions.composition import build_services
+from gateway.functions.handler import GatewayFunction
 from gateway.settings import GatewaySettings
 from gateway.stores.sqlite import open_sqlite
 from tests.gateway_helpers import call, register_credentials, tenant_store

@@ -15,8 +15,8 @@ from gateway.auth.authenticate import Authenticator
 from gateway.auth.store import PrincipalRule
 from gateway.auth.tenants import set_limits
 from gateway.backends.base import ANONYMOUS
-from gateway.composition import build_services
-from gateway.handler import GatewayFunction
+from gateway.functions.composition import build_services
+from gateway.functions.handler import GatewayFunction
 from gateway.services.throttle import TenantThrottle
 from gateway.stores.sqlite import open_sqlite
 from tests.gateway_helpers import call, register_credentials, tenant_store

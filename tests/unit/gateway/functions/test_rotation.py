@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from gateway import rotation
 from gateway.auth.tokens import CachedKeyRing, mint, verify
+from gateway.functions import rotation
 
 # The document Secrets Manager generates at deploy time (the template's GenerateSecretString).
 INITIAL = {"current": "k1", "key:k1": "x" * 64}

@@ -41,7 +41,7 @@ from gateway.auth.credentials import Principal
 from gateway.auth.store import TenantLimits
 from gateway.errors import Unauthenticated
 
-log = logging.getLogger("gateway.authorizer")
+log = logging.getLogger("gateway.functions.authorizer")
 CACHE_S = 60.0
 CACHE_ENTRIES = 1024
 
@@ -124,7 +124,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def authenticator_from_env() -> Authenticator:
-    from gateway.composition import build_authenticator
+    from gateway.functions.composition import build_authenticator
     from gateway.settings import AuthSettings
 
     authenticator = build_authenticator(AuthSettings.from_env())

@@ -2,7 +2,7 @@
 here, once, from settings, for the gateway function (`build_services`), the authorizer
 and the admin CLI (`build_stores`, `build_authenticator`, `build_record_keys`).
 
-Nothing is built at import of this module; in Lambda, gateway.handler builds the services
+Nothing is built at import of this module; in Lambda, gateway.functions.handler builds the services
 while the function initialises (the init phase), SageMaker clients included.
 """
 

@@ -1,4 +1,4 @@
-"""The Lambda entry point (`gateway.handler.lambda_handler`), REST API proxy events (v1).
+"""The Lambda entry point (`gateway.functions.handler.lambda_handler`), REST API proxy events (v1).
 
 Before routing, the body is made plain JSON text: base64 undone (API Gateway sends
 binary media that way), `Content-Encoding: gzip` or `zstd` inflated with a bound (a
@@ -20,16 +20,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
-from gateway.caller import principal_of
+from gateway.auth.caller import principal_of
 from gateway.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge, RequestError, ServiceError
 from gateway.streaming.integration import prelude, whole_body
 from gateway.streaming.response import StreamedBody, streamed_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
-    from gateway.composition import InstanceServices
+    from gateway.functions.composition import InstanceServices
 
-log = logging.getLogger("gateway.handler")
+log = logging.getLogger("gateway.functions.handler")
 
 
 class GatewayFunction:
@@ -37,7 +37,7 @@ class GatewayFunction:
     own; Lambda gets the one `lambda_handler` builds from the environment."""
 
     def __init__(self, services: InstanceServices) -> None:
-        from gateway.app import build_app
+        from gateway.api.app import build_app
 
         self.runtime = services
         self.app = build_app(services)
@@ -110,7 +110,7 @@ class GatewayFunction:
 
 def build_function() -> GatewayFunction:
     """The function as this deployment's settings describe it (stores, clients, routes)."""
-    from gateway.composition import build_services
+    from gateway.functions.composition import build_services
     from gateway.settings import GatewaySettings
 
     return GatewayFunction(build_services(GatewaySettings.from_env()))
@@ -194,7 +194,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def streaming_handler(event: dict[str, Any], context: Any) -> Iterator[bytes]:
-    """The streaming routes' entry point (`gateway.runtime_loop` in AWS, the local runner here)."""
+    """The streaming routes' entry point (`gateway.functions.runtime_loop` in AWS, the local runner here)."""
     return _built().stream(event, context)
 
 

@@ -17,10 +17,10 @@ import pytest
 from devkit.fake_backend import FakeBackendServer
 from devkit.gateway_stack import PRINCIPAL, event
 from devkit.runtime_api import RuntimeApiStandIn
-from gateway.runtime_loop import RuntimeApi, serve
+from gateway.functions.runtime_loop import RuntimeApi, serve
 from gateway.streaming.integration import CONTENT_TYPE, read_prelude
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 class Handler:

@@ -9,7 +9,7 @@ import pytest
 from devkit.gateway_stack import event
 from gateway.catalogs.model import parse_content
 from gateway.catalogs.service import CatalogService
-from gateway.refits import lambda_handler, refit_all
+from gateway.functions.refits import lambda_handler, refit_all
 from gateway.services.learning import LearningService
 from tests.gateway_helpers import call, tenant_store
 from tests.unit.gateway.test_catalogs import (

@@ -118,7 +118,7 @@ def test_compressed_bodies_are_inflated(backend, encoding):
         ("/v1/systemone", b"[1, 2]", {}, 422, "model_attributes_type"),
         ("/v1/systemone", b"\x1f\x8b garbage", {"Content-Encoding": "gzip"}, 422, "decompression_error"),
         ("/v1/systemone", b"{}", {"Content-Encoding": "br"}, 415, None),
-        ("/v1/systemone", gzip.compress(b" " * (7 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413, None),
+        ("/v1/systemone", gzip.compress(b" " * (7 * 1024 * 1024), mtime=0), {"Content-Encoding": "gzip"}, 413, None),
     ],
 )
 def test_bad_bodies_get_4xx_in_the_system_one_shape(backend, path, raw, headers, status, kind):
@@ -356,7 +356,7 @@ def test_the_estimate_counts_both_orders_and_the_prior_only_when_asked_for():
 
 _INIT_PHASE = r"""
 import json, sys
-import gateway.handler as handler
+import gateway.functions.handler as handler
 function = handler._function
 clients = len(function.runtime.decide.backend._clients) if function is not None else None
 pending = sorted({m.__qualname__ for m in handler.declared_models() if not m.__pydantic_complete__})
@@ -374,7 +374,7 @@ def _load_handler(tmp_path, **env):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GATEWAY_"))}
     result = subprocess.run([sys.executable, "-c", _INIT_PHASE], capture_output=True, text=True, timeout=120,
                             cwd=root, env={**clean, "PYTHONPATH": str(root), "AWS_DEFAULT_REGION": "us-east-1",
@@ -427,7 +427,7 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
     import sys
     import types
 
-    from gateway import handler
+    from gateway.functions import handler
     from gateway.settings import GatewaySettings
 
     pool_settings = [{"name": name, "tier": 0} for name in "abcd"]  # one tier: a weighted random order
@@ -456,7 +456,7 @@ def test_instances_resumed_from_one_snapshot_draw_their_own_endpoint_order(monke
 def test_the_function_starts_and_decides_without_importing_numpy():
     # numpy is in the artifact for refits only: a cold start that imported it would pay for
     # it on every decision function (the import alone is tens of milliseconds).
-    script = ("import sys\nimport gateway.handler, gateway.streaming.integration, gateway.runtime_loop\n"
+    script = ("import sys\nimport gateway.functions.handler, gateway.streaming.integration, gateway.functions.runtime_loop\n"
               "from gateway.catalogs import adapters, policy\n"
               "sys.exit(1 if 'numpy' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", script], check=False).returncode == 0
@@ -469,7 +469,7 @@ def _declared_models() -> list[type]:
 
     import gateway
     import systemone
-    from gateway.handler import declared_models
+    from gateway.functions.handler import declared_models
 
     for package in (gateway, systemone):  # the entry points too: outside Lambda they build nothing at import
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):

@@ -22,7 +22,7 @@ from gateway.services.instance import InstanceServices
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
 
-log = logging.getLogger("gateway.app")
+log = logging.getLogger("gateway.api.app")
 # The public API's question types beside the contract's: /v1/decisions' predicates and catalog references.
 PUBLIC_QUESTION_TAGS = QUESTION_TAGS | {"predicate", "catalog"}
 API_TITLE = "Decision gateway"

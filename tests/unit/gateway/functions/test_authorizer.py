@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway import authorizer
 from gateway.auth.credentials import Principal
 from gateway.auth.store import DEFAULT_LIMITS
 from gateway.errors import Unauthenticated
+from gateway.functions import authorizer
 
 METHOD_ARN = "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/POST/v1/systemone"
 
@@ -74,8 +74,8 @@ def _load_authorizer(tmp_path, **env) -> tuple[dict, str]:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[3]
-    script = ("import json, gateway.authorizer as a\n"
+    root = Path(__file__).resolve().parents[4]
+    script = ("import json, gateway.functions.authorizer as a\n"
               "print(json.dumps({'built': a._authorizer is not None,"
               " 'cached': len(a._authorizer._cache) if a._authorizer else None}))")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GATEWAY_"))}

@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway.streaming.integration import CONTENT_TYPE
 
-log = logging.getLogger("gateway.runtime_loop")
+log = logging.getLogger("gateway.functions.runtime_loop")
 API = "/2018-06-01/runtime"
 ERROR_TYPE_TRAILER = "Lambda-Runtime-Function-Error-Type"
 ERROR_BODY_TRAILER = "Lambda-Runtime-Function-Error-Body"
@@ -192,7 +192,7 @@ def _prepended(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
 def main() -> int:
     api = RuntimeApi(os.environ["AWS_LAMBDA_RUNTIME_API"])
     try:
-        from gateway import handler  # the init phase: importing it builds the function
+        from gateway.functions import handler  # the init phase: importing it builds the function
     except Exception as exc:
         api.init_error(exc)
         return 1

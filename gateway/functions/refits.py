@@ -23,7 +23,7 @@ from gateway.catalogs.service import CatalogService
 from gateway.errors import RequestError
 from gateway.services.learning import MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES, LearningService
 
-log = logging.getLogger("gateway.refits")
+log = logging.getLogger("gateway.functions.refits")
 
 
 def refit_all(tenant_ids: Callable[[], list[str]], catalogs: CatalogService, learning: LearningService,
@@ -62,7 +62,7 @@ def _refits_daily(version: CatalogVersion) -> bool:
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from gateway.composition import build_stores
+    from gateway.functions.composition import build_stores
     from gateway.observability import configure_logging
     from gateway.settings import AuthSettings
 

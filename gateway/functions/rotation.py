@@ -1,4 +1,4 @@
-"""Secrets Manager rotation for the token signing keys (`gateway.rotation.lambda_handler`).
+"""Secrets Manager rotation for the token signing keys (`gateway.functions.rotation.lambda_handler`).
 
 The four rotation steps, for a secret holding the key document of `gateway.auth.tokens`:
 createSecret stages a document with a new current key beside the old ones (AWSPENDING);
@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.auth.tokens import new_key_document, parse_key_document
 
-log = logging.getLogger("gateway.rotation")
+log = logging.getLogger("gateway.functions.rotation")
 
 
 def lambda_handler(event: dict[str, Any], context: Any, client: Any = None) -> None:
