@@ -201,3 +201,29 @@ def test_no_two_modules_of_the_deployables_import_each_other_however_indirectly(
     graph = {m: {o for o in others if not m.startswith(o + ".")} for m, others in graph.items()}
     assert _circles(graph) == []
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check finds one
+
+
+# Where the gateway builds AWS clients: the composition root and the functions it serves
+# (which hand them in), and the settings' own source (an SSM parameter). No adapter,
+# service or route builds one: each takes the client it is given.
+CLIENT_BUILDERS = {"gateway/functions/composition.py", "gateway/functions/rotation.py", "gateway/settings.py",
+                   "gateway/aws.py"}
+
+
+def _builds_a_client(source: str) -> bool:
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("client",
+                                                                                                      "create_client"):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "gateway").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_composition_root_builds_aws_clients(path):
+    if str(path.relative_to(ROOT)) not in CLIENT_BUILDERS:
+        assert not _builds_a_client(path.read_text()), "take the client from the composition root instead"
+
+
+def test_the_client_rule_sees_a_client_built():
+    assert _builds_a_client("from gateway import aws\nc = aws.client('dynamodb')\n")
+    assert not _builds_a_client("def f(client):\n    return client.get_item()\n")
