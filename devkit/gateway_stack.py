@@ -61,7 +61,7 @@ def _installed_function() -> GatewayFunction:
 
 def installed() -> InstanceServices:
     """The services of the function `call_installed` invokes."""
-    return _installed_function().runtime
+    return _installed_function().services
 
 
 def call_installed(ev: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -299,14 +299,14 @@ class WholeModel:
 
     def __init__(self, llama: LlamaModel) -> None:
         self.seqs = tuple(range(llama.n_seq_max))
-        self._runtime = llama
+        self._llama = llama
 
     @property
     def step_tokens(self) -> int:
-        return self._runtime.step_tokens
+        return self._llama.step_tokens
 
     def step(self) -> AbstractContextManager[object]:
-        return self._runtime.lock
+        return self._llama.lock
 
 
 class Sampler:

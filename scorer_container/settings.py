@@ -17,7 +17,7 @@ from scorer_container.model_files import TEMPERATURE_RANGE
 
 PREFIX = "SM_LLAMA_CPP_"
 # llama-server option (long and short names) -> LlamaSettings field.
-_RUNTIME_OPTIONS = {
+_LLAMA_OPTIONS = {
     "ctx-size": "n_ctx", "c": "n_ctx",
     "batch-size": "n_batch", "b": "n_batch",
     "ubatch-size": "n_ubatch", "ub": "n_ubatch",
@@ -82,7 +82,7 @@ class ScorerSettings:
             option = key[len(PREFIX):].lower().replace("_", "-")
             if option in _NOT_OPTIONS or option in ("readout", "alias"):
                 continue
-            target = _RUNTIME_OPTIONS.get(option)
+            target = _LLAMA_OPTIONS.get(option)
             if target is None:
                 ignored.append(option)
                 continue

@@ -9,9 +9,10 @@ The two error-body shapes are written (`error_parts`, `system_one_body`, `openai
 and read (`read_error_body`) here only: System One (`{"detail": [...]}` or
 `{"detail": {"error_type", "message"}}`) and OpenAI (`{"error": {"message", "type",
 "param", "code"}}`). Messages are written for callers; exception text from below never
-reaches them. `retryable` False means retrying the same request cannot help: the caller
-is told so (`x-should-retry: false`, which the OpenAI SDKs obey) and no Retry-After is
-sent; an error with a `retry_after` sends one.
+reaches them. `retryable` False means retrying the same request by itself cannot help:
+the caller is told so (`x-should-retry: false`, which the OpenAI SDKs obey). An error
+with a `retry_after` sends it as Retry-After (a spent budget says when the month turns,
+and is not retried by itself before).
 """
 
 from __future__ import annotations

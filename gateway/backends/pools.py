@@ -77,7 +77,7 @@ SATURATED = {"container_503", "container_429", "container_queue_timeout", "Servi
 # deadline gets 23 s, not 16.
 _TIMEOUT_STEPS = (23.0, 22.0, 20.0, 18.0, 16.0, 12.0, 8.0, 4.0, 2.0, 1.0)
 MIN_ATTEMPT_S = 0.5  # the least time an attempt is started with
-# What a request has spent on itself (its body, its checks, its budget) before its first attempt.
+# What a request has spent on itself (its body, its checks, its work limits) before its first attempt.
 _SPENT_BEFORE_FIRST_ATTEMPT_S = 0.01
 _Answer = TypeVar("_Answer")
 

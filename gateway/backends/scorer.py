@@ -107,13 +107,16 @@ def _extensions(body: dict[str, Any]) -> tuple[dict[str, Any], Extensions]:
 
 
 _ANSWER = TypeAdapter(ScorerAnswer, config=ConfigDict(defer_build=True))  # built on first use, as the models
+_AGREEMENT = 1e-6  # rounding between the scorer's floats and these (it normalises before it computes)
 
 
 def _answer(question: Question, raw: Any) -> Answer:
     """The answer's distribution over the question's declared options, with its confidence and
-    score: the scorer's own (the contract's formulas, systemone.answers), computed here only
-    where the scorer's distribution held other options than the declared ones. Refused when it
-    is not a contract answer of the question's type covering every option with some probability."""
+    score, computed here once (the contract's formulas, systemone.answers): the scorer's own
+    floats are kept where they agree, so that a scorer and a gateway deployed apart (another
+    image, another version of the formulas) never hand a caller or a policy a figure that
+    does not describe the probabilities. Refused when it is not a contract answer of the
+    question's type covering every option with some probability."""
     try:
         answer = _ANSWER.validate_python(raw)
     except ValidationError:
@@ -127,10 +130,14 @@ def _answer(question: Question, raw: Any) -> Answer:
     if any(v is None for v in values) or sum(values) <= 0:
         return Answer(question, refused=True)
     probabilities = normalise(values)
-    if set(answer.probabilities) == set(keys) and answer.confidence is not None:
-        confidence, score = answer.confidence, getattr(answer, "score", None)
-    else:
-        confidence, score = figures(question.kind, probabilities)
+    confidence, score = figures(question.kind, probabilities)
+    sent = (answer.confidence, getattr(answer, "score", None))
+    mine = (confidence, score or 0.0)
+    if set(answer.probabilities) == set(keys) and all(
+            theirs is None or abs(theirs - own) <= _AGREEMENT for theirs, own in zip(sent, mine, strict=True)):
+        confidence, score = (sent[0] if sent[0] is not None else confidence), (sent[1] if sent[1] is not None else score)
+    elif sent != (None, None):
+        log.warning("the endpoint's confidence or score does not match its probabilities; computed here instead")
     return Answer(question, probabilities, confidence=confidence, score=score, features=_features(raw, len(keys)))
 
 

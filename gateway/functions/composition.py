@@ -51,6 +51,8 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
 
         backend = SageMakerInvoker(sagemaker_client)
         backend.prepare(registry.first_attempts())  # the clients built now (Lambda's init phase), not on a first call
+    if authenticator is not None and stores is None:
+        raise ValueError("an authenticator is given with the stores it checks against (stores=)")
     stores = stores if stores is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)

@@ -27,19 +27,19 @@ from gateway.streaming.response import StreamedBody, streamed_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
-    from gateway.functions.composition import InstanceServices
+    from gateway.services.instance import InstanceServices
 
 log = logging.getLogger("gateway.functions.handler")
 
 
 class GatewayFunction:
-    """The function with one services: tests, the local runner and benchmarks build their
+    """The function with its services: tests, the local runner and benchmarks build their
     own; Lambda gets the one `lambda_handler` builds from the environment."""
 
     def __init__(self, services: InstanceServices) -> None:
         from gateway.api.app import build_app
 
-        self.runtime = services
+        self.services = services
         self.app = build_app(services)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -62,7 +62,7 @@ class GatewayFunction:
                 yield from body
 
     def respond(self, event: dict[str, Any], context: Any, *, streaming: bool) -> tuple[dict[str, Any], StreamedBody | None]:
-        """The proxy result, and the body a route left to stream (only when `streaming`)."""
+        """The proxy result, and the events of a route's EventStream (a route returns one only when `streaming`)."""
         from gateway.observability import configure_logging
 
         configure_logging()
@@ -74,9 +74,9 @@ class GatewayFunction:
             refuse_credentials_in_query(event)
             # Who calls, first: an anonymous request is refused before its body is even decoded.
             principal = None if self.is_public(path) else self._principal(event)
-            if principal is not None and self.runtime.throttle is not None:
-                self.runtime.throttle.admit(principal.tenant_id)  # the tenant's own rate, before its body is read
-            prepared = prepare_event(event, self.runtime.settings.max_body_bytes)
+            if principal is not None and self.services.throttle is not None:
+                self.services.throttle.admit(principal.tenant_id)  # the tenant's own rate, before its body is read
+            prepared = prepare_event(event, self.services.settings.max_body_bytes)
         except ServiceError as exc:
             from gateway.api.responses import proxy_error  # Powertools' response type: loaded with the app
 
@@ -95,12 +95,12 @@ class GatewayFunction:
 
     def is_public(self, path: str) -> bool:
         path = route_path(path)
-        return path in PUBLIC_PATHS or (self.runtime.settings.openapi and path == OPENAPI_PATH)
+        return path in PUBLIC_PATHS or (self.services.settings.openapi and path == OPENAPI_PATH)
 
     def _principal(self, event: dict[str, Any]) -> Any:
         """The caller, or a ServiceError: a store that cannot be read is a 503, never an escaped exception."""
         try:
-            return principal_of(event, self.runtime.authenticator, time.time())
+            return principal_of(event, self.services.authenticator, time.time())
         except ServiceError:
             raise
         except Exception:
@@ -172,7 +172,7 @@ def after_restore() -> None:
     in the init phase, and botocore refreshes the container's credentials by their expiry."""
     random.seed()
     if _function is not None:
-        _function.runtime.registry.reseed()
+        _function.services.registry.reseed()
 
 
 def _register_restore_hook() -> None:

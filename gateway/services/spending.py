@@ -69,9 +69,9 @@ class Reservation:
 
 
 class Spending:
-    def __init__(self, store: CounterStore, limits: Callable[[str], TenantLimits], *,
+    def __init__(self, counters: CounterStore, limits: Callable[[str], TenantLimits], *,
                  clock: Callable[[], float] = time.time) -> None:
-        self.store = store
+        self.counters = counters
         self.limits = limits
         self.clock = clock
 
@@ -97,14 +97,14 @@ class Spending:
             raise self._over_budget(tenant_id, limits.monthly_budget_usd, now)  # suspended: not even a first request
         if limits.monthly_budget_usd is not None:
             month = Reservation(f"spend:{tenant_id}:{_month(now)}", nano_usd(worst.usd))
-            if not _checked(lambda: self.store.add_within(month.name, month.amount, nano_usd(limits.monthly_budget_usd),
+            if not _checked(lambda: self.counters.add_within(month.name, month.amount, nano_usd(limits.monthly_budget_usd),
                                                           _next_month(now) + 35 * 86400)):
                 raise self._over_budget(tenant_id, limits.monthly_budget_usd, now)
             reserved.append(month)
         if limits.endpoint_seconds_per_minute is not None:
             start = math.floor(now / 60) * 60
             minute = Reservation(f"work:{tenant_id}:{start:.0f}", math.ceil(seconds * 1000))
-            if not _checked(lambda: self.store.add_within(minute.name, minute.amount,
+            if not _checked(lambda: self.counters.add_within(minute.name, minute.amount,
                                                           round(limits.endpoint_seconds_per_minute * 1000), start + 3600)):
                 self._give_back(reserved)
                 raise RateLimited(
@@ -116,7 +116,7 @@ class Spending:
 
     def _over_budget(self, tenant_id: str, budget: float, now: float) -> BudgetExhausted:
         try:
-            spent = f"{self.store.tally(f'spend:{tenant_id}:{_month(now)}') / NANO_PER_USD:.4f} USD"
+            spent = f"{self.counters.tally(f'spend:{tenant_id}:{_month(now)}') / NANO_PER_USD:.4f} USD"
         except Exception:  # the figure is a courtesy; the refusal stands without it
             spent = "all"
         ends = _next_month(now)
@@ -128,7 +128,7 @@ class Spending:
     def month_spent_usd(self, tenant_id: str, now: float | None = None) -> float:
         """This month's tally: spent, and reserved by work in flight."""
         when = self.clock() if now is None else now
-        return _checked(lambda: self.store.tally(f"spend:{tenant_id}:{_month(when)}")) / NANO_PER_USD
+        return _checked(lambda: self.counters.tally(f"spend:{tenant_id}:{_month(when)}")) / NANO_PER_USD
 
     def _settle(self, tenant_id: str, reserved: list[Reservation], meter: Meter, entries: Sequence[str],
                 started: float) -> None:
@@ -137,14 +137,14 @@ class Spending:
         try:
             for reservation in reserved:
                 change = actual[reservation.name.partition(":")[0]] - reservation.amount
-                self.store.add_within(reservation.name, change, None, started + 86400)
+                self.counters.add_within(reservation.name, change, None, started + 86400)
             self._add_usage(tenant_id, entries or (INLINE_ENTRY,), actual["spend"], actual["work"], started)
         except Exception:  # the answer is not lost for it; a reservation left over over-counts, never under
             log.exception("spend could not be settled", extra={"tenant_id": tenant_id})
 
     def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float) -> None:
         day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
-        self.store.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
+        self.counters.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
         names = sorted(set(entries))
         # Each entry its even share; past the eighth, one row holds the rest's shares together.
         kept = names if len(names) <= MAX_USAGE_ENTRIES else names[:MAX_USAGE_ENTRIES - 1]
@@ -155,11 +155,11 @@ class Spending:
             first = position == 0  # what an even split leaves over goes to the first entry
             share = UsageRow(day, entry, 1, cost * weight // len(names) + (cost % len(names) if first else 0),
                              endpoint_ms * weight // len(names) + (endpoint_ms % len(names) if first else 0))
-            self.store.add_usage(tenant_id, share, kept_until)
+            self.counters.add_usage(tenant_id, share, kept_until)
 
     def _give_back(self, reserved: list[Reservation]) -> None:
         for reservation in reserved:
-            _checked(lambda r=reservation: self.store.add_within(r.name, -r.amount, None, self.clock() + 86400))
+            _checked(lambda r=reservation: self.counters.add_within(r.name, -r.amount, None, self.clock() + 86400))
 
     def usage(self, tenant_id: str, first_day: str, last_day: str, limits: TenantLimits) -> dict[str, Any]:
         """The tenant's usage between two days (inclusive): totals, by day, by entry, and its budgets."""
@@ -167,7 +167,7 @@ class Spending:
         if last < first or (last - first) / 86400 >= MAX_USAGE_DAYS:
             raise InvalidRequest.at(["query", "from"], f"'from' must not be after 'to', and one request reads at most"
                                     f" {MAX_USAGE_DAYS} days")
-        rows = _checked(lambda: self.store.usage(tenant_id, first_day, last_day))
+        rows = _checked(lambda: self.counters.usage(tenant_id, first_day, last_day))
         days = [r for r in rows if r.entry == ALL_ENTRIES]
         entries = [r for r in rows if r.entry != ALL_ENTRIES]
         return {"object": "usage", "from": first_day, "to": last_day, "currency": "USD",

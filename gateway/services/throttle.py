@@ -45,9 +45,9 @@ HOLD_MARGIN_S = 30.0
 
 
 class TenantThrottle:
-    def __init__(self, store: CounterStore, limits: Callable[[str], TenantLimits], *, hold_s: float,
+    def __init__(self, counters: CounterStore, limits: Callable[[str], TenantLimits], *, hold_s: float,
                  clock: Callable[[], float] = time.time) -> None:
-        self.store = store
+        self.counters = counters
         self.limits = limits
         self.hold_s = hold_s + HOLD_MARGIN_S  # the request's deadline, and a margin
         self.clock = clock
@@ -59,7 +59,7 @@ class TenantThrottle:
         allowed = max(limits.burst, math.ceil(limits.rate_per_s * window))
         now = self.clock()
         start = math.floor(now / window) * window
-        counted = self._store(lambda: self.store.count_within(f"rate:{tenant_id}:{window:g}:{start:.0f}",
+        counted = self._store(lambda: self.counters.count_within(f"rate:{tenant_id}:{window:g}:{start:.0f}",
                                                               allowed, start + 2 * window))
         if not counted:
             raise RateLimited(f"this tenant may send {allowed} requests every {window:g} s"
@@ -96,13 +96,13 @@ class TenantThrottle:
     @contextmanager
     def _held(self, name: str, limit: int, tenant_id: str, refusal: str) -> Iterator[None]:
         holder, now = uuid.uuid4().hex, self.clock()
-        if not self._store(lambda: self.store.hold(name, holder, limit, now + self.hold_s, now)):
+        if not self._store(lambda: self.counters.hold(name, holder, limit, now + self.hold_s, now)):
             raise RateLimited(f"{refusal}; retry when one has ended", 1)
         try:
             yield
         finally:
             try:
-                self.store.release(name, holder)
+                self.counters.release(name, holder)
             except Exception:  # the place expires by itself: the answer is not lost for it
                 log.exception("a place in flight could not be released", extra={"tenant_id": tenant_id})
 

@@ -49,6 +49,12 @@ class ChatRelay:
         else:
             self._finish("unread")
 
+    def __del__(self) -> None:
+        # The last resort: a response dropped on its way to the caller (an error after the
+        # route returned it) still gives the tenant's place back and settles its spend.
+        if not getattr(self, "_finished", True):  # (True: built only in part, nothing to give back)
+            self.close()
+
     def _relay(self) -> Iterator[bytes]:
         ended = "caller_gone"  # unless the events end otherwise: the caller closed the stream
         try:

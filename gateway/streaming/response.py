@@ -33,7 +33,7 @@ def streamed_body(result: dict[str, Any]) -> StreamedBody | None:
     """The events of a resolved EventStream, taken out of the proxy result (its body left
     empty for the prelude); None for a response answered whole."""
     body = result.get("body")
-    if body is None or isinstance(body, str):
+    if not (callable(getattr(body, "close", None)) and callable(getattr(body, "__next__", None))):
         return None
     result["body"] = ""
     return body

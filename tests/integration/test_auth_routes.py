@@ -62,9 +62,9 @@ class Stack:
         self.expired_token, _ = mint(ring, "acme", ("chat", "decide"), None, 3600, time.time() - 7200)
         self.revoked_token, claims = mint(ring, "acme", ("chat", "decide"), None, 600, time.time())
         store.tenants.revoke_token(claims.token_id, "acme", claims.expires_at)
-        self.runtime = build_services(settings_for(), UniformBackend(), stores=store, authenticator=self.auth)
+        self.services = build_services(settings_for(), UniformBackend(), stores=store, authenticator=self.auth)
         self.authorizer = Authorizer(self.auth)
-        gateway = LocalApiGateway(InProcessFunction(GatewayFunction(self.runtime)),
+        gateway = LocalApiGateway(InProcessFunction(GatewayFunction(self.services)),
                                   authorizer=lambda event, context: self.authorizer(event, context))
         self.server = make_server("127.0.0.1", 0, gateway)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

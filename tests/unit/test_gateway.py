@@ -14,7 +14,7 @@ GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 LAYERS = (
     ("errors", "aws", "observability", "settings"),  # no domain types
     ("auth",),  # principals, credentials, tenants
-    ("decisions",),  # the decision model, budgets, records
+    ("decisions",),  # the decision model, work limits, cost, records
     ("catalogs",),  # named, versioned questions; policies and calibration
     ("backends",),  # endpoint pools and the scorer's protocol
     ("stores",),  # SQLite and DynamoDB adapters of the store interfaces

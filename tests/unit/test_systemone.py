@@ -238,8 +238,8 @@ def test_what_the_gateway_writes_in_the_custom_attributes_the_scorer_reads_back(
 
 def test_a_scorer_answer_keeps_its_own_confidence_and_score_in_the_gateway():
     # The gateway reports the scorer's confidence and expected score as the scorer computed
-    # them (systemone.answers: one set of formulas for both sides), and computes them itself,
-    # once, only where it changed the probabilities or the scorer's held other options.
+    # them (systemone.answers: one set of formulas for both sides) where they describe the
+    # probabilities; it computes each figure once, and its own after it changed them.
     from gateway.decisions.model import confidence_of, score_of
 
     body = parse(DecisionRequest, {"model": "m", "state": "s", "questions": {
@@ -258,6 +258,9 @@ def test_a_scorer_answer_keeps_its_own_confidence_and_score_in_the_gateway():
     changed = kept.recalibrated((0.1, 0.2, 0.7))
     assert changed.score == pytest.approx(1.6) and changed.confidence == pytest.approx(0.6)
     assert (score_of(changed), confidence_of(changed)) == (changed.score, changed.confidence)  # read, not recomputed
-    # Figures over options the question lacks describe another distribution: computed here instead.
-    got = read({**sent, "probabilities": {**sent["probabilities"], "3": 0.0}, "score": 1.9, "confidence": 0.9})
-    assert got.score == pytest.approx(1.3) and got.confidence == pytest.approx(sent["confidence"])
+    # Figures that contradict the probabilities (a scorer of another version), or over options
+    # the question lacks, are not passed on: computed here instead.
+    for lying in ({**sent, "confidence": 0.9}, {**sent, "score": 0.2},
+                  {**sent, "probabilities": {**sent["probabilities"], "3": 0.0}, "score": 1.9}):
+        got = read(lying)
+        assert got.score == pytest.approx(1.3) and got.confidence == pytest.approx(sent["confidence"])

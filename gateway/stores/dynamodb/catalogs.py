@@ -37,14 +37,19 @@ class DynamoDBCatalogs:
     def list_catalog_versions(self, tenant_id: str, name: str, after: int = 0, limit: int | None = None
                               ) -> list[CatalogVersion]:
         found: list[CatalogVersion] = []
-        pages = self.table.query_pages(KeyConditionExpression="pk = :p AND #v > :a", ConsistentRead=True,
-                                       ExpressionAttributeNames={"#v": "version"},
-                                       ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}, ":a": typed(after)},
-                                       **({} if limit is None else {"Limit": limit}))
-        for one in pages:
-            if limit is not None and len(found) == limit:
+        start = None
+        while limit is None or len(found) < limit:  # each page asks for what is still wanted, no more
+            extra = {"ExclusiveStartKey": start} if start else {}
+            if limit is not None:
+                extra["Limit"] = limit - len(found)
+            reply = self.table.client.query(
+                TableName=self.table.name, KeyConditionExpression="pk = :p AND #v > :a", ConsistentRead=True,
+                ExpressionAttributeNames={"#v": "version"},
+                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}, ":a": typed(after)}, **extra)
+            found.extend(_catalog_version(plain(one)) for one in reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
                 break
-            found.append(_catalog_version(one))
         return found
 
     def list_catalog_tenants(self) -> list[str]:

@@ -1,5 +1,5 @@
 """Idempotent requests' claims and replies in the keys table (`IDEMPOTENCY#<tenant>` /
-<key hash>), expired by TTL; this function deletes nothing in that table."""
+<key hash>), expired by TTL: the gateway function deletes nothing in that table (IAM grants it no DeleteItem there)."""
 
 from __future__ import annotations
 

@@ -342,3 +342,27 @@ def test_the_dynamodb_codec_refuses_what_dynamodb_cannot_store(value):
 
     with pytest.raises(TypeError):
         typed(value)
+
+
+def test_a_page_of_catalog_versions_reads_no_more_versions_than_it_returns():
+    # Given a history whose pages DynamoDB cuts at what was asked (a 1 MB page can hold fewer)
+    from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
+
+    class Pages:
+        def __init__(self) -> None:
+            self.limits = []
+
+        def query(self, **request):
+            self.limits.append(request.get("Limit"))
+            start = int(request.get("ExclusiveStartKey", {}).get("version", {}).get("N", 0))
+            taken = range(start + 1, start + 1 + min(request["Limit"], 15))  # at most 15 per page
+            items = [{"pk": {"S": "acme#routing"}, "version": {"N": str(n)}, "tenant_id": {"S": "acme"},
+                      "name": {"S": "routing"}, "content_hash": {"S": "h"}, "content": {"S": "{}"},
+                      "created_at": {"N": "1"}} for n in taken]
+            return {"Items": items, "LastEvaluatedKey": {"version": {"N": str(taken[-1])}}}
+
+    client = Pages()
+    catalogs = dynamodb_stores(client, DynamoDBTables("t", "k", catalogs="c")).catalogs
+    # When a caller pages 21 of them, then the pages ask for 21, then the 6 still wanted
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", limit=21)] == list(range(1, 22))
+    assert client.limits == [21, 6]

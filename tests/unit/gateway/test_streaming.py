@@ -5,6 +5,7 @@ entry point (the one the runtime loop and the local runner run)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -110,6 +111,15 @@ def test_a_stream_past_its_bound_is_ended_by_the_gateway():
     sent = list(relay)
     assert len(sent) < 10 and sent[-1] == DONE and json.loads(sent[-2][6:])["error"]["code"] == "timeout"
     assert released.times == 1 and hung_up and _Counted.last.names == ["StreamTimedOut"]
+
+
+def test_a_relay_dropped_on_its_way_to_the_caller_still_releases_and_hangs_up():
+    # An error after the route returned its EventStream drops the events unread and unclosed:
+    # the tenant's place and reservation must not wait for their expiry.
+    relay, released, _, hung_up = _relay([_sse({"a": 1}), DONE])
+    del relay
+    gc.collect()
+    assert released.times == 1 and hung_up
 
 
 def test_a_relay_closed_before_it_was_read_still_releases_and_hangs_up():

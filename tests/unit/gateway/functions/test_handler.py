@@ -358,7 +358,7 @@ _INIT_PHASE = r"""
 import json, sys
 import gateway.functions.handler as handler
 function = handler._function
-clients = len(function.runtime.decide.backend._clients) if function is not None else None
+clients = len(function.services.decide.backend._clients) if function is not None else None
 pending = sorted({m.__qualname__ for m in handler.declared_models() if not m.__pydantic_complete__})
 from pydantic import TypeAdapter
 pending += sorted(f"{name}.{attr}" for name, module in list(sys.modules.items())

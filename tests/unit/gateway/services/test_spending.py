@@ -211,7 +211,7 @@ def test_the_store_unreachable_refuses_with_503_rather_than_admitting_unchecked(
     def broken(*args):
         raise OSError("disk gone")
 
-    services.spending.store.add_within = broken
+    services.spending.counters.add_within = broken
     assert services.spending is not None
     principal = Principal("acme", frozenset({"decide"}), None, "k", None)
     with pytest.raises(Exception) as refused:
