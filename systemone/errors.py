@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from systemone.json_text import object_or_none
+from systemone.limits import MAX_QUESTION_NAME_CHARS
 from systemone.sidechannel import State
 
 Flavor = Literal["systemone", "openai"]  # the API a route answers in
@@ -53,6 +54,9 @@ def validation_details(errors: Iterable[dict[str, Any]],
         msg = msg.removeprefix("Value error, ")
         if kind == "json_invalid" and (error.get("ctx") or {}).get("error"):
             msg = f"{msg}: {error['ctx']['error']}"  # why it is not JSON: depth, a huge number, NaN
+        # A key past the name bound is the input itself: it is named by its start, not echoed whole.
+        loc = [f"{p[:MAX_QUESTION_NAME_CHARS]}…" if isinstance(p, str) and len(p) > MAX_QUESTION_NAME_CHARS else p
+               for p in loc]
         key = (where, tuple(loc), kind)
         if key in seen:
             continue

@@ -3,6 +3,11 @@
 MAX_QUESTIONS = 400
 MAX_CHOICES = 255
 MAX_LEVELS = 10
+# A question's id (System One) or name (OpenAI Decisions): any non-empty text, returned
+# unchanged, never shown to the model. Generous for any name a person writes, and bounded:
+# it is kept in the decision's record for its retention, in its log line and in an
+# idempotent reply, while the scorer is sent a position.
+MAX_QUESTION_NAME_CHARS = 1024
 MAX_JSON_DEPTH = 64  # arrays and objects: a structured state is a record, not a tree of a million levels
 MAX_INT_DIGITS = 100
 # An answer's x_features.state: this many numbers (a sketch of the answer position's logits

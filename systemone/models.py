@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, STATE_FEATURE_DIMS
+from systemone.limits import MAX_CHOICES, MAX_LEVELS, MAX_QUESTION_NAME_CHARS, MAX_QUESTIONS, STATE_FEATURE_DIMS
 
 # A description, instruction or state: any JSON value but a number or a boolean.
 Text = str | dict[str, Any] | list[Any]
@@ -70,7 +70,7 @@ class ScoreQuestion(Wire):
 
 
 Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
-QuestionId = Annotated[str, Field(min_length=1)]
+QuestionId = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_NAME_CHARS)]
 
 
 class DecisionRequest(Wire):

@@ -31,6 +31,9 @@ from gateway.decisions.model import (
 )
 from gateway.errors import InvalidRequest
 from gateway.wire.common import CatalogQuestion, Wire, policy_fields, question_id, question_kind
+from systemone.limits import MAX_QUESTION_NAME_CHARS
+
+QuestionName = Annotated[str, Field(max_length=MAX_QUESTION_NAME_CHARS)]  # the answer carries it back
 
 
 class CacheBreakpoint(Wire):
@@ -122,7 +125,7 @@ Instructions = str | list[QuestionPart]
 
 class Predicate(Wire):
     type: Literal["predicate"]
-    name: str | None = None
+    name: QuestionName | None = None
     instructions: Instructions
 
 
@@ -133,7 +136,7 @@ class ChoiceOption(Wire):
 
 class Choice(Wire):
     type: Literal["choice"]
-    name: str | None = None
+    name: QuestionName | None = None
     instructions: Instructions
     choices: list[ChoiceOption] = Field(min_length=2, max_length=MAX_CHOICES)
 
@@ -155,7 +158,7 @@ class Level(Wire):
 
 class Score(Wire):
     type: Literal["score"]
-    name: str | None = None
+    name: QuestionName | None = None
     instructions: Instructions
     levels: list[Level] = Field(min_length=2, max_length=MAX_LEVELS)
 
@@ -163,7 +166,7 @@ class Score(Wire):
 class NamedCatalogQuestion(CatalogQuestion):
     """An extension of the format: a catalog entry, with the name its answer carries."""
 
-    name: str | None = None
+    name: QuestionName | None = None
 
 
 DecisionQuestion = Annotated[

@@ -264,3 +264,29 @@ def test_a_scorer_answer_keeps_its_own_confidence_and_score_in_the_gateway():
                   {**sent, "probabilities": {**sent["probabilities"], "3": 0.0}, "score": 1.9}):
         got = read(lying)
         assert got.score == pytest.approx(1.3) and got.confidence == pytest.approx(sent["confidence"])
+
+
+@pytest.mark.parametrize("wire", ["systemone", "openai", "scorer"])
+def test_a_question_name_is_any_text_up_to_its_bound_and_a_422_past_it(wire):
+    # Given names of the bound and one past it (any text: spaces and emoji count as characters)
+    from pydantic import ValidationError
+
+    from systemone.errors import validation_details
+    from systemone.limits import MAX_QUESTION_NAME_CHARS
+    from systemone.models import DecisionRequest as ScorerRequest
+
+    def body(name: str) -> dict:
+        if wire == "openai":
+            return {"model": "m", "input": "s", "questions": [{"type": "predicate", "name": name, "instructions": "?"}]}
+        return {"model": "m", "state": "s", "questions": {name: {"type": "noul", "instructions": "?"}}}
+
+    model = {"systemone": SystemOneRequest, "openai": DecisionsRequest, "scorer": ScorerRequest}[wire]
+    fits = "é 🙂" + "x" * (MAX_QUESTION_NAME_CHARS - 3)
+    assert model.model_validate(body(fits))  # accepted, and returned unchanged (the contract tests above)
+    # When one is a character longer (a 280 KB one was once stored whole), it is a 422 naming
+    # the limit, and the error echoes no more than the bound of it
+    with pytest.raises(ValidationError) as refused:
+        model.model_validate(body(fits + "x" * 280_000))
+    [problem] = validation_details(refused.value.errors())
+    assert problem["type"] == "string_too_long" and str(MAX_QUESTION_NAME_CHARS) in problem["msg"]
+    assert len(str(problem)) < 2 * MAX_QUESTION_NAME_CHARS
