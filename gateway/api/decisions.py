@@ -46,7 +46,8 @@ def router(service: DecideService, idempotency: Idempotency | None = None, doc: 
         if idempotency is None:
             reply = work()
         else:
-            reply = idempotency.respond(principal, key, route, request.model_dump(mode="json"), work)
+            reply = idempotency.respond(principal, key, route, request.model_dump(mode="json"), work,
+                                        admit=lambda: service.admit(principal, request.to_decision()))
         return json_response(reply.status, reply.body, reply.headers)
 
     @routes.post("/v1/systemone", summary="System One decision: a probability for every declared option",

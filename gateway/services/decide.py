@@ -182,14 +182,25 @@ class DecideService:
                              result=result, latency_ms=(self.clock() - started) * 1000)
         return result, decision_id
 
-    def _ask(self, principal: Principal, model: ModelRoute, decision: Decision, *, request_id: str = "",
-             metrics: MetricsSink | None = None, streaming: bool = False,
-             wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
-        """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
+    def admit(self, principal: Principal, decision: Decision) -> Decision:
+        """The checks a decision passes before any work, as the caller stands now: its
+        credential's models, its tenant's mode and limits, the catalog entries it names and the
+        policies it may override. The decision as asked (references resolved), or the error a
+        fresh request gets. An idempotent replay is held to them too: a role narrowed or a
+        tenant made catalog-only since the first answer refuses the replay as it would the request."""
+        require_model(principal, decision.model)
+        model = self.registry.route_for(decision.model, "decisions")
         tenant = self.tenant(principal.tenant_id)
         asked = expand_references(decision, principal.tenant_id, self.catalogs, bool(tenant and tenant.catalog_only),
                                   POLICY_OVERRIDE_SCOPE in principal.scopes)
         check_decision_work(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
+        return asked
+
+    def _ask(self, principal: Principal, model: ModelRoute, decision: Decision, *, request_id: str = "",
+             metrics: MetricsSink | None = None, streaming: bool = False,
+             wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
+        """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
+        asked = self.admit(principal, decision)
         body = json_bytes(backend_request(asked, model.name))
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
         with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline) as held:

@@ -10,7 +10,9 @@ use or an enforcing policy's, so another credential of the tenant never gets it)
 - the first request with a key claims it (for the work's deadline and a margin), runs,
   and stores its 200 reply for `WINDOW_S` (24 hours);
 - a retry with the same key and the same request gets that reply again, byte for byte,
-  marked `idempotent-replayed: true`, with no backend call and no second record;
+  marked `idempotent-replayed: true`, with no backend call and no second record, once it
+  passes the checks the request would meet now (the credential's models, the tenant's
+  mode and limits, the catalog entries it names): what changed since is not replayed past;
 - a retry while the first still runs gets 409 (the SDKs retry a 409 after a backoff,
   by when the first has usually ended); the same key with a different request is a 422;
 - an error is not kept: the claim is dropped, so a retry runs afresh.
@@ -75,8 +77,10 @@ class Idempotency:
         self.clock = clock
 
     def respond(self, principal: Principal, key: str | None, route: str, request: Any,
-                work: Callable[[], Reply]) -> Reply:
-        """`work()`'s reply, or the first reply to this key (see the module docstring)."""
+                work: Callable[[], Reply], admit: Callable[[], object] = lambda: None) -> Reply:
+        """`work()`'s reply, or the first reply to this key (see the module docstring), given
+        only once `admit()` passes: the checks the request would meet now (a replay answers
+        no caller a fresh request would refuse)."""
         if key is None:
             return work()
         tenant_id = principal.tenant_id
@@ -90,6 +94,7 @@ class Idempotency:
             log.exception("an idempotency key could not be claimed", extra={"tenant_id": tenant_id})
             raise BackendUnavailable("idempotency keys cannot be checked right now; retry shortly", 2) from None
         if existing is not None:
+            admit()
             return _replay(existing, fingerprint)
         try:
             reply = work()

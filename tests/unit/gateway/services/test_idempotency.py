@@ -145,3 +145,52 @@ def test_a_malformed_key_is_a_422_before_any_work(store, key):
     status, _, body = decide("/v1/systemone", SYSTEM_ONE, key=key)
     assert status == 422 and body["detail"][0]["loc"] == ["header", "idempotency-key"]
     assert backend.calls == []
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def either_store(request, tmp_path, monkeypatch):
+    """The tenants acme and globex, on the embedded store and on DynamoDB (moto)."""
+    if request.param == "sqlite":
+        store = tenant_store(tmp_path / "g.db", "acme", "globex")
+        register_credentials(store, PRINCIPAL, GLOBEX)
+        yield store
+        return
+    import boto3
+    from moto import mock_aws
+
+    from gateway.auth.tenants import create_tenant
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        tables = DynamoDBTables("t", "k", "c", "r")
+        create_tables(boto3.client("dynamodb"), tables)
+        store = dynamodb_stores(boto3.client("dynamodb"), tables)
+        for tenant in ("acme", "globex"):
+            create_tenant(store.tenants, tenant)
+        register_credentials(store, PRINCIPAL, GLOBEX)
+        yield store
+
+
+def test_a_replay_is_refused_once_the_callers_role_no_longer_reaches_the_model(either_store):
+    # Given a decision answered with a key, when the caller's role is narrowed to another
+    # model (the same principal: its mapping changed), then its replay is refused as a fresh
+    # request is (404), not handed the first answer for the rest of the day
+    backend = stack(either_store)
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200
+    narrowed = {**PRINCIPAL, "models": '["chat-default"]'}
+    status, headers, _ = decide("/v1/systemone", SYSTEM_ONE, key="k", principal=narrowed)
+    assert status == 404 and "idempotent-replayed" not in headers and len(backend.calls) == 1
+    assert decide("/v1/systemone", SYSTEM_ONE, key="k")[0] == 200  # and the role as it was still replays
+
+
+def test_a_replay_is_refused_once_the_tenant_takes_catalog_questions_only(either_store):
+    from gateway.auth.tenants import create_tenant
+
+    stack(either_store)
+    assert decide("/v1/decisions", OPENAI, key="k")[0] == 200
+    create_tenant(either_store.tenants, "acme", catalog_only=True)
+    stack(either_store)  # a fresh instance: its tenant cache reads the mode now
+    status, headers, _ = decide("/v1/decisions", OPENAI, key="k")
+    assert status == 403 and "idempotent-replayed" not in headers
