@@ -4,7 +4,9 @@ function's reply parsed, credentials and tenants in a store."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from devkit.gateway_stack import call_installed
@@ -56,3 +58,24 @@ def unthrottled(store: Any, *tenants: str) -> None:
 
     for tenant in tenants:
         set_limits(store.tenants, tenant, rate_per_s=10_000, burst=100_000, max_in_flight=10_000)
+
+
+@contextlib.contextmanager
+def dynamodb_tenant_store(monkeypatch: Any, *tenants: str) -> Iterator[Any]:
+    """Every store of a deployment on DynamoDB (moto, in process), its tables made as the
+    template makes them, holding the named tenants: `tenant_store`'s counterpart."""
+    import boto3
+    from moto import mock_aws
+
+    from gateway.auth.tenants import create_tenant
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)  # moto takes any credential: placeholders
+    with mock_aws():
+        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
+        create_tables(boto3.client("dynamodb"), tables)
+        store = dynamodb_stores(boto3.client("dynamodb"), tables)
+        for tenant in tenants:
+            create_tenant(store.tenants, tenant)
+        yield store

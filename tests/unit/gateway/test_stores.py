@@ -17,19 +17,10 @@ def stores(request, tmp_path, monkeypatch):
 
         yield open_sqlite(tmp_path / "gateway.db")
         return
-    from moto import mock_aws
+    from tests.gateway_helpers import dynamodb_tenant_store
 
-    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        import boto3
-
-        from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
-
-        client = boto3.client("dynamodb")
-        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
-        create_tables(client, tables)
-        yield dynamodb_stores(client, tables)
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        yield stores
 
 
 def key(key_id: str, tenant: str = "acme", created_at: float = 1.0, **kw) -> ApiKeyRecord:

@@ -12,32 +12,19 @@ import pytest
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import call_installed, event, install
 from gateway.auth.authenticate import Authenticator
-from gateway.auth.tenants import create_tenant
 from gateway.auth.tokens import CachedKeyRing, new_key_document
 from gateway.decisions.records import MAX_RECORD_ITEM_BYTES, DecisionRecorder, RecordTooLarge
 from gateway.services import records as listing
 from gateway.services.records import MAX_PAGE_BYTES, MAX_READ_BYTES, RecordsService
 from systemone.limits import LAMBDA_INVOKE_PAYLOAD_BYTES
-from tests.gateway_helpers import call, register_credentials, tenant_store
+from tests.gateway_helpers import call, dynamodb_tenant_store, register_credentials, tenant_store
 
 ACME = {"principalId": "acme", "tenant_id": "acme", "scopes": "decide", "models": "*", "credential_id": "k-acme"}
 
 
 @pytest.fixture
 def dynamodb(monkeypatch):
-    from moto import mock_aws
-
-    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        import boto3
-
-        from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
-
-        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
-        create_tables(boto3.client("dynamodb"), tables)
-        store = dynamodb_stores(boto3.client("dynamodb"), tables)
-        create_tenant(store.tenants, "acme")
+    with dynamodb_tenant_store(monkeypatch, "acme") as store:
         yield store
 
 

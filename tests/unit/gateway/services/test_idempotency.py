@@ -10,7 +10,7 @@ from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.auth.authenticate import Authenticator
 from gateway.backends.base import ANONYMOUS, EndpointFailed
-from tests.gateway_helpers import call, register_credentials, tenant_store
+from tests.gateway_helpers import call, dynamodb_tenant_store, register_credentials, tenant_store
 
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
 SYSTEM_ONE = {"model": "jev-latest", "state": "I was charged twice.",
@@ -155,20 +155,7 @@ def either_store(request, tmp_path, monkeypatch):
         register_credentials(store, PRINCIPAL, GLOBEX)
         yield store
         return
-    import boto3
-    from moto import mock_aws
-
-    from gateway.auth.tenants import create_tenant
-    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
-
-    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        tables = DynamoDBTables("t", "k", "c", "r")
-        create_tables(boto3.client("dynamodb"), tables)
-        store = dynamodb_stores(boto3.client("dynamodb"), tables)
-        for tenant in ("acme", "globex"):
-            create_tenant(store.tenants, tenant)
+    with dynamodb_tenant_store(monkeypatch, "acme", "globex") as store:
         register_credentials(store, PRINCIPAL, GLOBEX)
         yield store
 
