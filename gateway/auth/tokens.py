@@ -119,9 +119,15 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Canonical base64url only: a last character whose unused bits are set decodes to the
+    same bytes as another, so one signature would be several tokens (one of them the
+    token it was minted as with its end changed); only the text `_b64` writes is read."""
     if not text or any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_" for c in text):
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not canonical base64url")
+    return data
 
 
 # -- key rings --------------------------------------------------------------------------

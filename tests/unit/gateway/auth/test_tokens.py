@@ -106,7 +106,13 @@ def test_expired_tampered_and_foreign_tokens_are_refused_alike(setup):
     forged_payload = base64.urlsafe_b64encode(json.dumps({**claims, "ten": "globex"}).encode()).rstrip(b"=").decode()
     other_ring = CachedKeyRing(Documents(), clock=clock)
     foreign, _ = mint(other_ring, "acme", ("decide",), None, 600, clock.now)
-    for bad in (f"dgt_{forged_payload}.{signature}", token[:-2] + "AA", foreign, "dgt_x.y", "dgt_", token + ".x"):
+    # Another last character whose unused bits alone differ decodes to the same signature:
+    # it is another text, and refused as tampered (one token, one text).
+    twin = next(token[:-1] + c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                if c != token[-1] and base64.urlsafe_b64decode(signature[:-1] + c + "=")
+                == base64.urlsafe_b64decode(signature + "="))
+    changed = token[:-2] + ("B" if token[-2] == "A" else "A") + token[-1]
+    for bad in (f"dgt_{forged_payload}.{signature}", changed, twin, foreign, "dgt_x.y", "dgt_", token + ".x"):
         with pytest.raises(Unauthenticated, match=r"^invalid credentials$"):
             auth.authenticate(f"Bearer {bad}")
     clock.now += 600
