@@ -315,6 +315,12 @@ class CatalogVersion:
     content_hash: str
     content: str  # canonical JSON of CatalogContent
     created_at: float
+    # When this version is deleted (None while it is the latest, or while it is the version
+    # that made the entry enforcing and the entry still enforces): see CatalogService.put.
+    expires_at: float | None = None
+    # The version whose write made the entry enforcing, while it enforces (this one, or an
+    # earlier one kept for it).
+    enforcing_since: int | None = None
 
     def entry(self) -> NoulEntry | ChoiceEntry | ScoreEntry:
         return parse_content(self.content)
@@ -322,6 +328,12 @@ class CatalogVersion:
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def refit(self) -> str | None:
+        """The entry's scheduled refit ("daily"), which its head carries."""
+        learning = self.entry().learning
+        return learning.refit if learning is not None else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "hash": self.content_hash, "created_at": self.created_at,

@@ -71,7 +71,7 @@ def _version(catalogs: CatalogService | None, tenant_id: str, question: CatalogR
     if catalogs is None:
         raise NotFound("catalogs are not configured on this gateway")
     try:
-        return catalogs.get(tenant_id, question.catalog, question.version)
+        return catalogs.named(tenant_id, question.catalog, question.version)
     except NotFound as exc:
         raise InvalidRequest.at(["questions", question.loc, "catalog"], exc.message, "catalog_not_found") from None
 

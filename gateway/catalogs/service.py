@@ -1,16 +1,27 @@
-"""Writing and reading catalog entries: versioning, hashing, "latest"."""
+"""Writing and reading catalog entries: versioning, hashing, "latest", and what is kept.
+
+What a tenant stores is bounded: at most MAX_ENTRIES entries, each of at most
+MAX_CONTENT_BYTES. A version that is no longer the latest expires once the records that
+could name it have (the record retention, from when it was replaced, or from the last
+decision that named it by number); the version that made the entry enforcing is kept
+while the entry enforces; and past MAX_KEPT_VERSIONS an entry's oldest versions are
+deleted as new ones are written, so a daily refit never fails for the count.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 
 from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry, content_hash
-from gateway.catalogs.store import CatalogStore, VersionTaken
+from gateway.catalogs.store import CatalogStore, TooManyEntries, VersionTaken
 from gateway.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from systemone.json_text import depth
 from systemone.limits import MAX_JSON_DEPTH
+
+log = logging.getLogger("gateway.catalogs")
 
 _ATTEMPTS = 5  # concurrent writers: each loser re-reads and tries the next number
 # An entry's canonical content, at most: well under DynamoDB's 400 KB item (with its keys
@@ -22,6 +33,12 @@ MAX_CONTENT_BYTES = 256 * 1024
 MAX_CONTENT_DEPTH = MAX_JSON_DEPTH - 2
 
 
+# The entries a tenant may have, and the versions an entry keeps (a daily refit writes at
+# most one a day: about three months of them), beside the one that made it enforcing.
+MAX_ENTRIES = 256
+MAX_KEPT_VERSIONS = 100
+DAY_S = 86400.0
+
 # A page of an entry's versions: at most this many, and this much content (a Lambda response
 # holds 6 MB, JSON-escaped).
 VERSIONS_PAGE = 100
@@ -29,9 +46,11 @@ MAX_VERSIONS_PAGE_BYTES = 4 * 1024 * 1024
 
 
 class CatalogService:
-    def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time, *,
+                 keep_days: float = 90) -> None:
         self.store = store
         self.clock = clock
+        self.keep_s = keep_days * DAY_S  # the record retention: what a record names outlives it
 
     def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry,
             based_on: int | None = None) -> tuple[CatalogVersion, bool]:
@@ -47,6 +66,7 @@ class CatalogService:
             raise InvalidRequest.at([], f"this entry nests arrays and objects deeper than {MAX_CONTENT_DEPTH} levels"
                                     " (a question from it must fit the scorer's request)", "json_invalid")
         digest = content_hash(canonical)
+        enforcing = content.policy is not None and content.policy.mode == "enforcing"
         for _ in range(_ATTEMPTS):
             latest = self.store.latest_catalog_version(tenant_id, name)
             if based_on is not None and (latest is None or latest.version != based_on):
@@ -54,14 +74,45 @@ class CatalogService:
                                " nothing was written; run it again on the latest version")
             if latest is not None and latest.content_hash == digest:
                 return latest, False
-            version = CatalogVersion(tenant_id, name, 1 if latest is None else latest.version + 1, digest, canonical,
-                                     self.clock())
+            number = 1 if latest is None else latest.version + 1
+            since = _enforcing_since(latest)
+            made_enforcing = (since or number) if enforcing else None
+            # The replaced version expires, and the one that made the entry enforcing once it stops.
+            until = self.clock() + self.keep_s
+            expire = {old: until for old in {latest.version if latest else None, since} - {None, made_enforcing}}
+            version = CatalogVersion(tenant_id, name, number, digest, canonical, self.clock(),
+                                     enforcing_since=made_enforcing)
             try:
-                self.store.insert_catalog_version(version)
+                self.store.insert_catalog_version(version, replaces=latest.version if latest else 0,
+                                                  expire=expire, max_entries=MAX_ENTRIES)  # type: ignore[arg-type]
             except VersionTaken:
                 continue
+            except TooManyEntries as exc:
+                raise Conflict(f"this tenant has {exc.count} catalog entries, the most it may have is {MAX_ENTRIES}:"
+                               " nothing was written; write a new version of an entry instead") from None
+            self._make_room(version)
             return version, True
         raise Conflict(f"the catalog entry {name!r} is being written by others at the same time; read it and retry")
+
+    def _make_room(self, version: CatalogVersion) -> None:
+        """Delete the versions past MAX_KEPT_VERSIONS (and, where the store has no TTL of its
+        own, the expired ones). The new version stands whatever happens here: a failure is
+        logged, and the next write deletes what this one left."""
+        try:
+            self.store.delete_catalog_versions(version.tenant_id, version.name, version.version - MAX_KEPT_VERSIONS + 1,
+                                               keep={version.enforcing_since} - {None})  # type: ignore[arg-type]
+        except Exception:
+            log.exception("old catalog versions not deleted", extra={"tenant_id": version.tenant_id,
+                                                                     "catalog": version.ref})
+
+    def named(self, tenant_id: str, name: str, version: int | None) -> CatalogVersion:
+        """The version a decision names: a version asked for by number lives at least as long
+        as the record that names it (moved at most once a day)."""
+        found = self.get(tenant_id, name, version)
+        now = self.clock()
+        if found.expires_at is not None and found.expires_at < now + self.keep_s - DAY_S:
+            self.store.extend_catalog_version(tenant_id, name, found.version, now + self.keep_s)
+        return found
 
     def get(self, tenant_id: str, name: str, version: int | None = None) -> CatalogVersion:
         found = (self.store.latest_catalog_version(tenant_id, name) if version is None
@@ -90,3 +141,14 @@ class CatalogService:
 
     def list(self, tenant_id: str) -> list[CatalogVersion]:
         return self.store.list_catalogs(tenant_id)
+
+
+def _enforcing_since(latest: CatalogVersion | None) -> int | None:
+    """The version that made the entry enforcing, where its latest enforces (an entry written
+    before this was kept names none: its latest stands in)."""
+    if latest is None:
+        return None
+    if latest.enforcing_since is not None:
+        return latest.enforcing_since
+    policy = latest.entry().policy
+    return latest.version if policy is not None and policy.mode == "enforcing" else None

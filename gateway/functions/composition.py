@@ -56,7 +56,8 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
     stores = stores if stores is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)
-    catalogs = CatalogService(stores.catalogs) if stores is not None and stores.catalogs is not None else None
+    catalogs = (CatalogService(stores.catalogs, keep_days=settings.auth.record_retention_days)
+                if stores is not None and stores.catalogs is not None else None)
     records = stores.records if stores is not None else None
     # One ring for the records' hashes and the scorer's tenant tags (a key of its own derived
     # from it): a key every function instance shares, read on first use.

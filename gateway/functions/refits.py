@@ -8,6 +8,12 @@ kept; an enforcing entry is never moved by the schedule: its figures are logged,
 person moves it with `POST /v1/catalogs/{name}/refit` and `apply: true`. An entry whose
 outcomes did not change since its adapter was fitted writes nothing. One entry's failure
 is logged and the walk goes on.
+
+One tenant's size never holds back another's refit: tenants and entries are found from
+the entries' heads (no version is read to list them), a few names at a time; the walk
+takes one entry of each tenant in turn, tenants in a new order every run; and an entry's
+read of its records stops at its share of the time left (the time left over the tenants
+still waiting), fitting on what it read.
 """
 
 from __future__ import annotations
@@ -18,47 +24,78 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.service import CatalogService
+from gateway.catalogs.store import CatalogStore
 from gateway.errors import RequestError
 from gateway.services.learning import MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES, LearningService
 
 log = logging.getLogger("gateway.functions.refits")
 
+RESERVE_S = 60.0  # a fit of the largest entry takes under a minute of a core, after its read
+NAMES_PAGE = 16  # the due entries' names one read of a tenant's heads brings
 
-def refit_all(tenant_ids: Callable[[], list[str]], catalogs: CatalogService, learning: LearningService,
+
+def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningService,
               deadline: Callable[[], float] = lambda: float("inf")) -> dict[str, Any]:
-    """Refit every entry that asks for a daily refit; stop before `deadline()` seconds run out
-    (the function's remaining time), leaving the rest to the next run."""
-    summary: dict[str, Any] = {"entries": 0, "written": 0, "unchanged": 0, "failed": 0, "left_for_next_run": 0}
-    due = [(tenant_id, version) for tenant_id in tenant_ids() for version in catalogs.list(tenant_id)
-           if _refits_daily(version)]
-    # In a new order every run: when a day's time runs out, it is never the same tenants' entries that wait.
-    random.shuffle(due)
-    for tenant_id, version in due:
-        if deadline() < 60:  # a refit of the largest entry takes under a minute of a core
-            summary["left_for_next_run"] += 1
-            continue
-        summary["entries"] += 1
-        try:
-            report = learning.refit(tenant_id, version.name, None, MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES)
-        except RequestError as exc:
-            summary["failed"] += 1
-            log.warning("scheduled refit refused", extra={"tenant_id": tenant_id, "catalog": version.ref,
-                                                          "reason": exc.message})
-            continue
-        except Exception:
-            summary["failed"] += 1
-            log.exception("scheduled refit failed", extra={"tenant_id": tenant_id, "catalog": version.ref})
-            continue
-        summary["written" if report["applied"] else "unchanged"] += 1
-        log.info("scheduled refit", extra={"tenant_id": tenant_id, "refit": report})
+    """Refit every entry that asks for a daily refit, one entry of each tenant in turn; stop
+    before `deadline()` seconds (the function's remaining time) run out, leaving the rest
+    to the next run."""
+    summary: dict[str, Any] = {"tenants": 0, "entries": 0, "written": 0, "unchanged": 0, "failed": 0,
+                               "left_for_next_run": 0}
+    tenants = list(store.list_catalog_tenants())  # ids only: a few bytes a tenant
+    random.shuffle(tenants)  # when a day's time runs out, it is never the same tenants that wait
+    waiting = {tenant_id: _DueNames(store, tenant_id) for tenant_id in tenants}
+    while waiting:
+        for tenant_id, names in list(waiting.items()):
+            name = names.next()
+            if name is None:
+                del waiting[tenant_id]
+                continue
+            left = deadline()
+            if left <= RESERVE_S:
+                summary["left_for_next_run"] += 1
+                continue
+            summary["entries"] += 1
+            summary["tenants"] += names.first
+            names.first = 0
+            stop = left - (left - RESERVE_S) / len(waiting)  # this entry's share of the time
+            _refit_one(tenant_id, name, learning, lambda stop=stop: deadline() <= stop, summary)
     return summary
 
 
-def _refits_daily(version: CatalogVersion) -> bool:
-    learning = version.entry().learning
-    return learning is not None and learning.refit == "daily"
+class _DueNames:
+    """A tenant's due entries, a page of names at a time."""
+
+    def __init__(self, store: CatalogStore, tenant_id: str) -> None:
+        self.store, self.tenant_id = store, tenant_id
+        self.page: list[str] = []
+        self.after = ""
+        self.done = False
+        self.first = 1  # counted in the summary's tenants at its first refit
+
+    def next(self) -> str | None:
+        if not self.page and not self.done:
+            self.page = self.store.due_refits(self.tenant_id, self.after, NAMES_PAGE)
+            self.done = len(self.page) < NAMES_PAGE
+            self.after = self.page[-1] if self.page else self.after
+        return self.page.pop(0) if self.page else None
+
+
+def _refit_one(tenant_id: str, name: str, learning: LearningService, out_of_time: Callable[[], bool],
+               summary: dict[str, Any]) -> None:
+    try:
+        report = learning.refit(tenant_id, name, None, MAX_REFIT_RECORDS, MAX_SCHEDULED_READ_BYTES,
+                                out_of_time=out_of_time)
+    except RequestError as exc:
+        summary["failed"] += 1
+        log.warning("scheduled refit refused", extra={"tenant_id": tenant_id, "catalog": name, "reason": exc.message})
+        return
+    except Exception:
+        summary["failed"] += 1
+        log.exception("scheduled refit failed", extra={"tenant_id": tenant_id, "catalog": name})
+        return
+    summary["written" if report["applied"] else "unchanged"] += 1
+    log.info("scheduled refit", extra={"tenant_id": tenant_id, "refit": report})
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -67,17 +104,17 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from gateway.settings import AuthSettings
 
     configure_logging()
-    stores = build_stores(AuthSettings.from_env())
+    settings = AuthSettings.from_env()
+    stores = build_stores(settings)
     if stores is None or stores.catalogs is None or stores.records is None:
         raise RuntimeError("the scheduled refit needs the tenants, catalogs and records tables")
-    catalogs = CatalogService(stores.catalogs)
+    catalogs = CatalogService(stores.catalogs, keep_days=settings.record_retention_days)
     started = time.monotonic()
     remaining = getattr(context, "get_remaining_time_in_millis", None)
 
     def deadline() -> float:
         return remaining() / 1000 if remaining is not None else 900 - (time.monotonic() - started)
 
-    summary = refit_all(stores.catalogs.list_catalog_tenants, catalogs, LearningService(catalogs, stores.records),
-                        deadline)
+    summary = refit_all(stores.catalogs, catalogs, LearningService(catalogs, stores.records), deadline)
     log.info("scheduled refits done", extra={"summary": summary})
     return summary

@@ -70,16 +70,18 @@ class LearningService:
         self.throttle = throttle  # one refit at a time per tenant, where refits share the decisions' function
 
     def refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int = MAX_REQUEST_SAMPLES,
-              max_read_bytes: int = MAX_REQUEST_READ_BYTES) -> dict[str, Any]:
+              max_read_bytes: int = MAX_REQUEST_READ_BYTES,
+              out_of_time: Callable[[], bool] = lambda: False) -> dict[str, Any]:
         """Fit the entry's adapter on its newest `max_samples` training outcomes; write it as a
-        new version where it is kept and may move the entry (see the module's docstring)."""
+        new version where it is kept and may move the entry (see the module's docstring).
+        The read of the records stops at `max_read_bytes` or once `out_of_time()`."""
         if self.catalogs is None or self.records is None:
             raise NotFound("catalogs and decision records are not both configured on this gateway")
         with self.throttle.one_refit(tenant_id) if self.throttle is not None else contextlib.nullcontext():
-            return self._refit(tenant_id, name, apply, max_samples, max_read_bytes)
+            return self._refit(tenant_id, name, apply, max_samples, max_read_bytes, out_of_time)
 
-    def _refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int, max_read_bytes: int
-               ) -> dict[str, Any]:
+    def _refit(self, tenant_id: str, name: str, apply: bool | None, max_samples: int, max_read_bytes: int,
+               out_of_time: Callable[[], bool]) -> dict[str, Any]:
         assert self.catalogs is not None and self.records is not None
         latest = self.catalogs.get(tenant_id, name)
         entry = latest.entry()
@@ -100,7 +102,7 @@ class LearningService:
                                   " shorten its descriptions to let it learn")
         # The fit's work grows with outcomes x options: the cap is on their product.
         limit = max(MIN_SAMPLES_CAP, max_samples * REFERENCE_OPTIONS // max(len(keys), REFERENCE_OPTIONS))
-        samples, key, found = self._samples(tenant_id, name, keys, limit, max_read_bytes)
+        samples, key, found = self._samples(tenant_id, name, keys, limit, max_read_bytes, out_of_time)
         report: dict[str, Any] = {"catalog": latest.ref, "outcomes": found, "samples": len(samples), "fitted_on": key}
         digest = outcomes_digest(samples)
         if entry.adapter is not None and entry.adapter.fit.outcomes == digest:
@@ -129,8 +131,8 @@ class LearningService:
                                        based_on=latest.version)
         return {**report, "applied": True, "version": version.version, "catalog": version.ref}
 
-    def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int, max_read_bytes: int
-                 ) -> tuple[list[tuple[Any, str, str]], dict | None, dict[str, int]]:
+    def _samples(self, tenant_id: str, name: str, keys: list[str], limit: int, max_read_bytes: int,
+                 out_of_time: Callable[[], bool]) -> tuple[list[tuple[Any, str, str]], dict | None, dict[str, int]]:
         """((sample, its outcome's source, record id) of the key with the most training
         outcomes, that key, counts of what was read and why records were left out)."""
         from gateway.catalogs.fitting import Sample
@@ -145,6 +147,9 @@ class LearningService:
                 read_bytes += item.size
                 if read_bytes > max_read_bytes or found["read"] >= MAX_REFIT_RECORDS:
                     found["read_limit_reached"] = 1  # older records are left out
+                    break
+                if out_of_time():
+                    found["time_limit_reached"] = 1  # this entry's share of the scheduled run
                     break
                 if item.record is None:
                     continue

@@ -55,6 +55,8 @@ def create_tables(client: Any, tables: DynamoDBTables) -> None:
                                   {"AttributeName": "name_version", "AttributeType": "S"}],
             GlobalSecondaryIndexes=[_index("tenant_id", "name_version")],
         )
+        client.update_time_to_live(TableName=tables.catalogs,
+                                   TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
     if tables.records:
         client.create_table(
             TableName=tables.records, BillingMode="PAY_PER_REQUEST",

@@ -1,37 +1,112 @@
 """Catalog versions in DynamoDB: partition `pk` = `<tenant>#<name>`, numeric sort key
-`version`; the `by_tenant` index (`tenant_id`, `name_version`) lists a tenant's entries.
-A version is written only where none is: a race never loses one."""
+`version`, one item per version, written only where none is (a race never loses one).
+
+Each entry also has a head, the item of version 0: its latest version's number, whether
+it refits daily, the version that made it enforcing. Only heads carry the `by_tenant`
+index's keys (`tenant_id`, `name_version`), so the index holds one small item per entry
+and never a version's content: listing a tenant's entries, counting them, finding the
+tenants and the entries due for a refit read heads alone. A version and its head are
+written in one transaction, with the expiry (`ttl`, DynamoDB's TTL) of the version it
+replaces. Entries written before heads existed have their versions in the index: they
+are still listed, and get a head at their next write."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gateway.catalogs.model import CatalogVersion
-from gateway.catalogs.store import VersionTaken
-from gateway.stores.dynamodb.items import Table, plain, typed
+from gateway.catalogs.store import TooManyEntries, VersionTaken
+from gateway.stores.dynamodb.items import Table, item, plain, typed
+
+HEAD = 0
+_LIVE = "(attribute_not_exists(expires_at) OR expires_at > :now)"
 
 
 class DynamoDBCatalogs:
     def __init__(self, client: Any, catalogs_table: str) -> None:
         self.table = Table(client, catalogs_table)
 
-    def insert_catalog_version(self, version: CatalogVersion) -> None:
-        values = {"pk": f"{version.tenant_id}#{version.name}", "version": version.version, "tenant_id": version.tenant_id,
-                  "name": version.name, "name_version": f"{version.name}#{version.version:09d}",
+    def insert_catalog_version(self, version: CatalogVersion, *, replaces: int, expire: dict[int, float],
+                               max_entries: int) -> None:
+        tenant_id, name, key = version.tenant_id, version.name, _key(version.tenant_id, version.name)
+        if replaces == 0 and (count := self.count_catalogs(tenant_id)) >= max_entries:
+            raise TooManyEntries(count)
+        values = {"pk": key, "version": version.version, "tenant": tenant_id, "name": name,
                   "content_hash": version.content_hash, "content": version.content, "created_at": version.created_at}
+        if version.enforcing_since is not None:
+            values["enforcing_since"] = version.enforcing_since
+        head = {"pk": key, "version": HEAD, "tenant_id": tenant_id, "name_version": name, "name": name,
+                "latest": version.version, "refit": version.refit, "enforcing_since": version.enforcing_since}
+        writes = [{"Put": {"TableName": self.table.name, "Item": item(values),
+                           "ConditionExpression": "attribute_not_exists(pk)"}},
+                  {"Put": {"TableName": self.table.name, "Item": item({k: v for k, v in head.items() if v is not None}),
+                           # An entry written before heads existed has none yet.
+                           "ConditionExpression": "attribute_not_exists(latest) OR latest = :r",
+                           "ExpressionAttributeValues": {":r": typed(replaces)}}}]
+        writes += [{"Update": {"TableName": self.table.name, "Key": item({"pk": key, "version": old}),
+                               "UpdateExpression": "SET expires_at = :e, #ttl = :t",
+                               "ConditionExpression": "attribute_exists(pk)",
+                               "ExpressionAttributeNames": {"#ttl": "ttl"},
+                               "ExpressionAttributeValues": {":e": typed(until), ":t": typed(int(until) + 1)}}}
+                   for old, until in sorted(expire.items())]
+        while True:
+            try:
+                self.table.client.transact_write_items(TransactItems=writes)
+                break
+            except self.table.client.exceptions.TransactionCanceledException as exc:
+                failed = [i for i, reason in enumerate(exc.response.get("CancellationReasons", []))
+                          if reason.get("Code") not in (None, "None")]
+                if not failed or min(failed) < 2:
+                    raise VersionTaken(version.ref) from None
+                # A version to expire is gone already (deleted past the count): nothing to expire.
+                writes = [write for i, write in enumerate(writes) if i not in failed]
+        if replaces == 0 and (count := self.count_catalogs(tenant_id)) > max_entries:
+            # Entries created at once may each have counted one under the cap: each takes its own back.
+            self.table.client.transact_write_items(TransactItems=[
+                {"Delete": {"TableName": self.table.name, "Key": item({"pk": key, "version": HEAD}),
+                            "ConditionExpression": "latest = :one", "ExpressionAttributeValues": {":one": typed(1)}}},
+                {"Delete": {"TableName": self.table.name, "Key": item({"pk": key, "version": 1})}}])
+            raise TooManyEntries(count - 1)
+
+    def delete_catalog_versions(self, tenant_id: str, name: str, below: int, keep: Iterable[int]) -> int:
+        """Past the count only: DynamoDB's TTL deletes the expired ones."""
+        if below <= 1:
+            return 0
+        kept, deleted = set(keep), 0
+        old = self.table.query_pages(KeyConditionExpression="pk = :p AND #v BETWEEN :one AND :below",
+                                     ProjectionExpression="#v", ExpressionAttributeNames={"#v": "version"},
+                                     ExpressionAttributeValues={":p": {"S": _key(tenant_id, name)}, ":one": typed(1),
+                                                                ":below": typed(below - 1)})
+        for found in list(old):
+            if int(found["version"]) not in kept:
+                self.table.client.delete_item(TableName=self.table.name,
+                                              Key=item({"pk": _key(tenant_id, name), "version": int(found["version"])}))
+                deleted += 1
+        return deleted
+
+    def extend_catalog_version(self, tenant_id: str, name: str, version: int, until: float) -> None:
         try:
-            self.table.put(values, ConditionExpression="attribute_not_exists(pk)")
+            self.table.update({"pk": _key(tenant_id, name), "version": version},
+                              UpdateExpression="SET expires_at = :u, #ttl = :t",
+                              ConditionExpression="attribute_exists(content) AND expires_at < :u",
+                              ExpressionAttributeNames={"#ttl": "ttl"},
+                              ExpressionAttributeValues={":u": typed(until), ":t": typed(int(until) + 1)})
         except self.table.refused:
-            raise VersionTaken(version.ref) from None
+            pass  # moved already by another decision, or no longer expiring
 
     def get_catalog_version(self, tenant_id: str, name: str, version: int) -> CatalogVersion | None:
-        found = self.table.get({"pk": f"{tenant_id}#{name}", "version": version})
-        return None if found is None else _catalog_version(found)
+        if version < 1:
+            return None
+        found = self.table.get({"pk": _key(tenant_id, name), "version": version})
+        return None if found is None or not _live(found, time.time()) else _catalog_version(found)
 
     def latest_catalog_version(self, tenant_id: str, name: str) -> CatalogVersion | None:
-        reply = self.table.client.query(TableName=self.table.name, KeyConditionExpression="pk = :p", ScanIndexForward=False,
-                                        Limit=1, ConsistentRead=True,
-                                        ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}})
+        reply = self.table.client.query(TableName=self.table.name, KeyConditionExpression="pk = :p AND #v >= :one",
+                                        ScanIndexForward=False, Limit=1, ConsistentRead=True,
+                                        ExpressionAttributeNames={"#v": "version"},
+                                        ExpressionAttributeValues={":p": {"S": _key(tenant_id, name)}, ":one": typed(1)})
         return _catalog_version(plain(reply["Items"][0])) if reply["Items"] else None
 
     def list_catalog_versions(self, tenant_id: str, name: str, after: int = 0, limit: int | None = None
@@ -44,42 +119,89 @@ class DynamoDBCatalogs:
                 extra["Limit"] = limit - len(found)
             reply = self.table.client.query(
                 TableName=self.table.name, KeyConditionExpression="pk = :p AND #v > :a", ConsistentRead=True,
-                ExpressionAttributeNames={"#v": "version"},
-                ExpressionAttributeValues={":p": {"S": f"{tenant_id}#{name}"}, ":a": typed(after)}, **extra)
+                FilterExpression=_LIVE, ExpressionAttributeNames={"#v": "version"},
+                ExpressionAttributeValues={":p": {"S": _key(tenant_id, name)}, ":a": typed(max(after, HEAD)),
+                                           ":now": typed(time.time())}, **extra)
             found.extend(_catalog_version(plain(one)) for one in reply["Items"])
             start = reply.get("LastEvaluatedKey")
             if not start:
                 break
         return found
 
-    def list_catalog_tenants(self) -> list[str]:
-        """A Scan of the catalogs table for its items' tenant ids alone (IAM grants the scheduled
+    def list_catalog_tenants(self) -> Iterator[str]:
+        """A Scan of the heads' index for their tenant ids alone (IAM grants the scheduled
         refit exactly that: dynamodb:Select SPECIFIC_ATTRIBUTES, that attribute)."""
-        found, start = set(), None
+        seen: set[str] = set()
+        start = None
         while True:
             extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.table.client.scan(TableName=self.table.name, Select="SPECIFIC_ATTRIBUTES",
+            reply = self.table.client.scan(TableName=self.table.name, IndexName="by_tenant", Select="SPECIFIC_ATTRIBUTES",
                                            ProjectionExpression="tenant_id", **extra)
-            found.update(plain(one)["tenant_id"] for one in reply["Items"])
+            for one in reply["Items"]:
+                tenant_id = plain(one)["tenant_id"]
+                if tenant_id not in seen:
+                    seen.add(tenant_id)
+                    yield tenant_id
             start = reply.get("LastEvaluatedKey")
             if not start:
-                return sorted(found)
+                return
+
+    def due_refits(self, tenant_id: str, after: str, limit: int) -> list[str]:
+        condition, values = "tenant_id = :t", {":t": {"S": tenant_id}, ":head": typed(HEAD), ":daily": {"S": "daily"}}
+        if after:  # a key holds no empty string
+            condition += " AND name_version > :a"
+            values[":a"] = {"S": after}
+        heads = self.table.query_pages(IndexName="by_tenant", KeyConditionExpression=condition,
+                                       FilterExpression="#v = :head AND refit = :daily", ProjectionExpression="#n",
+                                       ExpressionAttributeNames={"#n": "name", "#v": "version"},
+                                       ExpressionAttributeValues=values)
+        found: list[str] = []
+        for head in heads:
+            found.append(head["name"])
+            if len(found) == limit:
+                break
+        heads.close()
+        return found
+
+    def count_catalogs(self, tenant_id: str) -> int:
+        count, start = 0, None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.table.client.query(TableName=self.table.name, IndexName="by_tenant", Select="COUNT",
+                                            KeyConditionExpression="tenant_id = :t", FilterExpression="#v = :head",
+                                            ExpressionAttributeNames={"#v": "version"},
+                                            ExpressionAttributeValues={":t": {"S": tenant_id}, ":head": typed(HEAD)}, **extra)
+            count += reply["Count"]
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return count
 
     def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
-        """Each entry's latest version. The tenant's versions are listed by name and number
-        alone, then each latest is read: an entry refitted daily gains a version of up to
-        ~48 KB a day, and reading every version's content made this list (and the 256 MB
-        function that serves it) grow without bound."""
+        """Each entry's latest version: the heads name them (and, for an entry written before
+        heads, its versions' index items), then each latest is read."""
         listed = self.table.query_pages(IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
-                                        ProjectionExpression="#n, #v", ExpressionAttributeNames={"#n": "name", "#v": "version"},
+                                        ProjectionExpression="#n, #v, latest",
+                                        ExpressionAttributeNames={"#n": "name", "#v": "version"},
                                         ExpressionAttributeValues={":t": {"S": tenant_id}})
         newest: dict[str, int] = {}
         for one in listed:
-            newest[one["name"]] = max(int(one["version"]), newest.get(one["name"], 0))
+            number = int(one.get("latest") or one["version"])
+            newest[one["name"]] = max(number, newest.get(one["name"], 0))
         found = (self.get_catalog_version(tenant_id, name, version) for name, version in sorted(newest.items()))
         return [version for version in found if version is not None]
 
 
+def _key(tenant_id: str, name: str) -> str:
+    return f"{tenant_id}#{name}"
+
+
+def _live(found: dict[str, Any], now: float) -> bool:
+    """TTL deletion lags by up to days; expiry does not."""
+    return found.get("expires_at") is None or found["expires_at"] > now
+
+
 def _catalog_version(found: dict[str, Any]) -> CatalogVersion:
-    return CatalogVersion(found["tenant_id"], found["name"], int(found["version"]), found["content_hash"], found["content"],
-                          found["created_at"])
+    since = found.get("enforcing_since")
+    return CatalogVersion(found.get("tenant") or found["tenant_id"], found["name"], int(found["version"]),
+                          found["content_hash"], found["content"], found["created_at"], found.get("expires_at"),
+                          None if since is None else int(since))

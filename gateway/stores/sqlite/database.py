@@ -33,3 +33,13 @@ class Database:
         """Create the tables of `schema` where they are missing (every statement IF NOT EXISTS)."""
         with self.connect() as db:
             db.executescript(schema)
+
+    def add_columns(self, table: str, columns: dict[str, str]) -> set[str]:
+        """Add the `columns` (name: type) that a file written by an earlier version lacks; the
+        names added."""
+        with self.connect() as db:
+            present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns.items():
+                if name not in present:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        return set(columns) - present

@@ -142,7 +142,7 @@ def test_a_catalog_entry_larger_than_its_limit_is_413(backend):
 
 
 def test_catalog_writers_that_keep_colliding_get_409(backend, store, monkeypatch):
-    def always_taken(version):
+    def always_taken(version, **_):
         raise VersionTaken(version.ref)
 
     monkeypatch.setattr(store.catalogs, "insert_catalog_version", always_taken)

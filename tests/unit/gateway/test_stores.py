@@ -7,7 +7,7 @@ import pytest
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
 from gateway.catalogs.model import CatalogVersion, content_hash
-from gateway.catalogs.store import VersionTaken
+from gateway.catalogs.store import TooManyEntries, VersionTaken
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
@@ -189,20 +189,31 @@ def test_a_tenants_limits_are_stored_with_it(tenants):
     assert tenants.get_tenant("acme").limits == limits
 
 
-def version(tenant: str, name: str, n: int, content: str = '{"type":"noul","instructions":"x"}') -> CatalogVersion:
-    return CatalogVersion(tenant, name, n, content_hash(content), content, float(n))
+def version(tenant: str, name: str, n: int, content: str = '{"type":"noul","instructions":"x"}',
+            enforcing_since: int | None = None) -> CatalogVersion:
+    return CatalogVersion(tenant, name, n, content_hash(content), content, float(n), enforcing_since=enforcing_since)
+
+
+def insert(catalogs, v: CatalogVersion, expire: dict[int, float] | None = None, max_entries: int = 10) -> None:
+    catalogs.insert_catalog_version(v, replaces=v.version - 1, expire=expire or {}, max_entries=max_entries)
+
+
+DAILY = '{"type":"noul","instructions":"x","learning":{"refit":"daily"}}'
 
 
 def test_catalog_versions_are_immutable_and_scoped_by_tenant(catalogs):
-    catalogs.insert_catalog_version(version("acme", "routing", 1))
-    catalogs.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'))
-    catalogs.insert_catalog_version(version("acme", "spam", 1))
-    catalogs.insert_catalog_version(version("globex", "routing", 1))
+    insert(catalogs, version("acme", "routing", 1))
+    insert(catalogs, version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'))
+    insert(catalogs, version("acme", "spam", 1))
+    insert(catalogs, version("globex", "routing", 1))
     with pytest.raises(VersionTaken):
-        catalogs.insert_catalog_version(version("acme", "routing", 2, '{"type":"noul","instructions":"z"}'))
+        insert(catalogs, version("acme", "routing", 2, '{"type":"noul","instructions":"z"}'))
+    with pytest.raises(VersionTaken):  # the latest is 2: a writer that read 1 lost the race
+        catalogs.insert_catalog_version(version("acme", "routing", 3), replaces=1, expire={}, max_entries=10)
     assert catalogs.get_catalog_version("acme", "routing", 2).content == '{"type":"noul","instructions":"y"}'
     assert catalogs.latest_catalog_version("acme", "routing").version == 2
     assert catalogs.get_catalog_version("globex", "routing", 2) is None
+    assert catalogs.get_catalog_version("acme", "routing", 0) is None
     assert [v.version for v in catalogs.list_catalog_versions("acme", "routing")] == [1, 2]
     assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", after=1)] == [2]
     assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", limit=1)] == [1]
@@ -211,7 +222,55 @@ def test_catalog_versions_are_immutable_and_scoped_by_tenant(catalogs):
     assert catalogs.list_catalogs("acme")[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
     assert [(v.name, v.version) for v in catalogs.list_catalogs("globex")] == [("routing", 1)]
     assert catalogs.latest_catalog_version("acme", "nothing") is None
-    assert catalogs.list_catalog_tenants() == ["acme", "globex"]  # each once, however many entries and versions
+    assert sorted(catalogs.list_catalog_tenants()) == ["acme", "globex"]  # each once, however many entries and versions
+    assert catalogs.count_catalogs("acme") == 2 and catalogs.count_catalogs("initech") == 0
+
+
+def test_a_replaced_version_expires_and_the_count_deletes_the_oldest_but_those_kept(catalogs):
+    import time as clock
+
+    past, future = clock.time() - 1, clock.time() + 3600
+    insert(catalogs, version("acme", "routing", 1))
+    insert(catalogs, version("acme", "routing", 2, '{"type":"noul","instructions":"y"}'), expire={1: past})
+    insert(catalogs, version("acme", "routing", 3, '{"type":"noul","instructions":"z"}'), expire={2: future})
+    assert catalogs.get_catalog_version("acme", "routing", 1) is None  # expired, whatever the TTL's lag
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing")] == [2, 3]
+    assert catalogs.get_catalog_version("acme", "routing", 2).expires_at == future
+    assert catalogs.latest_catalog_version("acme", "routing").expires_at is None
+    # A decision that names version 2 keeps it as long as its record; never shortened.
+    catalogs.extend_catalog_version("acme", "routing", 2, future + 60)
+    catalogs.extend_catalog_version("acme", "routing", 2, future - 60)
+    catalogs.extend_catalog_version("acme", "routing", 3, future)  # the latest does not expire
+    assert catalogs.get_catalog_version("acme", "routing", 2).expires_at == future + 60
+    assert catalogs.latest_catalog_version("acme", "routing").expires_at is None
+    for n in range(4, 8):
+        insert(catalogs, version("acme", "routing", n, f'{{"type":"noul","instructions":"{n}"}}'))
+    catalogs.delete_catalog_versions("acme", "routing", below=6, keep={3})
+    assert [v.version for v in catalogs.list_catalog_versions("acme", "routing")] == [3, 6, 7]
+    assert catalogs.latest_catalog_version("acme", "routing").version == 7
+
+
+def test_an_entry_past_the_tenants_count_is_refused_and_nothing_is_written(catalogs):
+    insert(catalogs, version("acme", "a", 1), max_entries=2)
+    insert(catalogs, version("acme", "b", 1), max_entries=2)
+    with pytest.raises(TooManyEntries) as refused:
+        insert(catalogs, version("acme", "c", 1), max_entries=2)
+    assert refused.value.count == 2
+    assert catalogs.latest_catalog_version("acme", "c") is None and catalogs.count_catalogs("acme") == 2
+    insert(catalogs, version("acme", "a", 2, '{"type":"noul","instructions":"y"}'), max_entries=2)  # a version: no new entry
+    insert(catalogs, version("globex", "c", 1), max_entries=2)  # another tenant's count
+
+
+def test_the_entries_due_for_a_refit_come_from_their_latest_versions_a_page_at_a_time(catalogs):
+    for name in ("a", "b", "c", "d"):
+        insert(catalogs, version("acme", name, 1, DAILY))
+    insert(catalogs, version("acme", "b", 2))  # no longer daily
+    insert(catalogs, version("acme", "e", 1))  # never
+    insert(catalogs, version("globex", "a", 1, DAILY))
+    assert catalogs.due_refits("acme", "", 2) == ["a", "c"]
+    assert catalogs.due_refits("acme", "c", 2) == ["d"]
+    assert catalogs.due_refits("acme", "d", 2) == []
+    assert catalogs.due_refits("globex", "", 10) == ["a"]
 
 
 def listed(records, tenant: str, **kw) -> list[tuple[str, str | None]]:
@@ -357,3 +416,19 @@ def test_a_page_of_catalog_versions_reads_no_more_versions_than_it_returns():
     # When a caller pages 21 of them, then the pages ask for 21, then the 6 still wanted
     assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", limit=21)] == list(range(1, 22))
     assert client.limits == [21, 6]
+
+
+def test_a_sqlite_file_written_before_versions_expired_gains_the_columns_and_its_daily_entries(tmp_path):
+    import sqlite3
+
+    from gateway.stores.sqlite import open_sqlite
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # the table as it was
+        db.execute("CREATE TABLE catalog_versions (tenant_id TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL,"
+                   " content_hash TEXT NOT NULL, content TEXT NOT NULL, created_at REAL NOT NULL,"
+                   " PRIMARY KEY (tenant_id, name, version))")
+        db.execute("INSERT INTO catalog_versions VALUES ('acme', 'a', 1, 'h', ?, 1.0)", (DAILY,))
+    catalogs = open_sqlite(path).catalogs
+    assert catalogs.due_refits("acme", "", 10) == ["a"]
+    assert catalogs.latest_catalog_version("acme", "a").expires_at is None

@@ -48,16 +48,16 @@ def test_the_schedule_refits_entries_that_ask_moves_advisory_ones_only_and_write
         _train(name)
     catalogs = CatalogService(store.catalogs)
     learning = LearningService(catalogs, store.records)
-    summary = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning)
-    assert summary == {"entries": 2, "written": 1, "unchanged": 1, "failed": 0, "left_for_next_run": 0}
+    summary = refit_all(store.catalogs, catalogs, learning)
+    assert summary == {"tenants": 1, "entries": 2, "written": 1, "unchanged": 1, "failed": 0, "left_for_next_run": 0}
     versions = {v.name: v for v in catalogs.list("acme")}
     assert versions["daily"].version == 2 and versions["daily"].entry().adapter is not None
     assert versions["enforced"].version == 1 and versions["on-demand"].version == 1
     # The next day, with no new outcome: nothing is written.
-    again = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning)
+    again = refit_all(store.catalogs, catalogs, learning)
     assert again["written"] == 0 and catalogs.get("acme", "daily").version == 2
     # Out of time: the rest waits for the next run.
-    late = refit_all(store.catalogs.list_catalog_tenants, catalogs, learning, deadline=lambda: 10.0)
+    late = refit_all(store.catalogs, catalogs, learning, deadline=lambda: 10.0)
     assert late["left_for_next_run"] == 2 and late["entries"] == 0
 
     monkeypatch.setenv("GATEWAY_SQLITE_PATH", str(store.catalogs.db.path))

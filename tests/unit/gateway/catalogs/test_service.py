@@ -1,0 +1,141 @@
+"""What a tenant's catalog keeps, on both stores: the versions an entry keeps, when a
+replaced one expires, the entries a tenant may have."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway.catalogs import service as catalog_service
+from gateway.catalogs.model import parse_content
+from gateway.catalogs.service import DAY_S, CatalogService
+from gateway.errors import Conflict
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def store(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        from gateway.stores.sqlite import open_sqlite
+
+        yield open_sqlite(tmp_path / "g.db").catalogs
+        return
+    from tests.gateway_helpers import dynamodb_tenant_store
+
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        yield stores.catalogs
+
+
+def entry(n: int, mode: str | None = None, daily: bool = False):
+    content = {"type": "noul", "instructions": f"Is it {n}?"}
+    if mode:
+        content["policy"] = {"mode": mode}
+    if daily:
+        content["learning"] = {"keep_features": True, "refit": "daily"}
+    return parse_content(__import__("json").dumps(content))
+
+
+def test_an_entry_keeps_its_newest_versions_and_the_one_that_made_it_enforcing(store, monkeypatch):
+    monkeypatch.setattr(catalog_service, "MAX_KEPT_VERSIONS", 4)
+    catalogs = CatalogService(store)
+    for n in range(1, 4):
+        catalogs.put("acme", "routing", entry(n))
+    catalogs.put("acme", "routing", entry(4, "enforcing"))  # version 4 makes it enforcing
+    for n in range(5, 12):
+        catalogs.put("acme", "routing", entry(n, "enforcing"))
+    kept = [v.version for v in store.list_catalog_versions("acme", "routing")]
+    assert kept == [4, 8, 9, 10, 11]  # 200 writes or 11: never more than the count, and the enforcing one
+    assert catalogs.get("acme", "routing").enforcing_since == 4
+    assert catalogs.get("acme", "routing", 4).expires_at is None  # kept while the entry enforces
+    catalogs.put("acme", "routing", entry(12))  # advisory again: version 4 is one more old version
+    assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [9, 10, 11, 12]
+    # Within the count, the version that made an entry enforcing expires once it no longer does.
+    catalogs.put("acme", "spam", entry(1, "enforcing"))
+    catalogs.put("acme", "spam", entry(2, "enforcing"))
+    assert [v.expires_at is None for v in store.list_catalog_versions("acme", "spam")] == [True, True]
+    catalogs.put("acme", "spam", entry(3))
+    assert [v.expires_at is None for v in store.list_catalog_versions("acme", "spam")] == [False, False, True]
+
+
+def test_a_replaced_version_expires_after_the_record_retention_unless_a_decision_names_it(store):
+    now = time.time()
+    clock = [now - 40 * DAY_S]
+    catalogs = CatalogService(store, clock=lambda: clock[0], keep_days=30)
+    catalogs.put("acme", "routing", entry(1))
+    catalogs.put("acme", "routing", entry(2))  # 40 days ago: version 1 expired 10 days ago
+    clock[0] = now - 20 * DAY_S
+    catalogs.put("acme", "routing", entry(3))  # 20 days ago: version 2 expires in 10 days
+    with pytest.raises(Exception, match="does not exist"):
+        catalogs.get("acme", "routing", 1)
+    assert catalogs.get("acme", "routing", 2).expires_at == pytest.approx(now + 10 * DAY_S)
+    clock[0] = now
+    # A decision names version 2 today: it lives as long as that decision's record.
+    assert catalogs.named("acme", "routing", 2).version == 2
+    assert catalogs.get("acme", "routing", 2).expires_at == pytest.approx(now + 30 * DAY_S)
+    assert catalogs.named("acme", "routing", None).expires_at is None  # the latest never expires
+    assert [v.version for v in store.list_catalog_versions("acme", "routing")] == [2, 3]
+
+
+def test_a_tenant_has_at_most_so_many_entries_and_the_refusal_names_the_figures(store, monkeypatch):
+    monkeypatch.setattr(catalog_service, "MAX_ENTRIES", 3)
+    catalogs = CatalogService(store)
+    for name in ("a", "b", "c"):
+        catalogs.put("acme", name, entry(1))
+    with pytest.raises(Conflict, match="has 3 catalog entries, the most it may have is 3"):
+        catalogs.put("acme", "d", entry(1))
+    assert [v.name for v in catalogs.list("acme")] == ["a", "b", "c"]
+    catalogs.put("acme", "a", entry(2))  # a new version of an entry is not a new entry
+    catalogs.put("globex", "d", entry(1))  # nor is another tenant's
+
+
+def test_entries_created_at_once_past_the_count_take_their_own_back(store, monkeypatch):
+    """Two writers that each counted one under the cap: the one that finds the count passed
+    after its write deletes its entry and is refused (DynamoDB: the count is a read, not a
+    condition; SQLite counts and writes in one transaction)."""
+    monkeypatch.setattr(catalog_service, "MAX_ENTRIES", 2)
+    catalogs = CatalogService(store)
+    catalogs.put("acme", "a", entry(1))
+    catalogs.put("acme", "b", entry(1))
+    if hasattr(store, "table"):
+        real = store.count_catalogs
+        calls = []
+
+        def stale_then_real(tenant_id):
+            calls.append(tenant_id)
+            return 1 if len(calls) == 1 else real(tenant_id)  # the first read predates another's write
+
+        monkeypatch.setattr(store, "count_catalogs", stale_then_real)
+    with pytest.raises(Conflict, match="most it may have is 2"):
+        catalogs.put("acme", "c", entry(1))
+    assert store.latest_catalog_version("acme", "c") is None
+    assert sorted(v.name for v in catalogs.list("acme")) == ["a", "b"]
+
+
+def test_the_heads_say_which_entries_refit_daily_and_follow_their_latest(store):
+    catalogs = CatalogService(store)
+    catalogs.put("acme", "a", entry(1, daily=True))
+    catalogs.put("acme", "b", entry(1, daily=True))
+    catalogs.put("acme", "b", entry(2))
+    assert store.due_refits("acme", "", 10) == ["a"]
+    assert list(store.list_catalog_tenants()) == ["acme"]
+
+
+def test_an_entry_written_before_heads_is_listed_and_gets_a_head_at_its_next_write(monkeypatch):
+    from gateway.catalogs.model import content_hash
+    from gateway.stores.dynamodb.items import item
+    from tests.gateway_helpers import dynamodb_tenant_store
+
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        store = stores.catalogs
+        for n in (1, 2):  # as the store wrote versions before: each with the index's keys, no head
+            content = entry(n, daily=True).canonical()
+            store.table.client.put_item(TableName=store.table.name, Item=item(
+                {"pk": "acme#old", "version": n, "tenant_id": "acme", "name": "old", "name_version": f"old#{n:09d}",
+                 "content_hash": content_hash(content), "content": content, "created_at": float(n)}))
+        catalogs = CatalogService(store)
+        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("old", 2)]
+        assert catalogs.get("acme", "old").version == 2 and store.due_refits("acme", "", 10) == []
+        catalogs.put("acme", "old", entry(3, daily=True))
+        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("old", 3)]
+        assert store.due_refits("acme", "", 10) == ["old"] and store.count_catalogs("acme") == 1
+        assert catalogs.get("acme", "old", 2).expires_at is not None
