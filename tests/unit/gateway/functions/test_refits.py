@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
@@ -70,3 +71,63 @@ def test_an_entry_written_before_learning_existed_keeps_its_hash():
     old = {"type": "noul", "instructions": "Is it fruit?"}
     entry = parse_content(json.dumps(old))
     assert "learning" not in entry.canonical() and "adapter" not in entry.canonical()
+
+
+def test_one_large_tenant_never_holds_back_the_others_refits(monkeypatch):
+    """On DynamoDB (moto), scaled a hundredfold: one tenant with many versions of many due
+    entries and a long record history (every entry's refit reads it), two small tenants
+    with one due entry each, and a run that has time for a few entries' reads. The small
+    tenants' entries are refitted in the same run; listing the tenants and their due
+    entries reads no version of any entry."""
+    from gateway.decisions.records import ListedRecord
+    from tests.gateway_helpers import dynamodb_tenant_store
+
+    daily = {"type": "noul", "instructions": "Is it fruit?", "learning": {"keep_features": True, "refit": "daily"}}
+    with dynamodb_tenant_store(monkeypatch, "big", "small-a", "small-b") as stores:
+        catalogs = CatalogService(stores.catalogs)
+        for entry in range(10):  # 100 versions (10,000 in the full-size case), 10 due entries
+            for n in range(10):
+                catalogs.put("big", f"entry-{entry}", parse_content(json.dumps({**daily, "instructions": f"{n}?"})))
+        for tenant in ("small-a", "small-b"):
+            catalogs.put(tenant, "fruit", parse_content(json.dumps(daily)))
+        pad = "x" * 10_000
+        far = 4_000_000_000.0
+        for i in range(256):  # 2.56 MB of records (256 MB in the full-size case)
+            stores.records.put_record("big", f"{i:024x}", 1.0, ["entry-0"], {"id": f"{i:024x}", "pad": pad}, far)
+
+        clock = [0.0]  # seconds of the run used: reading the big history whole takes 300 s of a 900 s run
+        scan = stores.records.scan_records
+
+        def timed_scan(tenant_id, **kw) -> Iterator[ListedRecord]:
+            for listed in scan(tenant_id, **kw):
+                clock[0] += listed.size * 300 / 2_560_000
+                yield listed
+
+        monkeypatch.setattr(stores.records, "scan_records", timed_scan)
+        calls: list[tuple[str, dict]] = []
+        client = stores.catalogs.table.client
+        for operation in ("scan", "query"):
+            real = getattr(client, operation)
+
+            def spy(real=real, operation=operation, **request):
+                calls.append((operation, request))
+                return real(**request)
+
+            monkeypatch.setattr(client, operation, spy)
+        refitted: list[tuple[str, str]] = []
+        learning = LearningService(catalogs, stores.records)
+        real_refit = learning.refit
+
+        def tracked(tenant_id, name, *args, **kw):
+            refitted.append((tenant_id, name))
+            return real_refit(tenant_id, name, *args, **kw)
+
+        monkeypatch.setattr(learning, "refit", tracked)
+        summary = refit_all(stores.catalogs, catalogs, learning, deadline=lambda: 900 - clock[0])
+
+    assert ("small-a", "fruit") in refitted and ("small-b", "fruit") in refitted
+    assert summary["tenants"] == 3 and summary["left_for_next_run"] > 0 and summary["entries"] < 12
+    assert clock[0] < 900 - 55  # no read ran past its share (by more than its last record) into the last minute
+    listing = [request for operation, request in calls if operation == "scan"
+               or request.get("IndexName") == "by_tenant"]
+    assert listing and all(request.get("IndexName") == "by_tenant" for request in listing)
