@@ -65,6 +65,8 @@ class UsageRow:
     requests: int
     cost_nano_usd: int  # billionths of a dollar: integers, so concurrent additions never round
     endpoint_ms: int
+    # What the tenant wrote to the stores: its decision records and catalog versions.
+    stored_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

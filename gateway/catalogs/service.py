@@ -47,9 +47,10 @@ MAX_VERSIONS_PAGE_BYTES = 4 * 1024 * 1024
 
 class CatalogService:
     def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time, *,
-                 keep_days: float = 90) -> None:
+                 keep_days: float = 90, on_stored: Callable[[str, int, str], None] | None = None) -> None:
         self.store = store
         self.clock = clock
+        self.on_stored = on_stored  # (tenant, bytes, entry): the tenant's usage counts its catalog writes
         self.keep_s = keep_days * DAY_S  # the record retention: what a record names outlives it
 
     def put(self, tenant_id: str, name: str, content: NoulEntry | ChoiceEntry | ScoreEntry,
@@ -91,6 +92,8 @@ class CatalogService:
                 raise Conflict(f"this tenant has {exc.count} catalog entries, the most it may have is {MAX_ENTRIES}:"
                                " nothing was written; write a new version of an entry instead") from None
             self._make_room(version)
+            if self.on_stored is not None:
+                self.on_stored(tenant_id, size, name)
             return version, True
         raise Conflict(f"the catalog entry {name!r} is being written by others at the same time; read it and retry")
 

@@ -121,8 +121,9 @@ class ListedRecord(NamedTuple):
 
 class RecordStore(Protocol):
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
-                   expires_at: float) -> None:
-        """Store a new record; RecordTooLarge (nothing written) past MAX_RECORD_ITEM_BYTES."""
+                   expires_at: float) -> int:
+        """Store a new record; its size as stored (record_item_bytes). RecordTooLarge (nothing
+        written) past MAX_RECORD_ITEM_BYTES."""
         ...
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
@@ -254,8 +255,10 @@ def state_matches(keys: KeyRing, record: dict[str, Any], state: Text) -> bool:
 class DecisionRecorder:
     def __init__(self, store: RecordStore | None, hash_keys: KeyRing | None = None,
                  retention_days: float = DEFAULT_RETENTION_DAYS, clock: Callable[[], float] = time.time,
-                 on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 on_stored: Callable[[str, int], None] | None = None) -> None:
         self.store = store
+        self.on_stored = on_stored  # (tenant, bytes): the tenant's usage counts what its records take
         self.hash_keys = hash_keys
         self.retention_s = retention_days * 86400
         self.clock = clock
@@ -312,7 +315,9 @@ class DecisionRecorder:
     def _store(self, tenant_id: str, record_id: str, now: float, catalogs: list[str], body: dict[str, Any]) -> bool:
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
+                size = self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
+                if self.on_stored is not None:
+                    self.on_stored(tenant_id, size)
                 return True
             except RecordTooLarge:
                 raise  # the same record never fits: the caller's request has to change

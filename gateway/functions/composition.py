@@ -56,19 +56,21 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
     stores = stores if stores is not None else build_stores(settings.auth)
     if authenticator is None and stores is not None:
         authenticator = build_authenticator(settings.auth, stores)
-    catalogs = (CatalogService(stores.catalogs, keep_days=settings.auth.record_retention_days)
+    # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
+    tenants = authenticator.tenants if authenticator is not None else None
+    throttle = (TenantThrottle(stores.counters, tenants.limits, hold_s=longest_request_s(settings))
+                if stores is not None and tenants is not None else None)
+    spending = Spending(stores.counters, tenants.limits) if stores is not None and tenants is not None else None
+    catalogs = (CatalogService(stores.catalogs, keep_days=settings.auth.record_retention_days,
+                               on_stored=spending.count_stored if spending is not None else None)
                 if stores is not None and stores.catalogs is not None else None)
     records = stores.records if stores is not None else None
     # One ring for the records' hashes and the scorer's tenant tags (a key of its own derived
     # from it): a key every function instance shares, read on first use.
     record_keys = record_keys or build_record_keys(settings.auth)
     recorder = DecisionRecorder(records, record_keys, settings.auth.record_retention_days,
-                                on_failure=_count_record_failure)
-    # One tenant cache for the authorizer's checks, the routes' policy and the throttle.
-    tenants = authenticator.tenants if authenticator is not None else None
-    throttle = (TenantThrottle(stores.counters, tenants.limits, hold_s=longest_request_s(settings))
-                if stores is not None and tenants is not None else None)
-    spending = Spending(stores.counters, tenants.limits) if stores is not None and tenants is not None else None
+                                on_failure=_count_record_failure,
+                                on_stored=spending.count_stored if spending is not None else None)
     idempotency = Idempotency(stores.idempotency, hold_s=longest_request_s(settings)) if stores is not None else None
     return InstanceServices(
         settings=settings, registry=registry,

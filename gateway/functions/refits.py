@@ -108,7 +108,11 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     stores = build_stores(settings)
     if stores is None or stores.catalogs is None or stores.records is None:
         raise RuntimeError("the scheduled refit needs the tenants, catalogs and records tables")
-    catalogs = CatalogService(stores.catalogs, keep_days=settings.record_retention_days)
+    from gateway.auth.store import DEFAULT_LIMITS
+    from gateway.services.spending import Spending
+
+    spending = Spending(stores.counters, lambda _: DEFAULT_LIMITS)  # what it writes is counted, never limited
+    catalogs = CatalogService(stores.catalogs, keep_days=settings.record_retention_days, on_stored=spending.count_stored)
     started = time.monotonic()
     remaining = getattr(context, "get_remaining_time_in_millis", None)
 

@@ -27,7 +27,9 @@ month's end (UTC), the minute's with Retry-After at the next minute.
 The settled figures are also added to the tenant's usage by day (UTC) and entry, which
 `GET /v1/usage` reads: the day's total, and a request's cost split evenly among the
 entries it names (each catalog entry, `(inline)` for questions that named none, `(chat)`
-for a chat), where a request naming two entries counts once in each.
+for a chat), where a request naming two entries counts once in each. What a tenant writes
+to the stores is added there too (`stored_bytes`): each decision's record in the day's
+total, each catalog version in the day's total and under its entry.
 """
 
 from __future__ import annotations
@@ -157,6 +159,17 @@ class Spending:
                              endpoint_ms * weight // len(names) + (endpoint_ms % len(names) if first else 0))
             self.counters.add_usage(tenant_id, share, kept_until)
 
+    def count_stored(self, tenant_id: str, size: int, entry: str | None = None) -> None:
+        """Add `size` bytes written for the tenant (a record, or a version of catalog entry
+        `entry`) to its usage. What was written stands whatever happens here: a failure is logged."""
+        now = self.clock()
+        day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(now)), now + USAGE_RETENTION_DAYS * 86400
+        try:
+            for name in (ALL_ENTRIES, entry) if entry is not None else (ALL_ENTRIES,):
+                self.counters.add_usage(tenant_id, UsageRow(day, name, 0, 0, 0, size), kept_until)
+        except Exception:
+            log.exception("stored bytes not counted", extra={"tenant_id": tenant_id})
+
     def _give_back(self, reserved: list[Reservation]) -> None:
         for reservation in reserved:
             _checked(lambda r=reservation: self.counters.add_within(r.name, -r.amount, None, self.clock() + 86400))
@@ -180,7 +193,8 @@ class Spending:
 def _figures(rows: Sequence[UsageRow]) -> dict[str, Any]:
     return {"requests": sum(r.requests for r in rows),
             "cost_usd": round(sum(r.cost_nano_usd for r in rows) / NANO_PER_USD, 9),
-            "endpoint_seconds": round(sum(r.endpoint_ms for r in rows) / 1000, 3)}
+            "endpoint_seconds": round(sum(r.endpoint_ms for r in rows) / 1000, 3),
+            "stored_bytes": sum(r.stored_bytes for r in rows)}
 
 
 def _grouped(rows: Sequence[UsageRow], by: str) -> list[dict[str, Any]]:

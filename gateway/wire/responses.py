@@ -220,6 +220,7 @@ class UsageFigures(Strict):
     requests: int
     cost_usd: float
     endpoint_seconds: float
+    stored_bytes: int  # decision records and catalog versions written
 
 
 class UsageByDay(UsageFigures):

@@ -50,10 +50,12 @@ class DynamoDBCounters:
     def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
         self.keys.update(
             {"pk": f"USAGE#{tenant_id}", "sk": f"{row.day}#{row.entry}"},
-            UpdateExpression="ADD requests :requests, cost_nano_usd :cost, endpoint_ms :ms SET #ttl = :ttl",
+            UpdateExpression="ADD requests :requests, cost_nano_usd :cost, endpoint_ms :ms, stored_bytes :bytes"
+                             " SET #ttl = :ttl",
             ExpressionAttributeNames={"#ttl": "ttl"},
             ExpressionAttributeValues={":requests": typed(row.requests), ":cost": typed(row.cost_nano_usd),
-                                       ":ms": typed(row.endpoint_ms), ":ttl": typed(int(expires_at))})
+                                       ":ms": typed(row.endpoint_ms), ":bytes": typed(row.stored_bytes),
+                                       ":ttl": typed(int(expires_at))})
 
     def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
         # "<day>#<entry>": from the first day's first entry to past the last day's last ("$" > "#")
@@ -61,11 +63,12 @@ class DynamoDBCounters:
             KeyConditionExpression="pk = :pk AND sk BETWEEN :first AND :last",
             ExpressionAttributeValues=item({":pk": f"USAGE#{tenant_id}", ":first": f"{first_day}#", ":last": f"{last_day}$"}),
             ConsistentRead=True, Select="SPECIFIC_ATTRIBUTES",
-            ProjectionExpression="pk, sk, requests, cost_nano_usd, endpoint_ms")
+            ProjectionExpression="pk, sk, requests, cost_nano_usd, endpoint_ms, stored_bytes")
         rows = []
         for one in found:
             day, _, entry = one["sk"].partition("#")
-            rows.append(UsageRow(day, entry, int(one["requests"]), int(one["cost_nano_usd"]), int(one["endpoint_ms"])))
+            rows.append(UsageRow(day, entry, int(one["requests"]), int(one["cost_nano_usd"]), int(one["endpoint_ms"]),
+                                 int(one.get("stored_bytes", 0))))
         return rows
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:

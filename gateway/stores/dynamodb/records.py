@@ -26,7 +26,7 @@ class DynamoDBRecords:
         self.table = Table(client, records_table)
 
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
-                   expires_at: float) -> None:
+                   expires_at: float) -> int:
         text = json.dumps(body)
         size = record_item_bytes(tenant_id, record_id, catalogs, text)
         check_record_item(size, outcome=False)
@@ -38,6 +38,7 @@ class DynamoDBRecords:
             if _item_too_large(exc):  # DynamoDB counted more than record_item_bytes: still the caller's 413
                 raise RecordTooLarge(None, outcome=False) from exc
             raise
+        return size
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
         found = self._live_record(tenant_id, record_id)

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS usage (
     requests      INTEGER NOT NULL,
     cost_nano_usd INTEGER NOT NULL,
     endpoint_ms   INTEGER NOT NULL,
+    stored_bytes  INTEGER NOT NULL DEFAULT 0,
     expires_at    REAL NOT NULL,
     PRIMARY KEY (tenant_id, day, entry)
 );
@@ -43,6 +44,7 @@ class SQLiteCounters:
     def __init__(self, db: Database) -> None:
         self.db = db
         db.create(_SCHEMA)
+        db.add_columns("usage", {"stored_bytes": "INTEGER NOT NULL DEFAULT 0"})  # a file from before it
 
     def count_within(self, name: str, limit: int, expires_at: float) -> bool:
         with self.db.connect() as db:
@@ -66,17 +68,21 @@ class SQLiteCounters:
 
     def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
         with self.db.connect() as db:
-            db.execute("INSERT INTO usage (tenant_id, day, entry, requests, cost_nano_usd, endpoint_ms, expires_at)"
-                       " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant_id, day, entry) DO UPDATE SET"
+            db.execute("INSERT INTO usage (tenant_id, day, entry, requests, cost_nano_usd, endpoint_ms, stored_bytes,"
+                       " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant_id, day, entry) DO UPDATE SET"
                        " requests = requests + excluded.requests, cost_nano_usd = cost_nano_usd + excluded.cost_nano_usd,"
-                       " endpoint_ms = endpoint_ms + excluded.endpoint_ms, expires_at = excluded.expires_at",
-                       (tenant_id, row.day, row.entry, row.requests, row.cost_nano_usd, row.endpoint_ms, expires_at))
+                       " endpoint_ms = endpoint_ms + excluded.endpoint_ms, stored_bytes = stored_bytes + excluded.stored_bytes,"
+                       " expires_at = excluded.expires_at",
+                       (tenant_id, row.day, row.entry, row.requests, row.cost_nano_usd, row.endpoint_ms, row.stored_bytes,
+                        expires_at))
 
     def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
         with self.db.connect() as db:
-            rows = db.execute("SELECT day, entry, requests, cost_nano_usd, endpoint_ms FROM usage WHERE tenant_id = ?"
-                              " AND day BETWEEN ? AND ? ORDER BY day, entry", (tenant_id, first_day, last_day)).fetchall()
-        return [UsageRow(r["day"], r["entry"], r["requests"], r["cost_nano_usd"], r["endpoint_ms"]) for r in rows]
+            rows = db.execute("SELECT day, entry, requests, cost_nano_usd, endpoint_ms, stored_bytes FROM usage"
+                              " WHERE tenant_id = ? AND day BETWEEN ? AND ? ORDER BY day, entry",
+                              (tenant_id, first_day, last_day)).fetchall()
+        return [UsageRow(r["day"], r["entry"], r["requests"], r["cost_nano_usd"], r["endpoint_ms"], r["stored_bytes"])
+                for r in rows]
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
         with self.db.connect() as db:

@@ -32,13 +32,15 @@ class SQLiteRecords:
         db.create(_SCHEMA)
 
     def put_record(self, tenant_id: str, record_id: str, created_at: float, catalogs: list[str], body: dict[str, Any],
-                   expires_at: float) -> None:
+                   expires_at: float) -> int:
         text = json.dumps(body)
-        check_record_item(record_item_bytes(tenant_id, record_id, catalogs, text), outcome=False)
+        size = record_item_bytes(tenant_id, record_id, catalogs, text)
+        check_record_item(size, outcome=False)
         with self.db.connect() as db:
             db.execute("INSERT INTO records (tenant_id, record_id, created_at, catalogs, body, expires_at)"
                        " VALUES (?, ?, ?, ?, ?, ?)",
                        (tenant_id, record_id, created_at, " ".join(catalogs), text, expires_at))
+        return size
 
     def get_record(self, tenant_id: str, record_id: str) -> dict[str, Any] | None:
         row = self.db.connect().execute("SELECT * FROM records WHERE tenant_id = ? AND record_id = ? AND expires_at > ?",

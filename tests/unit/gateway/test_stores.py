@@ -284,7 +284,10 @@ def test_records_are_per_tenant_newest_first_filterable_and_take_an_outcome(reco
     import time as clock
 
     far = clock.time() + 3600
-    records.put_record("acme", "r1", 1.0, ["routing"], {"id": "r1"}, far)
+    from gateway.decisions.records import record_item_bytes
+
+    size = records.put_record("acme", "r1", 1.0, ["routing"], {"id": "r1"}, far)
+    assert size == record_item_bytes("acme", "r1", ["routing"], '{"id": "r1"}')  # what the tenant's usage counts
     records.put_record("acme", "r2", 2.0, ["routing", "spam"], {"id": "r2"}, far)
     records.put_record("acme", "r3", 3.0, [], {"id": "r3"}, far)
     records.put_record("acme", "old", 0.5, ["routing"], {"id": "old"}, clock.time() - 1)
@@ -377,11 +380,12 @@ def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(counters)
 
     counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200), 4e9)
     counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 0, 0, 0, 4096), 4e9)  # a version written
     counters.add_usage("acme", UsageRow("2026-12-01", "(inline)", 1, 7, 9), 4e9)
     counters.add_usage("acme", UsageRow("2026-12-03", "routing", 2, 1, 2), 4e9)
     counters.add_usage("globex", UsageRow("2026-12-01", "routing", 1, 99, 99), 4e9)
     assert counters.usage("acme", "2026-12-01", "2026-12-02") == [
-        UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000)]
+        UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000, 4096)]
     assert [r.day for r in counters.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
     assert counters.usage("acme", "2026-12-02", "2026-12-02") == []
 

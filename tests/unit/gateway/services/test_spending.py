@@ -4,6 +4,7 @@ by several function instances (as many Lambda instances share DynamoDB)."""
 from __future__ import annotations
 
 import calendar
+import json
 import threading
 import time
 
@@ -99,6 +100,31 @@ def test_a_decision_settles_what_it_spent_and_the_usage_report_shows_it(path):
     assert report["by_entry"][1]["cost_usd"] == pytest.approx(answer["usage"]["x_cost_usd"], abs=1e-8)
     assert report["budget"] == {"monthly_usd": 10.0, "month": time.strftime("%Y-%m", time.gmtime()),
                                 "month_spent_usd": pytest.approx(spent, abs=1e-8), "endpoint_seconds_per_minute": None}
+
+
+def test_what_a_tenant_stores_is_in_its_usage_records_in_the_total_catalog_versions_under_their_entry(path):
+    # Given a tenant that writes a catalog entry twice (one version; the same content again
+    # writes nothing) and asks two decisions, its usage holds the bytes of the version and
+    # of both records, each as the store counts it.
+    writer = {**ACME, "scopes": "decide catalogs:read catalogs:write"}
+    register_credentials(open_sqlite(path), writer)
+    handler = function(path, SlowBackend(0.0))
+    entry = {"type": "noul", "instructions": "Does the customer ask for a refund?" + " Say so." * 200}
+    assert call(event("PUT", "/v1/catalogs/refunds", entry, principal=writer), handler)[0] == 201
+    assert call(event("PUT", "/v1/catalogs/refunds", entry, principal=writer), handler)[0] == 200
+    version = open_sqlite(path).catalogs.latest_catalog_version("acme", "refunds")
+    for _ in range(2):
+        assert call(event("POST", "/v1/systemone", DECISION), handler)[0] == 200
+    status, _, report = call(event("GET", "/v1/usage", principal=ACME), handler)
+    records = [r for r in open_sqlite(path).records.scan_records("acme")]
+    assert len(records) == 2 and status == 200
+    from gateway.decisions.records import record_item_bytes
+
+    stored = sum(record_item_bytes("acme", r.record_id, [], json.dumps({k: v for k, v in r.record.items()
+                                                                         if k != "outcome"})) for r in records)
+    assert report["total"]["stored_bytes"] == len(version.content.encode()) + stored
+    assert {e["entry"]: e["stored_bytes"] for e in report["by_entry"]}["refunds"] == len(version.content.encode())
+    assert report["total"]["requests"] == 2  # writes are bytes, not requests
 
 
 def test_a_tenant_over_its_budget_gets_429_naming_it_before_any_backend_call(path):
