@@ -3,10 +3,12 @@
 The adapter (gateway.catalogs.model.Adapter, fitted by gateway.catalogs.fitting) maps
 what the scorer read an answer from (`x_features`) to the entry's own probabilities:
 
-    logit_k = scale * log p0_k + bias_k + w_k . clip((state - center) / spread, +-STATE_CLIP)
+    logit_k = scale * log p0_k + bias_k + clamp(w_k . clip((state - center) / spread, +-STATE_CLIP), reach_k)
 
-where p0 is the zero-shot answer (the listings' distributions averaged) and `state` the
-sketch of the answer position. It applies to answers of the model file, prompt template,
+where p0 is the zero-shot answer (the listings' distributions averaged), `state` the
+sketch of the answer position and reach_k the range the sketch's term took over the
+samples it was fitted on: the text the model reads is anyone's to write, and a crafted
+state moves a logit no further than the training's own states did. It applies to answers of the model file, prompt template,
 readout and sketch it was fitted on, and to none other: features of another model are
 other numbers.
 """
@@ -37,20 +39,23 @@ class Head:
     center: tuple[float, ...]
     spread: tuple[float, ...]
     weights: tuple[tuple[float, ...], ...]
+    reach: tuple[tuple[float, float], ...]
 
     @classmethod
     def of(cls, adapter: Adapter) -> Head:
         k, d = len(adapter.options), STATE_FEATURE_DIMS
         flat = decode_vector(adapter.weights, k * d)
+        unbounded = ((-math.inf, math.inf),) * k  # an adapter fitted before reach was kept
         return cls(adapter.scale, tuple(adapter.bias), tuple(decode_vector(adapter.center, d)),
-                   tuple(decode_vector(adapter.spread, d)), tuple(tuple(flat[i * d:(i + 1) * d]) for i in range(k)))
+                   tuple(decode_vector(adapter.spread, d)), tuple(tuple(flat[i * d:(i + 1) * d]) for i in range(k)),
+                   tuple((low, high) for low, high in adapter.reach) if adapter.reach is not None else unbounded)
 
     def probabilities(self, features: ReadFeatures) -> tuple[float, ...]:
         zero_shot = _zero_shot(features.orders)
         x = [min(STATE_CLIP, max(-STATE_CLIP, (s - c) / w))
              for s, c, w in zip(features.state, self.center, self.spread, strict=True)]
-        logits = [self.scale * z + b + math.fsum(wi * xi for wi, xi in zip(row, x, strict=True))
-                  for z, b, row in zip(zero_shot, self.bias, self.weights, strict=True)]
+        logits = [self.scale * z + b + min(high, max(low, math.fsum(wi * xi for wi, xi in zip(row, x, strict=True))))
+                  for z, b, row, (low, high) in zip(zero_shot, self.bias, self.weights, self.reach, strict=True)]
         top = max(logits)
         weights = [math.exp(v - top) for v in logits]
         total = sum(weights)
@@ -78,7 +83,8 @@ _HEADS_LOCK = threading.Lock()  # the local runner serves requests on threads
 def _head(adapter: Adapter) -> Head:
     """The decoded head, cached by the adapter's numbers themselves (compared whole, never
     by a name or a short hash that another tenant's adapter could share)."""
-    key = (adapter.scale, tuple(adapter.bias), adapter.center, adapter.spread, adapter.weights)
+    key = (adapter.scale, tuple(adapter.bias), adapter.center, adapter.spread, adapter.weights,
+           None if adapter.reach is None else tuple(map(tuple, adapter.reach)))
     with _HEADS_LOCK:
         head = _HEADS.get(key)
     if head is None:

@@ -4,7 +4,11 @@ The head is a regularised multinomial logistic regression on what the scorer rea
 answer from (`x_features`): the zero-shot answer's log-probabilities, times a learned
 scale, plus a bias per option and a linear map of the state sketch (standardised):
 
-    logit_k = scale * log p0_k + bias_k + w_k . clip((state - center) / spread, +-4)
+    logit_k = scale * log p0_k + bias_k + clamp(w_k . clip((state - center) / spread, +-4), reach_k)
+
+where reach_k is the range the sketch's term took over the samples it was fitted on: a
+state unlike any it learned from (a crafted one: anyone can write the text the model reads)
+moves a logit no further than the training's own did.
 
 With the bias and the map at zero it is the zero-shot answer at a temperature (1 / scale),
 which is what a calibration fits; the L2 penalty on bias and map pulls it there, so few
@@ -53,10 +57,12 @@ class Head:
     weights: np.ndarray  # (K, D)
     center: np.ndarray  # (D,)
     spread: np.ndarray  # (D,)
+    reach: np.ndarray  # (K, 2): the sketch term's least and greatest over the training samples
 
     def probabilities(self, zero_shot: np.ndarray, states: np.ndarray) -> np.ndarray:
         x = np.clip((states - self.center) / self.spread, -STATE_CLIP, STATE_CLIP)
-        return _softmax(self.scale * zero_shot + self.bias + x @ self.weights.T)
+        term = np.clip(x @ self.weights.T, self.reach[:, 0], self.reach[:, 1])
+        return _softmax(self.scale * zero_shot + self.bias + term)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +175,8 @@ def train(z: np.ndarray, states: np.ndarray, y: np.ndarray, n_options: int, l2: 
         # A temperature is positive and at most 20 (devkit.calibrate's range): a head never
         # reads the zero-shot answer backwards, nor flattens it into a tie.
         scale, bias, weights = max(MIN_SCALE, float(params[0][0])), params[1], params[2]
-    return Head(scale, bias, weights, center, spread)
+    terms = x @ weights.T
+    return Head(scale, bias, weights, center, spread, np.stack([terms.min(axis=0), terms.max(axis=0)], axis=1))
 
 
 def evaluate(head: Head, samples: Sequence[Sample]) -> Scores:

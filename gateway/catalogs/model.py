@@ -55,9 +55,9 @@ MAX_ADAPTER_OPTIONS = 32
 
 def adapter_bytes_bound(options: int) -> int:
     """An upper bound on an adapter's size in an entry's canonical JSON: its weights, center
-    and spread, per option a bias (at most 26 characters) and a name (at most 200),
+    and spread, per option a bias (at most 26 characters), a reach (two such) and a name (at most 200),
     the key and the refit's figures."""
-    return MAX_VECTOR_CHARS * (options + 2) + 240 * options + 3000
+    return MAX_VECTOR_CHARS * (options + 2) + 300 * options + 3000
 
 
 # Where an outcome that trains adapters came from: a person's review, an audit sample, or a
@@ -177,6 +177,10 @@ class Adapter(_Strict):
     center: str = Field(max_length=MAX_VECTOR_CHARS)
     spread: str = Field(max_length=MAX_VECTOR_CHARS)
     weights: str = Field(max_length=MAX_VECTOR_CHARS * MAX_ADAPTER_OPTIONS)
+    # Per option, the least and greatest the sketch's term took over the training samples:
+    # the term is held to it at decision time (gateway.catalogs.adapters). None: an adapter
+    # fitted before it was kept, whose term is held by the sketch's clip alone.
+    reach: list[list[float]] | None = Field(default=None, max_length=MAX_ADAPTER_OPTIONS)
     fit: AdapterFit
 
     @model_validator(mode="after")
@@ -204,7 +208,14 @@ def check_shapes(adapter: Adapter) -> None:
             raise ValueError(f"adapter.{name} holds numbers outside [{low:g}, {high:g}]")
     if not all(math.isfinite(b) and abs(b) <= 1e4 for b in adapter.bias) or not math.isfinite(adapter.scale):
         raise ValueError("an adapter's scale and biases are finite numbers, biases within [-1e4, 1e4]")
-    if adapter.id != adapter_id(adapter.model_dump(mode="json")):
+    if adapter.reach is not None and (len(adapter.reach) != k or not all(
+            len(pair) == 2 and all(map(math.isfinite, pair)) and -1e6 <= pair[0] <= pair[1] <= 1e6
+            for pair in adapter.reach)):
+        raise ValueError(f"adapter.reach holds {k} ranges [least, greatest] of finite numbers within [-1e6, 1e6]")
+    fields = adapter.model_dump(mode="json")
+    if fields["reach"] is None:
+        del fields["reach"]  # an adapter from before reach was kept: its id was made without it
+    if adapter.id != adapter_id(fields):
         raise ValueError("adapter.id is not the hash of the adapter's content (written by a refit, never by hand)")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import re
 import time
 from collections import Counter
@@ -253,6 +254,8 @@ def _adapter(fitted: Any, key: dict[str, Any], keys: list[str], sources: Counter
         **key, "options": keys, "scale": round(float(head.scale), 6), "bias": [round(float(b), 6) for b in head.bias],
         "center": encode_vector([float(v) for v in head.center]), "spread": encode_vector([float(v) for v in head.spread]),
         "weights": encode_vector([float(v) for v in head.weights.reshape(-1)]),
+        # Rounded outwards: the held term never cuts a training sample's own.
+        "reach": [[math.floor(float(low) * 1e6) / 1e6, math.ceil(float(high) * 1e6) / 1e6] for low, high in head.reach],
         "fit": AdapterFit(fitted_at=now, samples=sum(sources.values()), folds=fitted.folds, l2=fitted.l2,
                           accuracy=fitted.adapted.accuracy, nll=fitted.adapted.nll, brier=fitted.adapted.brier,
                           zero_shot_accuracy=fitted.zero_shot.accuracy, zero_shot_nll=fitted.zero_shot.nll,

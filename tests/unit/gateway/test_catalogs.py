@@ -627,7 +627,8 @@ def test_an_adapter_is_checked_on_write_and_never_applied_to_another_models_answ
     moved["adapter"]["model_sha256"] = "ef" * 32
     from gateway.catalogs.vectors import adapter_id
     moved["adapter"]["id"] = adapter_id(moved["adapter"])
-    assert put(moved, name="fruit")[0] == 201
+    written = put(moved, name="fruit")
+    assert written[0] == 201, written
     answer = _decide_state("a bowl of cherries")[2]["answers"]["fruit"]
     assert "x_adapter" not in answer and answer["noul"] == pytest.approx(0.5)
     assert answer.get("x_action_reason") is None  # no policy: no verdict to hold; the probabilities are the model's

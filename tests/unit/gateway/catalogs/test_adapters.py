@@ -36,9 +36,11 @@ def _samples(n: int, signal: bool, seed: int = 0) -> list[fitting.Sample]:
 
 def test_the_decision_time_head_computes_what_the_fitted_one_does():
     rng = np.random.default_rng(3)
-    head = fitting.Head(1.7, rng.normal(size=4), rng.normal(size=(4, D)) / 10, rng.normal(size=D), rng.random(D) + 0.5)
+    reach = np.array([[-0.3, 0.2], [-1.0, 1.0], [-0.05, 0.4], [-5.0, 5.0]])  # some terms held, some not
+    head = fitting.Head(1.7, rng.normal(size=4), rng.normal(size=(4, D)) / 10, rng.normal(size=D), rng.random(D) + 0.5,
+                        reach)
     pure = Head(head.scale, tuple(head.bias), tuple(head.center), tuple(head.spread),
-                tuple(tuple(row) for row in head.weights))
+                tuple(tuple(row) for row in head.weights), tuple(map(tuple, reach)))
     for _ in range(5):
         orders = [np.log(rng.dirichlet(np.ones(4))) for _ in range(2)]
         state = rng.normal(size=D)
@@ -106,7 +108,8 @@ def test_a_state_far_outside_what_the_head_learned_from_moves_it_no_further_than
     from gateway.catalogs.vectors import STATE_CLIP
 
     weights = tuple(tuple(1.0 if (d == 3 and k == 0) else 0.0 for d in range(D)) for k in range(2))
-    head = Head(1.0, (0.0, 0.0), (0.0,) * D, (1.0,) * D, weights)
+    unbounded = ((-math.inf, math.inf),) * 2  # an adapter from before reach was kept: the clip alone
+    head = Head(1.0, (0.0, 0.0), (0.0,) * D, (1.0,) * D, weights, unbounded)
     flat = ((math.log(0.5), math.log(0.5)),) * 2
 
     def p_true(value: float) -> float:
@@ -114,7 +117,50 @@ def test_a_state_far_outside_what_the_head_learned_from_moves_it_no_further_than
         return head.probabilities(ReadFeatures(flat, state, SKETCH))[0]
 
     assert p_true(60000.0) == pytest.approx(p_true(STATE_CLIP)) == pytest.approx(1 / (1 + math.exp(-STATE_CLIP)))
-    fitted = fitting.Head(1.0, np.zeros(2), np.array(weights), np.zeros(D), np.ones(D))
+    fitted = fitting.Head(1.0, np.zeros(2), np.array(weights), np.zeros(D), np.ones(D), np.array(unbounded))
     far = np.zeros((1, D))
     far[0, 3] = 60000.0
     assert fitted.probabilities(np.log(np.full((1, 2), 0.5)), far)[0, 0] == pytest.approx(p_true(60000.0))
+
+
+def test_a_crafted_state_moves_a_logit_no_further_than_the_training_states_did():
+    """Anyone can write the text the model reads: a state built to push the sketch's term of
+    one option up and another's down (every dimension at the clip, on the weights' side)
+    leads by no more than the training samples' largest lead."""
+    samples = _samples(200, signal=True)
+    z = np.stack([fitting.zero_shot(s.orders) for s in samples])
+    states = np.asarray([s.state for s in samples])
+    head = fitting.train(z, states, np.asarray([s.label for s in samples]), 3, 0.01)
+    x = np.clip((states - head.center) / head.spread, -4, 4)
+    terms = x @ head.weights.T
+    trained_lead = float(np.max(terms[:, 0] - terms[:, 1]))
+    pure = Head(head.scale, tuple(head.bias), tuple(head.center), tuple(head.spread),
+                tuple(tuple(row) for row in head.weights), tuple(map(tuple, head.reach)))
+    crafted = head.center + np.sign(head.weights[0] - head.weights[1]) * 4 * head.spread * 1000
+    unheld = float(np.clip((crafted - head.center) / head.spread, -4, 4) @ (head.weights[0] - head.weights[1]))
+    assert unheld > 3 * trained_lead  # what the clip alone let through
+    flat = ((math.log(1 / 3),) * 3,) * 2
+    p = pure.probabilities(ReadFeatures(flat, tuple(crafted), SKETCH))
+    lead = math.log(p[0] / p[1]) - (head.bias[0] - head.bias[1])
+    assert lead <= head.reach[0, 1] - head.reach[1, 0] + 1e-9  # each term within what training saw
+    assert lead < unheld / 3
+
+
+def test_an_adapter_fitted_before_reach_was_kept_still_reads_and_applies():
+    from gateway.catalogs.model import Adapter
+
+    fitted = fitting.Head(1.0, np.zeros(2), np.zeros((2, D)), np.zeros(D), np.ones(D), np.zeros((2, 2)))
+    fields = {"model_sha256": "ab" * 32, "prompt_version": "p1", "readout": "letters", "sketch": SKETCH,
+              "listing": "l1", "options": ["true", "false"], "scale": 1.0, "bias": [0.0, 0.0],
+              "center": encode_vector(fitted.center.tolist()), "spread": encode_vector(fitted.spread.tolist()),
+              "weights": encode_vector(fitted.weights.reshape(-1).tolist()),
+              "fit": {"fitted_at": 1.0, "samples": 20, "folds": 2, "l2": 0.1, "accuracy": 0.9, "nll": 0.3, "brier": 0.1,
+                      "zero_shot_accuracy": 0.8, "zero_shot_nll": 0.4, "zero_shot_brier": 0.2, "sources": {"audit": 20},
+                      "outcomes": "0" * 16}}
+    from gateway.catalogs.vectors import adapter_id
+
+    old = Adapter.model_validate({**fields, "id": adapter_id(fields)})  # its id made without reach
+    assert old.reach is None and Head.of(old).reach == ((-math.inf, math.inf),) * 2
+    with pytest.raises(ValueError, match="reach"):
+        Adapter.model_validate({**fields, "reach": [[1.0, 0.0], [0.0, 1.0]],
+                                "id": adapter_id({**fields, "reach": [[1.0, 0.0], [0.0, 1.0]]})})
