@@ -27,6 +27,9 @@ are printed once, to stdout, and never logged.
                                        (was this the state the decision was made on?)
     emergency-rotate --file PATH | --secret-id ID [--drop-key KID ...]
                                        (a fresh key document: every earlier key stops verifying at once)
+    adopt-catalog-heads [--retention-days N]   (once after the upgrade that added catalog heads, on
+                                       DynamoDB: entries written before get theirs, so the daily refit
+                                       sees them and their old versions expire)
 """
 
 from __future__ import annotations
@@ -140,6 +143,8 @@ def _key_commands(commands: Any) -> None:
     c.add_argument("--tenant", required=True)
     c.add_argument("--state-file", required=True, type=Path, help="the state as sent: text, or JSON when it was an object")
     c.add_argument("--record-keys-file", help="else GATEWAY_RECORD_KEY_SECRET_ID / GATEWAY_RECORD_KEYS_FILE")
+    c = commands.add_parser("adopt-catalog-heads")
+    c.add_argument("--retention-days", type=float, default=90, help="the stack's RecordRetentionDays")
     c = commands.add_parser("emergency-rotate")
     where_keys = c.add_mutually_exclusive_group(required=True)
     where_keys.add_argument("--file")
@@ -155,6 +160,11 @@ def _run(args: argparse.Namespace) -> int:
     stores, authenticator = _configured(args)
     if args.command == "emergency-rotate":
         _out(_emergency_rotate(args, authenticator))
+    elif args.command == "adopt-catalog-heads":
+        adopt = getattr(stores.catalogs, "adopt_entries_without_heads", None)
+        if adopt is None:  # a SQLite file is brought up to date as it is opened
+            raise ValueError("adopt-catalog-heads is for DynamoDB: set GATEWAY_CATALOGS_TABLE")
+        _out({"adopted": adopt(args.retention_days * 86400)})
     elif args.command in TENANT_COMMANDS:
         _tenant_command(args, stores, authenticator)
     else:

@@ -746,7 +746,7 @@ def test_sams_transform_makes_the_streaming_routes_stream_integrations_of_the_st
     assert "responseTransferMode" not in buffered and buffered["uri"]["Fn::Sub"].endswith("${GatewayFunctionAliaslive}/invocations")
 
 
-def test_the_scheduled_refit_lists_tenant_ids_and_writes_catalog_versions_only(template):
+def test_the_scheduled_refit_lists_tenant_ids_from_heads_and_writes_catalog_versions_and_their_usage_only(template):
     refit = resources(template, "AWS::Serverless::Function")["RefitFunction"]["Properties"]
     assert refit["Handler"] == "gateway.functions.refits.lambda_handler"
     assert refit["Events"]["Daily"] == {"Type": "Schedule", "Properties": {
@@ -761,12 +761,24 @@ def test_the_scheduled_refit_lists_tenant_ids_and_writes_catalog_versions_only(t
 
     ids_only = {"dynamodb:Select": "SPECIFIC_ATTRIBUTES", "dynamodb:Attributes": ["tenant_id"]}
     assert may("dynamodb:Scan", catalogs, **ids_only)
+    # The heads' index only: a Scan of the table would read every version.
+    assert all(json.dumps(s["Resource"]).endswith('/index/by_tenant"}') for s in granted if "dynamodb:Scan" in s["Action"])
     assert not may("dynamodb:Scan", catalogs, **{**ids_only, "dynamodb:Attributes": ["tenant_id", "content"]})
     assert not may("dynamodb:Scan", catalogs, **{"dynamodb:Select": "ALL_ATTRIBUTES"})
     assert not may("dynamodb:Scan", "RecordsTable.Arn", **ids_only)
-    assert not any(re.search("KeysTable|TenantsTable", json.dumps(s["Resource"])) or "secretsmanager" in json.dumps(s["Action"])
+    # The keys table for its usage rows alone (what a refit writes is counted), never a key or a counter.
+    usage = {"dynamodb:Attributes": ["pk", "sk", "stored_bytes", "ttl"]}
+    assert may("dynamodb:UpdateItem", "KeysTable.Arn", **{"dynamodb:LeadingKeys": ["USAGE#acme"]}, **usage)
+    for other in ("KEY#k1", "COUNTER", "REVOKED", "IDEMPOTENCY#x"):
+        assert not may("dynamodb:UpdateItem", "KeysTable.Arn", **{"dynamodb:LeadingKeys": [other]}, **usage)
+    assert not may("dynamodb:UpdateItem", "KeysTable.Arn", **{"dynamodb:LeadingKeys": ["USAGE#acme"]},
+                   **{"dynamodb:Attributes": ["pk", "sk", "scopes"]})
+    assert not any(re.search("TenantsTable", json.dumps(s["Resource"])) or "secretsmanager" in json.dumps(s["Action"])
                    or "sagemaker" in json.dumps(s["Action"]) for s in granted)
+    assert not any(may(action, "KeysTable.Arn", **{"dynamodb:LeadingKeys": ["USAGE#acme"]}, **usage)
+                   for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"))
     assert may("dynamodb:PutItem", "CatalogsTable.Arn") and may("dynamodb:Query", "RecordsTable.Arn")
+    assert may("dynamodb:DeleteItem", "CatalogsTable.Arn")  # versions past an entry's count
     assert not may("dynamodb:PutItem", "RecordsTable.Arn") and not may("dynamodb:UpdateItem", "RecordsTable.Arn")
 
 

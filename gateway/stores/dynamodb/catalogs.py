@@ -8,7 +8,8 @@ and never a version's content: listing a tenant's entries, counting them, findin
 tenants and the entries due for a refit read heads alone. A version and its head are
 written in one transaction, with the expiry (`ttl`, DynamoDB's TTL) of the version it
 replaces. Entries written before heads existed have their versions in the index: they
-are still listed, and get a head at their next write."""
+are still listed, and get a head at their next write, or from `adopt_entries_without_heads`
+(`python -m devkit.admin adopt-catalog-heads`, once after the upgrade)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,56 @@ class DynamoDBCatalogs:
             newest[one["name"]] = max(number, newest.get(one["name"], 0))
         found = (self.get_catalog_version(tenant_id, name, version) for name, version in sorted(newest.items()))
         return [version for version in found if version is not None]
+
+
+    def adopt_entries_without_heads(self, keep_s: float) -> int:
+        """Give each entry written before heads existed its head, take its versions out of the
+        index, and set the versions it replaced to expire in `keep_s`; the entries adopted.
+        Safe to run again, and beside writers (a head a write made first is left as it is)."""
+        legacy: dict[str, tuple[str, str]] = {}
+        start = None
+        while True:  # the index: heads, and the versions of entries without one
+            extra = {"ExclusiveStartKey": start} if start else {}
+            reply = self.table.client.scan(TableName=self.table.name, IndexName="by_tenant",
+                                           ProjectionExpression="tenant_id, #n, #v",
+                                           ExpressionAttributeNames={"#n": "name", "#v": "version"}, **extra)
+            for one in map(plain, reply["Items"]):
+                if int(one["version"]) != HEAD:
+                    legacy[_key(one["tenant_id"], one["name"])] = (one["tenant_id"], one["name"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                break
+        adopted, until = 0, time.time() + keep_s
+        for key, (tenant_id, name) in sorted(legacy.items()):
+            latest = self.latest_catalog_version(tenant_id, name)
+            if latest is None:
+                continue
+            policy = latest.entry().policy
+            enforcing_since = latest.version if policy is not None and policy.mode == "enforcing" else None
+            head = {"pk": key, "version": HEAD, "tenant_id": tenant_id, "name_version": name, "name": name,
+                    "latest": latest.version, "refit": latest.refit, "enforcing_since": enforcing_since}
+            try:
+                self.table.put({k: v for k, v in head.items() if v is not None},
+                               ConditionExpression="attribute_not_exists(pk)")
+                adopted += 1
+            except self.table.refused:
+                pass  # a write gave it one since the scan
+            versions = self.table.query_pages(KeyConditionExpression="pk = :p AND #v >= :one", ProjectionExpression="#v",
+                                              ExpressionAttributeNames={"#v": "version"},
+                                              ExpressionAttributeValues={":p": {"S": key}, ":one": typed(1)})
+            for number in [int(v["version"]) for v in versions]:
+                sets, values, names = ["tenant = :t"], {":t": {"S": tenant_id}}, {}
+                if number < latest.version and number != enforcing_since:  # replaced: it expires
+                    sets += ["expires_at = :e", "#ttl = :ttl"]
+                    values.update({":e": typed(until), ":ttl": typed(int(until) + 1)})
+                    names["#ttl"] = "ttl"
+                if number == latest.version and enforcing_since is not None:
+                    sets.append("enforcing_since = :s")
+                    values[":s"] = typed(enforcing_since)
+                self.table.update({"pk": key, "version": number}, ConditionExpression="attribute_exists(pk)",
+                                  UpdateExpression=f"SET {', '.join(sets)} REMOVE tenant_id, name_version",
+                                  ExpressionAttributeValues=values, **({"ExpressionAttributeNames": names} if names else {}))
+        return adopted
 
 
 def _key(tenant_id: str, name: str) -> str:

@@ -139,3 +139,38 @@ def test_an_entry_written_before_heads_is_listed_and_gets_a_head_at_its_next_wri
         assert [(v.name, v.version) for v in catalogs.list("acme")] == [("old", 3)]
         assert store.due_refits("acme", "", 10) == ["old"] and store.count_catalogs("acme") == 1
         assert catalogs.get("acme", "old", 2).expires_at is not None
+
+
+def test_entries_written_before_heads_are_adopted_once_after_the_upgrade(monkeypatch):
+    from gateway.catalogs.model import content_hash
+    from gateway.stores.dynamodb.items import item, plain
+    from tests.gateway_helpers import dynamodb_tenant_store
+
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        store = stores.catalogs
+        for name, contents in (("daily", [entry(1, daily=True), entry(2, daily=True)]),
+                               ("strict", [entry(1, "enforcing")])):
+            for n, content in enumerate((c.canonical() for c in contents), start=1):
+                store.table.client.put_item(TableName=store.table.name, Item=item(
+                    {"pk": f"acme#{name}", "version": n, "tenant_id": "acme", "name": name,
+                     "name_version": f"{name}#{n:09d}", "content_hash": content_hash(content), "content": content,
+                     "created_at": float(n)}))
+        assert store.due_refits("acme", "", 10) == [] and store.count_catalogs("acme") == 0
+        assert store.adopt_entries_without_heads(30 * DAY_S) == 2
+        assert store.due_refits("acme", "", 10) == ["daily"] and store.count_catalogs("acme") == 2
+        index = [plain(i) for i in store.table.client.scan(TableName=store.table.name, IndexName="by_tenant")["Items"]]
+        assert sorted((i["name"], int(i["version"])) for i in index) == [("daily", 0), ("strict", 0)]  # heads only
+        catalogs = CatalogService(store)
+        assert catalogs.get("acme", "daily", 1).expires_at == pytest.approx(time.time() + 30 * DAY_S, abs=60)
+        assert catalogs.get("acme", "daily").expires_at is None and catalogs.get("acme", "strict").enforcing_since == 1
+        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("daily", 2), ("strict", 1)]
+        assert store.adopt_entries_without_heads(30 * DAY_S) == 0  # again: nothing left to adopt
+        catalogs.put("acme", "daily", entry(3, daily=True))
+        assert catalogs.get("acme", "daily").version == 3 and store.due_refits("acme", "", 10) == ["daily"]
+
+
+def test_the_admin_adopts_heads_on_dynamodb_only(tmp_path, capsys):
+    from devkit import admin
+
+    assert admin.main(["--sqlite", str(tmp_path / "g.db"), "adopt-catalog-heads"]) == 2
+    assert "for DynamoDB" in capsys.readouterr().err
