@@ -16,6 +16,11 @@ from gateway.services.learning import LearningService
 from gateway.wire import responses
 
 Name = Annotated[str, Path(pattern=NAME_PATTERN)]
+# A name, or nothing (from the first): the entries named after it.
+AfterName = Annotated[str, Query(pattern=NAME_PATTERN.replace("^", "^$|^", 1),
+                                 description="Only entries named after this (the last page's next_after)")]
+PageLimit = Annotated[int, Query(ge=1, le=VERSIONS_PAGE, description="At most this many; a page also ends before 4 MB"
+                                 " of content")]
 
 
 class RefitRequest(BaseModel):
@@ -33,11 +38,14 @@ def router(service: CatalogService | None, learning: LearningService | None = No
             raise NotFound("catalogs are not configured on this gateway")
         return service
 
-    @routes.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions)", tags=["Catalogs"],
-                responses=doc(responses.CatalogList, "The latest version of each entry"))
-    def list_catalogs():
+    @routes.get("/v1/catalogs", summary="The tenant's catalog entries (latest versions), by name, a page at a time",
+                tags=["Catalogs"], responses=doc(responses.CatalogList, "A page of entries, each its latest version;"
+                                                 " next_after when there are more"))
+    def list_catalogs(after: AfterName = "", limit: PageLimit = VERSIONS_PAGE):
         principal = caller(routes, "catalogs:read")
-        return json_response(200, {"catalogs": [v.as_dict() for v in catalogs().list(principal.tenant_id)]})
+        found, next_after = catalogs().list(principal.tenant_id, after, limit)
+        return json_response(200, {"catalogs": [v.as_dict() for v in found],
+                                   **({"next_after": next_after} if next_after is not None else {})})
 
     @routes.get("/v1/catalogs/<name>", summary="A catalog entry, latest version", tags=["Catalogs"],
                 responses=doc(responses.CatalogEntry, "The entry"))
@@ -58,8 +66,7 @@ def router(service: CatalogService | None, learning: LearningService | None = No
     def list_versions(name: Name,
                       after: Annotated[int, Query(ge=0, le=MAX_VERSION, description="Only versions numbered above"
                                                   " this (the last page's next_after)")] = 0,
-                      limit: Annotated[int, Query(ge=1, le=VERSIONS_PAGE, description="At most this many versions; a"
-                                                  " page also ends before 4 MB of content")] = VERSIONS_PAGE):
+                      limit: PageLimit = VERSIONS_PAGE):
         tenant_id = caller(routes, "catalogs:read").tenant_id
         found, next_after = catalogs().versions(tenant_id, name, after, limit)
         return json_response(200, {"versions": [v.as_dict() for v in found],

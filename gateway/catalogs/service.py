@@ -142,8 +142,19 @@ class CatalogService:
             page.append(version)
         return page, (page[-1].version if len(page) < len(found) else None)
 
-    def list(self, tenant_id: str) -> list[CatalogVersion]:
-        return self.store.list_catalogs(tenant_id)
+    def list(self, tenant_id: str, after: str = "", limit: int = VERSIONS_PAGE) -> tuple[list[CatalogVersion], str | None]:
+        """A page of the tenant's entries (latest versions) named after `after`, by name, and
+        the name to pass as `after` for the next page (None at the end). A page ends at
+        `limit` entries or MAX_VERSIONS_PAGE_BYTES of content: 256 entries of up to 256 KiB
+        are far more than one Lambda response holds."""
+        found = self.store.list_catalogs(tenant_id, after, limit + 1)
+        page, used = [], 0
+        for version in found[:limit]:
+            used += len(version.content)
+            if page and used > MAX_VERSIONS_PAGE_BYTES:
+                break
+            page.append(version)
+        return page, (page[-1].name if len(page) < len(found) else None)
 
 
 def _enforcing_since(latest: CatalogVersion | None) -> int | None:

@@ -67,6 +67,6 @@ class CatalogStore(Protocol):
 
     def count_catalogs(self, tenant_id: str) -> int: ...
 
-    def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
-        """The latest version of every entry of the tenant, by name."""
+    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> list[CatalogVersion]:
+        """The latest version of the tenant's entries named after `after`, by name, at most `limit`."""
         ...

@@ -316,9 +316,7 @@ class DecisionRecorder:
         for attempt in range(WRITE_ATTEMPTS):
             try:
                 size = self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
-                if self.on_stored is not None:
-                    self.on_stored(tenant_id, size)
-                return True
+                break
             except RecordTooLarge:
                 raise  # the same record never fits: the caller's request has to change
             except Exception:
@@ -326,7 +324,11 @@ class DecisionRecorder:
                             extra={"record_id": record_id, "attempt": attempt + 1})
                 if attempt + 1 < WRITE_ATTEMPTS:
                     self.sleep(WRITE_BACKOFF_S * (2 ** attempt))
-        return False
+        else:
+            return False
+        if self.on_stored is not None:  # outside the retries: counting never writes a record twice
+            self.on_stored(tenant_id, size)
+        return True
 
 
 def _question_record(answer: Answer) -> QuestionRecord:

@@ -11,9 +11,10 @@ is logged and the walk goes on.
 
 One tenant's size never holds back another's refit: tenants and entries are found from
 the entries' heads (no version is read to list them), a few names at a time; the walk
-takes one entry of each tenant in turn, tenants in a new order every run; and an entry's
-read of its records stops at its share of the time left (the time left over the tenants
-still waiting), fitting on what it read.
+takes one entry of each tenant in turn, tenants in a new order every run and each
+tenant's entries from a new starting point; and an entry's read of its records stops at
+its share of the time left (the time left over the tenants still waiting), fitting on
+what it read. When the time is up the run ends, naming the tenants still waiting.
 """
 
 from __future__ import annotations
@@ -41,19 +42,24 @@ def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningS
     before `deadline()` seconds (the function's remaining time) run out, leaving the rest
     to the next run."""
     summary: dict[str, Any] = {"tenants": 0, "entries": 0, "written": 0, "unchanged": 0, "failed": 0,
-                               "left_for_next_run": 0}
+                               "tenants_left_for_next_run": 0}
     tenants = list(store.list_catalog_tenants())  # ids only: a few bytes a tenant
     random.shuffle(tenants)  # when a day's time runs out, it is never the same tenants that wait
-    waiting = {tenant_id: _DueNames(store, tenant_id) for tenant_id in tenants}
+    waiting = {tenant_id: _DueNames(store, tenant_id, random.choice(_FIRST)) for tenant_id in tenants}
     while waiting:
         for tenant_id, names in list(waiting.items()):
-            name = names.next()
+            left = deadline()
+            if left <= RESERVE_S:  # the rest waits for the next run, unlisted
+                summary["tenants_left_for_next_run"] = len(waiting)
+                return summary
+            try:
+                name = names.next()
+            except Exception:
+                summary["failed"] += 1
+                log.exception("a tenant's due entries could not be listed", extra={"tenant_id": tenant_id})
+                name = None
             if name is None:
                 del waiting[tenant_id]
-                continue
-            left = deadline()
-            if left <= RESERVE_S:
-                summary["left_for_next_run"] += 1
                 continue
             summary["entries"] += 1
             summary["tenants"] += names.first
@@ -63,21 +69,34 @@ def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningS
     return summary
 
 
-class _DueNames:
-    """A tenant's due entries, a page of names at a time."""
+_FIRST = "0123456789abcdefghijklmnopqrstuvwxyz"  # what a catalog name may start with (NAME_PATTERN)
 
-    def __init__(self, store: CatalogStore, tenant_id: str) -> None:
-        self.store, self.tenant_id = store, tenant_id
+
+class _DueNames:
+    """A tenant's due entries, a page of names at a time: those after `start` in name order,
+    then from the first up to `start` (when a run ends early, it is not always the same
+    entries of a tenant that wait)."""
+
+    def __init__(self, store: CatalogStore, tenant_id: str, start: str) -> None:
+        self.store, self.tenant_id, self.start = store, tenant_id, start
         self.page: list[str] = []
-        self.after = ""
+        self.after = start
+        self.wrapped = False
         self.done = False
         self.first = 1  # counted in the summary's tenants at its first refit
 
     def next(self) -> str | None:
-        if not self.page and not self.done:
-            self.page = self.store.due_refits(self.tenant_id, self.after, NAMES_PAGE)
-            self.done = len(self.page) < NAMES_PAGE
-            self.after = self.page[-1] if self.page else self.after
+        while not self.page and not self.done:
+            page = self.store.due_refits(self.tenant_id, self.after, NAMES_PAGE)
+            if self.wrapped:
+                page = [name for name in page if name <= self.start]
+            self.page = page
+            self.after = page[-1] if page else self.after
+            if len(page) < NAMES_PAGE:  # this pass is at its end
+                if self.wrapped:
+                    self.done = True
+                else:
+                    self.wrapped, self.after = True, ""
         return self.page.pop(0) if self.page else None
 
 

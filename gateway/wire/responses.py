@@ -181,6 +181,7 @@ class CatalogEntry(BaseModel):
 
 class CatalogList(Strict):
     catalogs: list[CatalogEntry]
+    next_after: str | None = None  # more entries: pass it back as ?after=
 
 
 class VersionList(Strict):

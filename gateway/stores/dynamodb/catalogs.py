@@ -32,8 +32,6 @@ class DynamoDBCatalogs:
     def insert_catalog_version(self, version: CatalogVersion, *, replaces: int, expire: dict[int, float],
                                max_entries: int) -> None:
         tenant_id, name, key = version.tenant_id, version.name, _key(version.tenant_id, version.name)
-        if replaces == 0 and (count := self.count_catalogs(tenant_id)) >= max_entries:
-            raise TooManyEntries(count)
         values = {"pk": key, "version": version.version, "tenant": tenant_id, "name": name,
                   "content_hash": version.content_hash, "content": version.content, "created_at": version.created_at}
         if version.enforcing_since is not None:
@@ -42,10 +40,17 @@ class DynamoDBCatalogs:
                 "latest": version.version, "refit": version.refit, "enforcing_since": version.enforcing_since}
         writes = [{"Put": {"TableName": self.table.name, "Item": item(values),
                            "ConditionExpression": "attribute_not_exists(pk)"}},
+                  # The version's own condition makes writers take turns; a head behind its versions
+                  # (an entry written before heads existed, or by an earlier release) is moved on.
                   {"Put": {"TableName": self.table.name, "Item": item({k: v for k, v in head.items() if v is not None}),
-                           # An entry written before heads existed has none yet.
-                           "ConditionExpression": "attribute_not_exists(latest) OR latest = :r",
+                           "ConditionExpression": "attribute_not_exists(latest) OR latest <= :r",
                            "ExpressionAttributeValues": {":r": typed(replaces)}}}]
+        if replaces == 0:  # a new entry: the tenant's count, in the same write, never past the cap
+            writes.append({"Update": {"TableName": self.table.name, "Key": item(_count_key(tenant_id)),
+                                      "UpdateExpression": "ADD entries :one",
+                                      "ConditionExpression": "attribute_not_exists(entries) OR entries < :max",
+                                      "ExpressionAttributeValues": {":one": typed(1), ":max": typed(max_entries)}}})
+        counted = len(writes)
         writes += [{"Update": {"TableName": self.table.name, "Key": item({"pk": key, "version": old}),
                                "UpdateExpression": "SET expires_at = :e, #ttl = :t",
                                "ConditionExpression": "attribute_exists(pk)",
@@ -55,21 +60,18 @@ class DynamoDBCatalogs:
         while True:
             try:
                 self.table.client.transact_write_items(TransactItems=writes)
-                break
+                return
             except self.table.client.exceptions.TransactionCanceledException as exc:
-                failed = [i for i, reason in enumerate(exc.response.get("CancellationReasons", []))
-                          if reason.get("Code") not in (None, "None")]
-                if not failed or min(failed) < 2:
+                reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons", [])]
+                failed = {i: code for i, code in enumerate(reasons) if code not in (None, "None")}
+                if any(code != "ConditionalCheckFailed" for code in failed.values()) or not failed:
+                    raise VersionTaken(version.ref) from None  # a conflict with another write: read again and retry
+                if 0 in failed or 1 in failed:
                     raise VersionTaken(version.ref) from None
+                if counted - 1 in failed and replaces == 0:
+                    raise TooManyEntries(self.count_catalogs(tenant_id)) from None
                 # A version to expire is gone already (deleted past the count): nothing to expire.
                 writes = [write for i, write in enumerate(writes) if i not in failed]
-        if replaces == 0 and (count := self.count_catalogs(tenant_id)) > max_entries:
-            # Entries created at once may each have counted one under the cap: each takes its own back.
-            self.table.client.transact_write_items(TransactItems=[
-                {"Delete": {"TableName": self.table.name, "Key": item({"pk": key, "version": HEAD}),
-                            "ConditionExpression": "latest = :one", "ExpressionAttributeValues": {":one": typed(1)}}},
-                {"Delete": {"TableName": self.table.name, "Key": item({"pk": key, "version": 1})}}])
-            raise TooManyEntries(count - 1)
 
     def delete_catalog_versions(self, tenant_id: str, name: str, below: int, keep: Iterable[int]) -> int:
         """Past the count only: DynamoDB's TTL deletes the expired ones."""
@@ -165,6 +167,11 @@ class DynamoDBCatalogs:
         return found
 
     def count_catalogs(self, tenant_id: str) -> int:
+        """The tenant's count item: its entries, each added in the write that created it."""
+        found = self.table.get(_count_key(tenant_id))
+        return int(found["entries"]) if found is not None else 0
+
+    def _heads_of(self, tenant_id: str) -> int:
         count, start = 0, None
         while True:
             extra = {"ExclusiveStartKey": start} if start else {}
@@ -177,7 +184,7 @@ class DynamoDBCatalogs:
             if not start:
                 return count
 
-    def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
+    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> list[CatalogVersion]:
         """Each entry's latest version: the heads name them (and, for an entry written before
         heads, its versions' index items), then each latest is read."""
         listed = self.table.query_pages(IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
@@ -188,7 +195,8 @@ class DynamoDBCatalogs:
         for one in listed:
             number = int(one.get("latest") or one["version"])
             newest[one["name"]] = max(number, newest.get(one["name"], 0))
-        found = (self.get_catalog_version(tenant_id, name, version) for name, version in sorted(newest.items()))
+        wanted = [(name, version) for name, version in sorted(newest.items()) if name > after][:limit]
+        found = (self.get_catalog_version(tenant_id, name, version) for name, version in wanted)
         return [version for version in found if version is not None]
 
 
@@ -215,7 +223,8 @@ class DynamoDBCatalogs:
             if latest is None:
                 continue
             policy = latest.entry().policy
-            enforcing_since = latest.version if policy is not None and policy.mode == "enforcing" else None
+            enforcing = policy is not None and policy.mode == "enforcing"
+            enforcing_since = (latest.enforcing_since or latest.version) if enforcing else None
             head = {"pk": key, "version": HEAD, "tenant_id": tenant_id, "name_version": name, "name": name,
                     "latest": latest.version, "refit": latest.refit, "enforcing_since": enforcing_since}
             try:
@@ -239,11 +248,20 @@ class DynamoDBCatalogs:
                 self.table.update({"pk": key, "version": number}, ConditionExpression="attribute_exists(pk)",
                                   UpdateExpression=f"SET {', '.join(sets)} REMOVE tenant_id, name_version",
                                   ExpressionAttributeValues=values, **({"ExpressionAttributeNames": names} if names else {}))
+        for tenant_id in sorted({tenant_id for tenant_id, _ in legacy.values()}):
+            # Each tenant's count item, from its heads: what the cap counts from now on.
+            self.table.update(_count_key(tenant_id), UpdateExpression="SET entries = :n",
+                              ExpressionAttributeValues={":n": typed(self._heads_of(tenant_id))})
         return adopted
 
 
 def _key(tenant_id: str, name: str) -> str:
     return f"{tenant_id}#{name}"
+
+
+def _count_key(tenant_id: str) -> dict[str, Any]:
+    """The tenant's count of entries: `<tenant>#` (a name is never empty), outside the index."""
+    return {"pk": f"{tenant_id}#", "version": HEAD}
 
 
 def _live(found: dict[str, Any], now: float) -> bool:

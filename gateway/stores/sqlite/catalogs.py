@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS catalog_versions (
 """
 # Files written before versions expired lack these columns.
 _ADDED = {"expires_at": "REAL", "enforcing_since": "INTEGER", "refit": "TEXT"}
+LEGACY_KEEP_S = 90 * 86400.0
 
 
 class SQLiteCatalogs:
@@ -35,8 +36,12 @@ class SQLiteCatalogs:
         self.db = db
         db.create(_SCHEMA)
         if "refit" in db.add_columns("catalog_versions", _ADDED):
-            with db.connect() as conn:  # read once from the content, as every later write stores it
+            with db.connect() as conn:  # as every later write stores them
                 conn.execute("UPDATE catalog_versions SET refit = json_extract(content, '$.learning.refit')")
+                # A version already replaced expires as one replaced now would (the default retention).
+                conn.execute("UPDATE catalog_versions SET expires_at = ? WHERE version < (SELECT max(version) FROM"
+                             " catalog_versions m WHERE m.tenant_id = catalog_versions.tenant_id"
+                             " AND m.name = catalog_versions.name)", (time.time() + LEGACY_KEEP_S,))
 
     def insert_catalog_version(self, version: CatalogVersion, *, replaces: int, expire: dict[int, float],
                                max_entries: int) -> None:
@@ -114,11 +119,11 @@ class SQLiteCatalogs:
     def _count(db: sqlite3.Connection, tenant_id: str) -> int:
         return db.execute("SELECT count(DISTINCT name) FROM catalog_versions WHERE tenant_id = ?", (tenant_id,)).fetchone()[0]
 
-    def list_catalogs(self, tenant_id: str) -> list[CatalogVersion]:
+    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> list[CatalogVersion]:
         rows = self.db.connect().execute(
             "SELECT c.* FROM catalog_versions c JOIN (SELECT name, MAX(version) AS version FROM catalog_versions"
-            " WHERE tenant_id = ? GROUP BY name) m ON c.name = m.name AND c.version = m.version WHERE c.tenant_id = ?"
-            " ORDER BY c.name", (tenant_id, tenant_id))
+            " WHERE tenant_id = ? AND name > ? GROUP BY name) m ON c.name = m.name AND c.version = m.version"
+            " WHERE c.tenant_id = ? ORDER BY c.name LIMIT ?", (tenant_id, after, tenant_id, -1 if limit is None else limit))
         return [_catalog_version(row) for row in rows]
 
 

@@ -646,3 +646,16 @@ def test_a_refit_never_writes_over_an_edit_made_while_it_ran(store):
     with pytest.raises(Conflict):
         catalogs.put("acme", "fruit", stale.model_copy(update={"instructions": "refitted"}), based_on=1)
     assert catalogs.get("acme", "fruit").version == 2
+
+
+def test_the_list_of_entries_comes_a_page_at_a_time(store):
+    stack(store)
+    unthrottled(store, "acme")
+    for name in ("a", "b", "c"):
+        assert put({"type": "noul", "instructions": "?"}, name=name)[0] == 201
+    status, _, page = call(event("GET", "/v1/catalogs?limit=2", principal=READER))
+    assert status == 200 and [e["name"] for e in page["catalogs"]] == ["a", "b"] and page["next_after"] == "b"
+    status, _, page = call(event("GET", "/v1/catalogs?after=b", principal=READER))
+    assert [e["name"] for e in page["catalogs"]] == ["c"] and "next_after" not in page
+    for bad in ("after=B%23", "limit=0", "limit=101"):
+        assert call(event("GET", f"/v1/catalogs?{bad}", principal=READER))[0] == 422, bad

@@ -433,6 +433,8 @@ def test_a_sqlite_file_written_before_versions_expired_gains_the_columns_and_its
                    " content_hash TEXT NOT NULL, content TEXT NOT NULL, created_at REAL NOT NULL,"
                    " PRIMARY KEY (tenant_id, name, version))")
         db.execute("INSERT INTO catalog_versions VALUES ('acme', 'a', 1, 'h', ?, 1.0)", (DAILY,))
+        db.execute("INSERT INTO catalog_versions VALUES ('acme', 'a', 2, 'h2', ?, 2.0)", (DAILY,))
     catalogs = open_sqlite(path).catalogs
     assert catalogs.due_refits("acme", "", 10) == ["a"]
     assert catalogs.latest_catalog_version("acme", "a").expires_at is None
+    assert catalogs.get_catalog_version("acme", "a", 1).expires_at is not None  # replaced before: it expires too

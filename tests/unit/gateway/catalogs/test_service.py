@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gateway.catalogs import service as catalog_service
-from gateway.catalogs.model import parse_content
+from gateway.catalogs.model import content_hash, parse_content
 from gateway.catalogs.service import DAY_S, CatalogService
 from gateway.errors import Conflict
 
@@ -83,32 +83,28 @@ def test_a_tenant_has_at_most_so_many_entries_and_the_refusal_names_the_figures(
         catalogs.put("acme", name, entry(1))
     with pytest.raises(Conflict, match="has 3 catalog entries, the most it may have is 3"):
         catalogs.put("acme", "d", entry(1))
-    assert [v.name for v in catalogs.list("acme")] == ["a", "b", "c"]
+    assert [v.name for v in catalogs.list("acme")[0]] == ["a", "b", "c"]
     catalogs.put("acme", "a", entry(2))  # a new version of an entry is not a new entry
     catalogs.put("globex", "d", entry(1))  # nor is another tenant's
 
 
-def test_entries_created_at_once_past_the_count_take_their_own_back(store, monkeypatch):
-    """Two writers that each counted one under the cap: the one that finds the count passed
-    after its write deletes its entry and is refused (DynamoDB: the count is a read, not a
-    condition; SQLite counts and writes in one transaction)."""
-    monkeypatch.setattr(catalog_service, "MAX_ENTRIES", 2)
-    catalogs = CatalogService(store)
-    catalogs.put("acme", "a", entry(1))
-    catalogs.put("acme", "b", entry(1))
-    if hasattr(store, "table"):
-        real = store.count_catalogs
-        calls = []
+def test_a_head_behind_its_versions_is_moved_on_by_the_next_write(monkeypatch):
+    """A version written without its head (an earlier release still serving during a deploy)
+    never blocks the entry: the next write moves the head on."""
+    from gateway.stores.dynamodb.items import item
+    from tests.gateway_helpers import dynamodb_tenant_store
 
-        def stale_then_real(tenant_id):
-            calls.append(tenant_id)
-            return 1 if len(calls) == 1 else real(tenant_id)  # the first read predates another's write
-
-        monkeypatch.setattr(store, "count_catalogs", stale_then_real)
-    with pytest.raises(Conflict, match="most it may have is 2"):
-        catalogs.put("acme", "c", entry(1))
-    assert store.latest_catalog_version("acme", "c") is None
-    assert sorted(v.name for v in catalogs.list("acme")) == ["a", "b"]
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        store = stores.catalogs
+        catalogs = CatalogService(store)
+        catalogs.put("acme", "routing", entry(1, daily=True))
+        content = entry(2).canonical()
+        store.table.client.put_item(TableName=store.table.name, Item=item(
+            {"pk": "acme#routing", "version": 2, "tenant": "acme", "name": "routing",
+             "content_hash": content_hash(content), "content": content, "created_at": 2.0}))
+        version, created = catalogs.put("acme", "routing", entry(3))
+        assert created and version.version == 3 and store.due_refits("acme", "", 10) == []
+        assert [v.version for v in catalogs.list("acme")[0]] == [3]
 
 
 def test_the_heads_say_which_entries_refit_daily_and_follow_their_latest(store):
@@ -121,7 +117,6 @@ def test_the_heads_say_which_entries_refit_daily_and_follow_their_latest(store):
 
 
 def test_an_entry_written_before_heads_is_listed_and_gets_a_head_at_its_next_write(monkeypatch):
-    from gateway.catalogs.model import content_hash
     from gateway.stores.dynamodb.items import item
     from tests.gateway_helpers import dynamodb_tenant_store
 
@@ -133,37 +128,40 @@ def test_an_entry_written_before_heads_is_listed_and_gets_a_head_at_its_next_wri
                 {"pk": "acme#old", "version": n, "tenant_id": "acme", "name": "old", "name_version": f"old#{n:09d}",
                  "content_hash": content_hash(content), "content": content, "created_at": float(n)}))
         catalogs = CatalogService(store)
-        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("old", 2)]
+        assert [(v.name, v.version) for v in catalogs.list("acme")[0]] == [("old", 2)]
         assert catalogs.get("acme", "old").version == 2 and store.due_refits("acme", "", 10) == []
         catalogs.put("acme", "old", entry(3, daily=True))
-        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("old", 3)]
-        assert store.due_refits("acme", "", 10) == ["old"] and store.count_catalogs("acme") == 1
+        assert [(v.name, v.version) for v in catalogs.list("acme")[0]] == [("old", 3)]
+        assert store.due_refits("acme", "", 10) == ["old"]
         assert catalogs.get("acme", "old", 2).expires_at is not None
 
 
 def test_entries_written_before_heads_are_adopted_once_after_the_upgrade(monkeypatch):
-    from gateway.catalogs.model import content_hash
     from gateway.stores.dynamodb.items import item, plain
     from tests.gateway_helpers import dynamodb_tenant_store
 
     with dynamodb_tenant_store(monkeypatch) as stores:
         store = stores.catalogs
         for name, contents in (("daily", [entry(1, daily=True), entry(2, daily=True)]),
-                               ("strict", [entry(1, "enforcing")])):
+                               ("strict", [entry(1), entry(2, "enforcing")])):
             for n, content in enumerate((c.canonical() for c in contents), start=1):
                 store.table.client.put_item(TableName=store.table.name, Item=item(
                     {"pk": f"acme#{name}", "version": n, "tenant_id": "acme", "name": name,
                      "name_version": f"{name}#{n:09d}", "content_hash": content_hash(content), "content": content,
                      "created_at": float(n)}))
         assert store.due_refits("acme", "", 10) == [] and store.count_catalogs("acme") == 0
-        assert store.adopt_entries_without_heads(30 * DAY_S) == 2
+        # One written again between the deploy and the adoption: its head says which version made it enforcing.
+        catalogs = CatalogService(store)
+        catalogs.put("acme", "strict", entry(3, "enforcing"))
+        assert catalogs.get("acme", "strict").enforcing_since == 2
+        assert store.adopt_entries_without_heads(30 * DAY_S) == 1
         assert store.due_refits("acme", "", 10) == ["daily"] and store.count_catalogs("acme") == 2
         index = [plain(i) for i in store.table.client.scan(TableName=store.table.name, IndexName="by_tenant")["Items"]]
         assert sorted((i["name"], int(i["version"])) for i in index) == [("daily", 0), ("strict", 0)]  # heads only
-        catalogs = CatalogService(store)
         assert catalogs.get("acme", "daily", 1).expires_at == pytest.approx(time.time() + 30 * DAY_S, abs=60)
-        assert catalogs.get("acme", "daily").expires_at is None and catalogs.get("acme", "strict").enforcing_since == 1
-        assert [(v.name, v.version) for v in catalogs.list("acme")] == [("daily", 2), ("strict", 1)]
+        assert catalogs.get("acme", "daily").expires_at is None and catalogs.get("acme", "strict").enforcing_since == 2
+        assert catalogs.get("acme", "strict", 2).expires_at is None  # kept: it made the entry enforcing
+        assert [(v.name, v.version) for v in catalogs.list("acme")[0]] == [("daily", 2), ("strict", 3)]
         assert store.adopt_entries_without_heads(30 * DAY_S) == 0  # again: nothing left to adopt
         catalogs.put("acme", "daily", entry(3, daily=True))
         assert catalogs.get("acme", "daily").version == 3 and store.due_refits("acme", "", 10) == ["daily"]
@@ -174,3 +172,15 @@ def test_the_admin_adopts_heads_on_dynamodb_only(tmp_path, capsys):
 
     assert admin.main(["--sqlite", str(tmp_path / "g.db"), "adopt-catalog-heads"]) == 2
     assert "for DynamoDB" in capsys.readouterr().err
+
+
+def test_the_entries_come_a_page_at_a_time_by_name_and_by_size(store, monkeypatch):
+    catalogs = CatalogService(store)
+    for name in ("a", "b", "c", "d"):
+        catalogs.put("acme", name, entry(1))
+    page, after = catalogs.list("acme", limit=3)
+    assert [v.name for v in page] == ["a", "b", "c"] and after == "c"
+    page, after = catalogs.list("acme", after, limit=3)
+    assert [v.name for v in page] == ["d"] and after is None
+    monkeypatch.setattr(catalog_service, "MAX_VERSIONS_PAGE_BYTES", 1)  # each page ends after its first entry
+    assert catalogs.list("acme") == ([catalogs.get("acme", "a")], "a")

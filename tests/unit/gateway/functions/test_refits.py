@@ -50,8 +50,8 @@ def test_the_schedule_refits_entries_that_ask_moves_advisory_ones_only_and_write
     catalogs = CatalogService(store.catalogs)
     learning = LearningService(catalogs, store.records)
     summary = refit_all(store.catalogs, catalogs, learning)
-    assert summary == {"tenants": 1, "entries": 2, "written": 1, "unchanged": 1, "failed": 0, "left_for_next_run": 0}
-    versions = {v.name: v for v in catalogs.list("acme")}
+    assert summary == {"tenants": 1, "entries": 2, "written": 1, "unchanged": 1, "failed": 0, "tenants_left_for_next_run": 0}
+    versions = {v.name: v for v in catalogs.list("acme")[0]}
     assert versions["daily"].version == 2 and versions["daily"].entry().adapter is not None
     assert versions["enforced"].version == 1 and versions["on-demand"].version == 1
     # The next day, with no new outcome: nothing is written.
@@ -59,7 +59,7 @@ def test_the_schedule_refits_entries_that_ask_moves_advisory_ones_only_and_write
     assert again["written"] == 0 and catalogs.get("acme", "daily").version == 2
     # Out of time: the rest waits for the next run.
     late = refit_all(store.catalogs, catalogs, learning, deadline=lambda: 10.0)
-    assert late["left_for_next_run"] == 2 and late["entries"] == 0
+    assert late["tenants_left_for_next_run"] == 1 and late["entries"] == 0
 
     monkeypatch.setenv("GATEWAY_SQLITE_PATH", str(store.catalogs.db.path))
     for name in ("GATEWAY_TENANTS_TABLE", "GATEWAY_KEYS_TABLE"):
@@ -126,8 +126,22 @@ def test_one_large_tenant_never_holds_back_the_others_refits(monkeypatch):
         summary = refit_all(stores.catalogs, catalogs, learning, deadline=lambda: 900 - clock[0])
 
     assert ("small-a", "fruit") in refitted and ("small-b", "fruit") in refitted
-    assert summary["tenants"] == 3 and summary["left_for_next_run"] > 0 and summary["entries"] < 12
+    assert summary["tenants"] == 3 and summary["tenants_left_for_next_run"] == 1 and summary["entries"] < 12
     assert clock[0] < 900 - 55  # no read ran past its share (by more than its last record) into the last minute
     listing = [request for operation, request in calls if operation == "scan"
                or request.get("IndexName") == "by_tenant"]
     assert listing and all(request.get("IndexName") == "by_tenant" for request in listing)
+
+
+def test_a_tenants_due_entries_start_at_a_new_place_each_run_and_each_comes_once(store, monkeypatch):
+    from gateway.functions import refits
+
+    monkeypatch.setattr(refits, "NAMES_PAGE", 2)  # pages end inside each pass
+    catalogs = CatalogService(store.catalogs)
+    for name in ("a", "b", "c", "cc", "d", "e"):
+        catalogs.put("acme", name, parse_content(json.dumps({"type": "noul", "instructions": "?",
+                                                             "learning": {"refit": "daily"}})))
+    names = refits._DueNames(store.catalogs, "acme", "c")
+    assert list(iter(names.next, None)) == ["cc", "d", "e", "a", "b", "c"]
+    names = refits._DueNames(store.catalogs, "acme", "z")
+    assert list(iter(names.next, None)) == ["a", "b", "c", "cc", "d", "e"]
