@@ -134,12 +134,7 @@ class CatalogService:
         found = self.store.list_catalog_versions(tenant_id, name, after, limit + 1)
         if not found and (after == 0 or self.store.latest_catalog_version(tenant_id, name) is None):
             raise NotFound(f"the catalog entry {name!r} does not exist")
-        page, used = [], 0
-        for version in found[:limit]:
-            used += len(version.content)
-            if page and used > MAX_VERSIONS_PAGE_BYTES:
-                break
-            page.append(version)
+        page = _page(found, limit)
         return page, (page[-1].version if len(page) < len(found) else None)
 
     def list(self, tenant_id: str, after: str = "", limit: int = VERSIONS_PAGE) -> tuple[list[CatalogVersion], str | None]:
@@ -148,13 +143,19 @@ class CatalogService:
         `limit` entries or MAX_VERSIONS_PAGE_BYTES of content: 256 entries of up to 256 KiB
         are far more than one Lambda response holds."""
         found = self.store.list_catalogs(tenant_id, after, limit + 1)
-        page, used = [], 0
-        for version in found[:limit]:
-            used += len(version.content)
-            if page and used > MAX_VERSIONS_PAGE_BYTES:
-                break
-            page.append(version)
+        page = _page(found, limit)
         return page, (page[-1].name if len(page) < len(found) else None)
+
+
+def _page(found: list[CatalogVersion], limit: int) -> list[CatalogVersion]:
+    """The first `limit` of `found`, ending before MAX_VERSIONS_PAGE_BYTES of content (one at least)."""
+    page, used = [], 0
+    for version in found[:limit]:
+        used += len(version.content)
+        if page and used > MAX_VERSIONS_PAGE_BYTES:
+            break
+        page.append(version)
+    return page
 
 
 def _enforcing_since(latest: CatalogVersion | None) -> int | None:
