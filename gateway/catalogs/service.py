@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from gateway.catalogs.model import CatalogVersion, ChoiceEntry, NoulEntry, ScoreEntry, content_hash
 from gateway.catalogs.store import CatalogStore, TooManyEntries, VersionTaken
@@ -47,8 +48,10 @@ MAX_VERSIONS_PAGE_BYTES = 4 * 1024 * 1024
 
 class CatalogService:
     def __init__(self, store: CatalogStore, clock: Callable[[], float] = time.time, *,
-                 keep_days: float = 90, on_stored: Callable[[str, int, str], None] | None = None) -> None:
+                 keep_days: float = 90, on_stored: Callable[[str, int, str], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
+        self.sleep = sleep
         self.clock = clock
         self.on_stored = on_stored  # (tenant, bytes, entry): the tenant's usage counts its catalog writes
         self.keep_s = keep_days * DAY_S  # the record retention: what a record names outlives it
@@ -87,6 +90,7 @@ class CatalogService:
                 self.store.insert_catalog_version(version, replaces=latest.version if latest else 0,
                                                   expire=expire, max_entries=MAX_ENTRIES)  # type: ignore[arg-type]
             except VersionTaken:
+                self.sleep(random.uniform(0, 0.02))  # writers at once: apart, then each re-reads
                 continue
             except TooManyEntries as exc:
                 raise Conflict(f"this tenant has {exc.count} catalog entries, the most it may have is {MAX_ENTRIES}:"
@@ -134,28 +138,29 @@ class CatalogService:
         found = self.store.list_catalog_versions(tenant_id, name, after, limit + 1)
         if not found and (after == 0 or self.store.latest_catalog_version(tenant_id, name) is None):
             raise NotFound(f"the catalog entry {name!r} does not exist")
-        page = _page(found, limit)
-        return page, (page[-1].version if len(page) < len(found) else None)
+        page, more = _page(iter(found), limit)
+        return page, (page[-1].version if more else None)
 
     def list(self, tenant_id: str, after: str = "", limit: int = VERSIONS_PAGE) -> tuple[list[CatalogVersion], str | None]:
         """A page of the tenant's entries (latest versions) named after `after`, by name, and
         the name to pass as `after` for the next page (None at the end). A page ends at
         `limit` entries or MAX_VERSIONS_PAGE_BYTES of content: 256 entries of up to 256 KiB
         are far more than one Lambda response holds."""
-        found = self.store.list_catalogs(tenant_id, after, limit + 1)
-        page = _page(found, limit)
-        return page, (page[-1].name if len(page) < len(found) else None)
+        page, more = _page(iter(self.store.list_catalogs(tenant_id, after, limit + 1)), limit)
+        return page, (page[-1].name if more else None)
 
 
-def _page(found: list[CatalogVersion], limit: int) -> list[CatalogVersion]:
-    """The first `limit` of `found`, ending before MAX_VERSIONS_PAGE_BYTES of content (one at least)."""
-    page, used = [], 0
-    for version in found[:limit]:
+def _page(found: Iterator[CatalogVersion], limit: int) -> tuple[list[CatalogVersion], bool]:
+    """The first `limit` of `found`, ending before MAX_VERSIONS_PAGE_BYTES of content (one at
+    least), and whether another follows; read no further than that one."""
+    page: list[CatalogVersion] = []
+    used = 0
+    for version in found:
         used += len(version.content)
-        if page and used > MAX_VERSIONS_PAGE_BYTES:
-            break
+        if len(page) == limit or (page and used > MAX_VERSIONS_PAGE_BYTES):
+            return page, True
         page.append(version)
-    return page
+    return page, False
 
 
 def _enforcing_since(latest: CatalogVersion | None) -> int | None:

@@ -67,6 +67,7 @@ class CatalogStore(Protocol):
 
     def count_catalogs(self, tenant_id: str) -> int: ...
 
-    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> list[CatalogVersion]:
-        """The latest version of the tenant's entries named after `after`, by name, at most `limit`."""
+    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> Iterable[CatalogVersion]:
+        """The latest version of the tenant's entries named after `after`, by name, at most
+        `limit` (read as they are consumed, where the store reads them one by one)."""
         ...

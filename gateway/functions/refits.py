@@ -42,20 +42,20 @@ def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningS
     before `deadline()` seconds (the function's remaining time) run out, leaving the rest
     to the next run."""
     summary: dict[str, Any] = {"tenants": 0, "entries": 0, "written": 0, "unchanged": 0, "failed": 0,
-                               "tenants_left_for_next_run": 0}
+                               "listing_failed": 0, "tenants_left_for_next_run": 0}
     tenants = list(store.list_catalog_tenants())  # ids only: a few bytes a tenant
     random.shuffle(tenants)  # when a day's time runs out, it is never the same tenants that wait
     waiting = {tenant_id: _DueNames(store, tenant_id, random.choice(_FIRST)) for tenant_id in tenants}
     while waiting:
         for tenant_id, names in list(waiting.items()):
             left = deadline()
-            if left <= RESERVE_S:  # the rest waits for the next run, unlisted
+            if left <= RESERVE_S:  # the rest waits for the next run, unlisted (some may have none left)
                 summary["tenants_left_for_next_run"] = len(waiting)
                 return summary
             try:
                 name = names.next()
             except Exception:
-                summary["failed"] += 1
+                summary["listing_failed"] += 1
                 log.exception("a tenant's due entries could not be listed", extra={"tenant_id": tenant_id})
                 name = None
             if name is None:

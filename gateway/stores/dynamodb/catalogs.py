@@ -64,8 +64,10 @@ class DynamoDBCatalogs:
             except self.table.client.exceptions.TransactionCanceledException as exc:
                 reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons", [])]
                 failed = {i: code for i, code in enumerate(reasons) if code not in (None, "None")}
-                if any(code != "ConditionalCheckFailed" for code in failed.values()) or not failed:
-                    raise VersionTaken(version.ref) from None  # a conflict with another write: read again and retry
+                if "TransactionConflict" in failed.values():
+                    raise VersionTaken(version.ref) from None  # another write at once: read again and retry
+                if not failed or any(code != "ConditionalCheckFailed" for code in failed.values()):
+                    raise  # throttled, or the table unreachable: not the caller's to retry as a race
                 if 0 in failed or 1 in failed:
                     raise VersionTaken(version.ref) from None
                 if counted - 1 in failed and replaces == 0:
@@ -171,20 +173,7 @@ class DynamoDBCatalogs:
         found = self.table.get(_count_key(tenant_id))
         return int(found["entries"]) if found is not None else 0
 
-    def _heads_of(self, tenant_id: str) -> int:
-        count, start = 0, None
-        while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.table.client.query(TableName=self.table.name, IndexName="by_tenant", Select="COUNT",
-                                            KeyConditionExpression="tenant_id = :t", FilterExpression="#v = :head",
-                                            ExpressionAttributeNames={"#v": "version"},
-                                            ExpressionAttributeValues={":t": {"S": tenant_id}, ":head": typed(HEAD)}, **extra)
-            count += reply["Count"]
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return count
-
-    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> list[CatalogVersion]:
+    def list_catalogs(self, tenant_id: str, after: str = "", limit: int | None = None) -> Iterator[CatalogVersion]:
         """Each entry's latest version: the heads name them (and, for an entry written before
         heads, its versions' index items), then each latest is read."""
         listed = self.table.query_pages(IndexName="by_tenant", KeyConditionExpression="tenant_id = :t",
@@ -195,9 +184,13 @@ class DynamoDBCatalogs:
         for one in listed:
             number = int(one.get("latest") or one["version"])
             newest[one["name"]] = max(number, newest.get(one["name"], 0))
-        wanted = [(name, version) for name, version in sorted(newest.items()) if name > after][:limit]
-        found = (self.get_catalog_version(tenant_id, name, version) for name, version in wanted)
-        return [version for version in found if version is not None]
+        given = 0
+        for name, number in sorted(newest.items()):
+            if name > after and (limit is None or given < limit):
+                version = self.get_catalog_version(tenant_id, name, number)
+                if version is not None:  # read one at a time: a page stops reading where it ends
+                    given += 1
+                    yield version
 
 
     def adopt_entries_without_heads(self, keep_s: float) -> int:
@@ -205,6 +198,7 @@ class DynamoDBCatalogs:
         index, and set the versions it replaced to expire in `keep_s`; the entries adopted.
         Safe to run again, and beside writers (a head a write made first is left as it is)."""
         legacy: dict[str, tuple[str, str]] = {}
+        names: dict[str, set[str]] = {}  # every tenant's entries, heads or not: its count
         start = None
         while True:  # the index: heads, and the versions of entries without one
             extra = {"ExclusiveStartKey": start} if start else {}
@@ -212,6 +206,7 @@ class DynamoDBCatalogs:
                                            ProjectionExpression="tenant_id, #n, #v",
                                            ExpressionAttributeNames={"#n": "name", "#v": "version"}, **extra)
             for one in map(plain, reply["Items"]):
+                names.setdefault(one["tenant_id"], set()).add(one["name"])
                 if int(one["version"]) != HEAD:
                     legacy[_key(one["tenant_id"], one["name"])] = (one["tenant_id"], one["name"])
             start = reply.get("LastEvaluatedKey")
@@ -237,21 +232,23 @@ class DynamoDBCatalogs:
                                               ExpressionAttributeNames={"#v": "version"},
                                               ExpressionAttributeValues={":p": {"S": key}, ":one": typed(1)})
             for number in [int(v["version"]) for v in versions]:
-                sets, values, names = ["tenant = :t"], {":t": {"S": tenant_id}}, {}
+                sets, values, attributes = ["tenant = :t"], {":t": {"S": tenant_id}}, {}
                 if number < latest.version and number != enforcing_since:  # replaced: it expires
                     sets += ["expires_at = :e", "#ttl = :ttl"]
                     values.update({":e": typed(until), ":ttl": typed(int(until) + 1)})
-                    names["#ttl"] = "ttl"
+                    attributes["#ttl"] = "ttl"
                 if number == latest.version and enforcing_since is not None:
                     sets.append("enforcing_since = :s")
                     values[":s"] = typed(enforcing_since)
                 self.table.update({"pk": key, "version": number}, ConditionExpression="attribute_exists(pk)",
                                   UpdateExpression=f"SET {', '.join(sets)} REMOVE tenant_id, name_version",
-                                  ExpressionAttributeValues=values, **({"ExpressionAttributeNames": names} if names else {}))
-        for tenant_id in sorted({tenant_id for tenant_id, _ in legacy.values()}):
-            # Each tenant's count item, from its heads: what the cap counts from now on.
+                                  ExpressionAttributeValues=values,
+                                  **({"ExpressionAttributeNames": attributes} if attributes else {}))
+        for tenant_id, entries in sorted(names.items()):
+            # Each tenant's count item, from its entries: what the cap counts from now on (an
+            # entry created while this runs may be counted once more on the next run).
             self.table.update(_count_key(tenant_id), UpdateExpression="SET entries = :n",
-                              ExpressionAttributeValues={":n": typed(self._heads_of(tenant_id))})
+                              ExpressionAttributeValues={":n": typed(len(entries))})
         return adopted
 
 

@@ -50,7 +50,8 @@ def test_the_schedule_refits_entries_that_ask_moves_advisory_ones_only_and_write
     catalogs = CatalogService(store.catalogs)
     learning = LearningService(catalogs, store.records)
     summary = refit_all(store.catalogs, catalogs, learning)
-    assert summary == {"tenants": 1, "entries": 2, "written": 1, "unchanged": 1, "failed": 0, "tenants_left_for_next_run": 0}
+    assert summary == {"tenants": 1, "entries": 2, "written": 1, "unchanged": 1, "failed": 0, "listing_failed": 0,
+                       "tenants_left_for_next_run": 0}
     versions = {v.name: v for v in catalogs.list("acme")[0]}
     assert versions["daily"].version == 2 and versions["daily"].entry().adapter is not None
     assert versions["enforced"].version == 1 and versions["on-demand"].version == 1
