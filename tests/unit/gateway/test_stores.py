@@ -219,7 +219,7 @@ def test_catalog_versions_are_immutable_and_scoped_by_tenant(catalogs):
     assert [v.version for v in catalogs.list_catalog_versions("acme", "routing", limit=1)] == [1]
     assert catalogs.list_catalog_versions("acme", "routing", after=2) == []
     assert [(v.name, v.version) for v in catalogs.list_catalogs("acme")] == [("routing", 2), ("spam", 1)]
-    assert list(catalogs.list_catalogs("acme"))[0].content == '{"type":"noul","instructions":"y"}'  # the latest, whole
+    assert next(iter(catalogs.list_catalogs("acme"))).content == '{"type":"noul","instructions":"y"}'  # the latest, whole
     assert [(v.name, v.version) for v in catalogs.list_catalogs("globex")] == [("routing", 1)]
     assert catalogs.latest_catalog_version("acme", "nothing") is None
     assert sorted(catalogs.list_catalog_tenants()) == ["acme", "globex"]  # each once, however many entries and versions
