@@ -64,9 +64,11 @@ class Attempt:
 @dataclass
 class Meter:
     """The endpoint time a request has used so far, kept by the pool as each attempt ends (a
-    failed attempt held the endpoint too), so a request that fails still settles what it spent."""
+    failed attempt held the endpoint too), so a request that fails still settles what it spent;
+    and the bytes its record took in the store, settled with it."""
 
     attempts: list[Attempt] = field(default_factory=list)
+    stored_bytes: int = 0
 
     def add(self, endpoint: str, seconds: float, usd_per_second: float, by_duration: bool = False) -> None:
         self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration, seconds))

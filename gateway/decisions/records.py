@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway.auth.credentials import Principal
 from gateway.auth.tokens import KeyRing
+from gateway.decisions.cost import Meter
 from gateway.decisions.model import (
     Action,
     Answer,
@@ -255,10 +256,8 @@ def state_matches(keys: KeyRing, record: dict[str, Any], state: Text) -> bool:
 class DecisionRecorder:
     def __init__(self, store: RecordStore | None, hash_keys: KeyRing | None = None,
                  retention_days: float = DEFAULT_RETENTION_DAYS, clock: Callable[[], float] = time.time,
-                 on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 on_stored: Callable[[str, int], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
-        self.on_stored = on_stored  # (tenant, bytes): the tenant's usage counts what its records take
         self.hash_keys = hash_keys
         self.retention_s = retention_days * 86400
         self.clock = clock
@@ -276,7 +275,9 @@ class DecisionRecorder:
         return state_digest(master, tenant_id, state), key_id
 
     def record(self, record_id: str, *, principal: Principal, route: str, request_id: str, decision: Decision,
-               result: DecisionResult, latency_ms: float) -> dict[str, Any]:
+               result: DecisionResult, latency_ms: float, meter: Meter | None = None) -> dict[str, Any]:
+        """Store the decision's record (RecordNotStored, or RecordTooLarge, when it cannot be) and
+        add the bytes it took to `meter` (the tenant's usage counts them when it settles)."""
         now = self.clock()
         try:
             digest, key_id = self.state_hash(principal.tenant_id, decision.state)
@@ -302,7 +303,8 @@ class DecisionRecorder:
         body = record.stored()
         catalogs = sorted({a.question.binding.name for a in result.answers if a.question.binding is not None})
         try:
-            stored = self.store is None or self._store(principal.tenant_id, record_id, now, catalogs, body)
+            size = 0 if self.store is None else self._store(principal.tenant_id, record_id, now, catalogs, body)
+            stored = size is not None
         except RecordTooLarge:
             log.info("decision record", extra={"record": without_features(body), "stored": False})
             raise
@@ -310,13 +312,15 @@ class DecisionRecorder:
         if not stored:
             self.on_failure()
             raise RecordNotStored("the decision could not be recorded, so it is not answered; retry", retry_after=2)
+        if meter is not None:
+            meter.stored_bytes += size or 0
         return body
 
-    def _store(self, tenant_id: str, record_id: str, now: float, catalogs: list[str], body: dict[str, Any]) -> bool:
+    def _store(self, tenant_id: str, record_id: str, now: float, catalogs: list[str], body: dict[str, Any]) -> int | None:
+        """The record's size as stored, or None when every attempt failed."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                size = self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
-                break
+                return self.store.put_record(tenant_id, record_id, now, catalogs, body, now + self.retention_s)
             except RecordTooLarge:
                 raise  # the same record never fits: the caller's request has to change
             except Exception:
@@ -324,11 +328,7 @@ class DecisionRecorder:
                             extra={"record_id": record_id, "attempt": attempt + 1})
                 if attempt + 1 < WRITE_ATTEMPTS:
                     self.sleep(WRITE_BACKOFF_S * (2 ** attempt))
-        else:
-            return False
-        if self.on_stored is not None:  # outside the retries: counting never writes a record twice
-            self.on_stored(tenant_id, size)
-        return True
+        return None
 
 
 def _question_record(answer: Answer) -> QuestionRecord:

@@ -69,8 +69,7 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
     # from it): a key every function instance shares, read on first use.
     record_keys = record_keys or build_record_keys(settings.auth)
     recorder = DecisionRecorder(records, record_keys, settings.auth.record_retention_days,
-                                on_failure=_count_record_failure,
-                                on_stored=spending.count_stored if spending is not None else None)
+                                on_failure=_count_record_failure)
     idempotency = Idempotency(stores.idempotency, hold_s=longest_request_s(settings)) if stores is not None else None
     return InstanceServices(
         settings=settings, registry=registry,

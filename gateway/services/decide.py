@@ -172,14 +172,17 @@ class DecideService:
         require_model(principal, decision.model)
         model = self.registry.route_for(decision.model, "decisions")
         started = self.clock()
+        decision_id = self.recorder.new_id()
+
+        def record(asked: Decision, result: DecisionResult, meter: Meter) -> None:
+            self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
+                                 result=result, latency_ms=(self.clock() - started) * 1000, meter=meter)
+
         with self.in_flight(principal.tenant_id, model.pool):
-            asked, result = self._ask(principal, model, decision, request_id=request_id, metrics=metrics,
-                                      streaming=streaming, wait_s=wait_s)
+            result = self._ask(principal, model, decision, record, request_id=request_id, metrics=metrics,
+                               streaming=streaming, wait_s=wait_s)
         measure_injection(result, metrics)
         measure_cost(result, principal.tenant_id, metrics)
-        decision_id = self.recorder.new_id()
-        self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
-                             result=result, latency_ms=(self.clock() - started) * 1000)
         return result, decision_id
 
     def admit(self, principal: Principal, decision: Decision) -> Decision:
@@ -196,10 +199,12 @@ class DecideService:
         check_decision_work(asked, model.max_request_tokens, tenant.limits if tenant is not None else DEFAULT_LIMITS)
         return asked
 
-    def _ask(self, principal: Principal, model: ModelRoute, decision: Decision, *, request_id: str = "",
-             metrics: MetricsSink | None = None, streaming: bool = False,
-             wait_s: float | None = None) -> tuple[Decision, DecisionResult]:
-        """(The decision as asked, catalog references resolved; its result, calibrated and judged.)"""
+    def _ask(self, principal: Principal, model: ModelRoute, decision: Decision,
+             record: Callable[[Decision, DecisionResult, Meter], None], *, request_id: str = "",
+             metrics: MetricsSink | None = None, streaming: bool = False, wait_s: float | None = None) -> DecisionResult:
+        """The result, calibrated and judged, once `record` has stored it (with the decision as
+        asked, catalog references resolved) before the work settles: the record's bytes are
+        counted in the same usage write as its spend."""
         asked = self.admit(principal, decision)
         body = json_bytes(backend_request(asked, model.name))
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
@@ -212,7 +217,9 @@ class DecideService:
                 # "no endpoint takes a body this large" before any attempt, which no time mends
                 raise (more_time_may_fit(exc, model.pool, streaming, deadline) if held.meter.attempts else exc) from None
             result = read_result(asked, invocation, held.meter)
-        return asked, (apply_catalogs(result) if asked.calibrate else result)
+            result = apply_catalogs(result) if asked.calibrate else result
+            record(asked, result, held.meter)
+        return result
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
              metrics: MetricsSink | None = None, streaming: bool = False,

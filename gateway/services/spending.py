@@ -29,7 +29,8 @@ The settled figures are also added to the tenant's usage by day (UTC) and entry,
 entries it names (each catalog entry, `(inline)` for questions that named none, `(chat)`
 for a chat), where a request naming two entries counts once in each. What a tenant writes
 to the stores is added there too (`stored_bytes`): each decision's record in the day's
-total, each catalog version in the day's total and under its entry.
+total (in the same write as the decision's spend: the record is written before it settles),
+each catalog version in the day's total and under its entry.
 """
 
 from __future__ import annotations
@@ -140,13 +141,15 @@ class Spending:
             for reservation in reserved:
                 change = actual[reservation.name.partition(":")[0]] - reservation.amount
                 self.counters.add_within(reservation.name, change, None, started + 86400)
-            self._add_usage(tenant_id, entries or (INLINE_ENTRY,), actual["spend"], actual["work"], started)
+            self._add_usage(tenant_id, entries or (INLINE_ENTRY,), actual["spend"], actual["work"], started,
+                            meter.stored_bytes)
         except Exception:  # the answer is not lost for it; a reservation left over over-counts, never under
             log.exception("spend could not be settled", extra={"tenant_id": tenant_id})
 
-    def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float) -> None:
+    def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float,
+                   stored_bytes: int = 0) -> None:
         day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
-        self.counters.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms), kept_until)
+        self.counters.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms, stored_bytes), kept_until)
         names = sorted(set(entries))
         # Each entry its even share; past the eighth, one row holds the rest's shares together.
         kept = names if len(names) <= MAX_USAGE_ENTRIES else names[:MAX_USAGE_ENTRIES - 1]
@@ -160,8 +163,9 @@ class Spending:
             self.counters.add_usage(tenant_id, share, kept_until)
 
     def count_stored(self, tenant_id: str, size: int, entry: str | None = None) -> None:
-        """Add `size` bytes written for the tenant (a record, or a version of catalog entry
-        `entry`) to its usage. What was written stands whatever happens here: a failure is logged."""
+        """Add `size` bytes written for the tenant outside a decision (a version of catalog entry
+        `entry`) to its usage; a decision's record is settled with its spend (Meter.stored_bytes).
+        What was written stands whatever happens here: a failure is logged."""
         now = self.clock()
         day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(now)), now + USAGE_RETENTION_DAYS * 86400
         try:
