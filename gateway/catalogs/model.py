@@ -249,6 +249,10 @@ class _Entry(_Strict):
         """The keys its answers are given over, in order: what an adapter's `options` must equal."""
         raise NotImplementedError
 
+    @property
+    def enforces(self) -> bool:
+        return self.policy is not None and self.policy.mode == "enforcing"
+
     @model_validator(mode="after")
     def _adapter_fits_options(self) -> Self:
         if self.adapter is not None and self.adapter.options != self.option_keys():
@@ -339,6 +343,14 @@ class CatalogVersion:
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def enforced_since(self) -> int | None:
+        """The version that made the entry enforcing, where this one enforces (a version written
+        before that was kept names none: it stands in itself)."""
+        if self.enforcing_since is not None:
+            return self.enforcing_since
+        return self.version if self.entry().enforces else None
 
     @property
     def refit(self) -> str | None:

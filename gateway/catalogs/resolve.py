@@ -87,17 +87,13 @@ def _keeps_features(catalogs: CatalogService | None, tenant_id: str, version: Ca
     return latest.version == version.version or (learning is not None and learning.keep_features)
 
 
-def _enforcing(entry: Entry) -> bool:
-    return entry.policy is not None and entry.policy.mode == "enforcing"
-
-
 def _held_to_policy(catalogs: CatalogService, tenant_id: str, decision: Decision, version: CatalogVersion,
                     entry: Entry) -> bool:
     """For a caller who may not read past policies: whether the entry enforces (its latest
     version does), refusing a request that would escape its verdict (an earlier version, or
     raw probabilities)."""
-    latest = version if _enforcing(entry) else catalogs.get(tenant_id, version.name)
-    if not _enforcing(latest.entry()):
+    latest = version if entry.enforces else catalogs.get(tenant_id, version.name)
+    if not latest.entry().enforces:
         return False
     if latest.version != version.version:
         raise Forbidden(f"the catalog entry {version.name!r} enforces its policy from version {latest.version}: an"

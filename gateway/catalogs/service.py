@@ -70,7 +70,6 @@ class CatalogService:
             raise InvalidRequest.at([], f"this entry nests arrays and objects deeper than {MAX_CONTENT_DEPTH} levels"
                                     " (a question from it must fit the scorer's request)", "json_invalid")
         digest = content_hash(canonical)
-        enforcing = content.policy is not None and content.policy.mode == "enforcing"
         for _ in range(_ATTEMPTS):
             latest = self.store.latest_catalog_version(tenant_id, name)
             if based_on is not None and (latest is None or latest.version != based_on):
@@ -79,13 +78,12 @@ class CatalogService:
             if latest is not None and latest.content_hash == digest:
                 return latest, False
             number = 1 if latest is None else latest.version + 1
-            since = _enforcing_since(latest)
-            made_enforcing = (since or number) if enforcing else None
+            since = latest.enforced_since if latest is not None else None
+            made_enforcing = (since or number) if content.enforces else None
             # The replaced version expires, and the one that made the entry enforcing once it stops.
-            until = self.clock() + self.keep_s
-            expire = {old: until for old in {latest.version if latest else None, since} - {None, made_enforcing}}
-            version = CatalogVersion(tenant_id, name, number, digest, canonical, self.clock(),
-                                     enforcing_since=made_enforcing)
+            now = self.clock()
+            expire = {old: now + self.keep_s for old in {latest.version if latest else None, since} - {None, made_enforcing}}
+            version = CatalogVersion(tenant_id, name, number, digest, canonical, now, enforcing_since=made_enforcing)
             try:
                 self.store.insert_catalog_version(version, replaces=latest.version if latest else 0,
                                                   expire=expire, max_entries=MAX_ENTRIES)  # type: ignore[arg-type]
@@ -162,13 +160,3 @@ def _page(found: Iterator[CatalogVersion], limit: int) -> tuple[list[CatalogVers
         page.append(version)
     return page, False
 
-
-def _enforcing_since(latest: CatalogVersion | None) -> int | None:
-    """The version that made the entry enforcing, where its latest enforces (an entry written
-    before this was kept names none: its latest stands in)."""
-    if latest is None:
-        return None
-    if latest.enforcing_since is not None:
-        return latest.enforcing_since
-    policy = latest.entry().policy
-    return latest.version if policy is not None and policy.mode == "enforcing" else None

@@ -122,8 +122,7 @@ class LearningService:
         assert key is not None and fitted.adapted is not None and fitted.zero_shot is not None and fitted.l2 is not None
         adapter = _adapter(fitted, key, keys, Counter(source for _, source, _ in samples), digest, self.clock())
         report["adapter"] = adapter.id
-        enforcing = entry.policy is not None and entry.policy.mode == "enforcing"
-        if apply is False or (enforcing and apply is not True):
+        if apply is False or (entry.enforces and apply is not True):
             why = ("apply: false" if apply is False
                    else "the entry enforces its policy: it moves only when the refit says apply: true")
             return {**report, "applied": False, "reason": f"{fitted.reason}; not written ({why})"}

@@ -217,9 +217,7 @@ class DynamoDBCatalogs:
             latest = self.latest_catalog_version(tenant_id, name)
             if latest is None:
                 continue
-            policy = latest.entry().policy
-            enforcing = policy is not None and policy.mode == "enforcing"
-            enforcing_since = (latest.enforcing_since or latest.version) if enforcing else None
+            enforcing_since = latest.enforced_since
             head = {"pk": key, "version": HEAD, "tenant_id": tenant_id, "name_version": name, "name": name,
                     "latest": latest.version, "refit": latest.refit, "enforcing_since": enforcing_since}
             try:
