@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway.catalogs.model import CatalogVersion
 from gateway.catalogs.store import TooManyEntries, VersionTaken
-from gateway.stores.dynamodb.items import Table, item, plain, typed
+from gateway.stores.dynamodb.items import Table, item, plain, ttl_of, typed
 
 HEAD = 0
 _LIVE = "(attribute_not_exists(expires_at) OR expires_at > :now)"
@@ -55,7 +55,7 @@ class DynamoDBCatalogs:
                                "UpdateExpression": "SET expires_at = :e, #ttl = :t",
                                "ConditionExpression": "attribute_exists(pk)",
                                "ExpressionAttributeNames": {"#ttl": "ttl"},
-                               "ExpressionAttributeValues": {":e": typed(until), ":t": typed(int(until) + 1)}}}
+                               "ExpressionAttributeValues": {":e": typed(until), ":t": typed(ttl_of(until))}}}
                    for old, until in sorted(expire.items())]
         while True:
             try:
@@ -97,7 +97,7 @@ class DynamoDBCatalogs:
                               UpdateExpression="SET expires_at = :u, #ttl = :t",
                               ConditionExpression="attribute_exists(content) AND expires_at < :u",
                               ExpressionAttributeNames={"#ttl": "ttl"},
-                              ExpressionAttributeValues={":u": typed(until), ":t": typed(int(until) + 1)})
+                              ExpressionAttributeValues={":u": typed(until), ":t": typed(ttl_of(until))})
         except self.table.refused:
             pass  # moved already by another decision, or no longer expiring
 
@@ -137,19 +137,10 @@ class DynamoDBCatalogs:
         """A Scan of the heads' index for their tenant ids alone (IAM grants the scheduled
         refit exactly that: dynamodb:Select SPECIFIC_ATTRIBUTES, that attribute)."""
         seen: set[str] = set()
-        start = None
-        while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.table.client.scan(TableName=self.table.name, IndexName="by_tenant", Select="SPECIFIC_ATTRIBUTES",
-                                           ProjectionExpression="tenant_id", **extra)
-            for one in reply["Items"]:
-                tenant_id = plain(one)["tenant_id"]
-                if tenant_id not in seen:
-                    seen.add(tenant_id)
-                    yield tenant_id
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return
+        for one in self.table.scan_pages(IndexName="by_tenant", Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="tenant_id"):
+            if one["tenant_id"] not in seen:
+                seen.add(one["tenant_id"])
+                yield one["tenant_id"]
 
     def due_refits(self, tenant_id: str, after: str, limit: int) -> list[str]:
         condition, values = "tenant_id = :t", {":t": {"S": tenant_id}, ":head": typed(HEAD), ":daily": {"S": "daily"}}
@@ -199,19 +190,12 @@ class DynamoDBCatalogs:
         Safe to run again, and beside writers (a head a write made first is left as it is)."""
         legacy: dict[str, tuple[str, str]] = {}
         names: dict[str, set[str]] = {}  # every tenant's entries, heads or not: its count
-        start = None
-        while True:  # the index: heads, and the versions of entries without one
-            extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.table.client.scan(TableName=self.table.name, IndexName="by_tenant",
-                                           ProjectionExpression="tenant_id, #n, #v",
-                                           ExpressionAttributeNames={"#n": "name", "#v": "version"}, **extra)
-            for one in map(plain, reply["Items"]):
-                names.setdefault(one["tenant_id"], set()).add(one["name"])
-                if int(one["version"]) != HEAD:
-                    legacy[_key(one["tenant_id"], one["name"])] = (one["tenant_id"], one["name"])
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                break
+        indexed = self.table.scan_pages(IndexName="by_tenant", ProjectionExpression="tenant_id, #n, #v",
+                                        ExpressionAttributeNames={"#n": "name", "#v": "version"})
+        for one in indexed:  # the index: heads, and the versions of entries without one
+            names.setdefault(one["tenant_id"], set()).add(one["name"])
+            if int(one["version"]) != HEAD:
+                legacy[_key(one["tenant_id"], one["name"])] = (one["tenant_id"], one["name"])
         adopted, until = 0, time.time() + keep_s
         for key, (tenant_id, name) in sorted(legacy.items()):
             latest = self.latest_catalog_version(tenant_id, name)
@@ -233,7 +217,7 @@ class DynamoDBCatalogs:
                 sets, values, attributes = ["tenant = :t"], {":t": {"S": tenant_id}}, {}
                 if number < latest.version and number != enforcing_since:  # replaced: it expires
                     sets += ["expires_at = :e", "#ttl = :ttl"]
-                    values.update({":e": typed(until), ":ttl": typed(int(until) + 1)})
+                    values.update({":e": typed(until), ":ttl": typed(ttl_of(until))})
                     attributes["#ttl"] = "ttl"
                 if number == latest.version and enforcing_since is not None:
                     sets.append("enforcing_since = :s")

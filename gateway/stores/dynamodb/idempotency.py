@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.decisions.idempotency import Entry
-from gateway.stores.dynamodb.items import Table, typed
+from gateway.stores.dynamodb.items import Table, ttl_of, typed
 
 
 class DynamoDBIdempotency:
@@ -17,7 +17,7 @@ class DynamoDBIdempotency:
         pk = f"IDEMPOTENCY#{tenant_id}"
         for _ in range(2):  # an entry that expires between the write and the read: claim again
             try:
-                self.keys.put({"pk": pk, "sk": key, "fingerprint": fingerprint, "expires_at": until, "ttl": int(until) + 1},
+                self.keys.put({"pk": pk, "sk": key, "fingerprint": fingerprint, "expires_at": until, "ttl": ttl_of(until)},
                               ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now",
                               ExpressionAttributeValues={":now": typed(now)})
                 return None
@@ -35,7 +35,7 @@ class DynamoDBIdempotency:
                 UpdateExpression="SET reply = :reply, expires_at = :until, #ttl = :ttl",
                 ConditionExpression="fingerprint = :fingerprint AND attribute_not_exists(reply)",
                 ExpressionAttributeNames={"#ttl": "ttl"},
-                ExpressionAttributeValues={":reply": {"B": reply}, ":until": typed(until), ":ttl": typed(int(until) + 1),
+                ExpressionAttributeValues={":reply": {"B": reply}, ":until": typed(until), ":ttl": typed(ttl_of(until)),
                                            ":fingerprint": typed(fingerprint)})
         except self.keys.refused:
             pass  # the claim expired and another took it: never an item without its request

@@ -63,6 +63,12 @@ def plain(typed_item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def ttl_of(until: float) -> int:
+    """The TTL attribute for an item that expires at `until`: whole seconds past it, so that
+    DynamoDB's TTL never removes an item its reader still takes as live."""
+    return int(until) + 1
+
+
 def tuple_or_none(values: list[str] | None) -> tuple[str, ...] | None:
     return None if values is None else tuple(values)
 
@@ -85,10 +91,17 @@ class Table:
 
     def query_pages(self, **request: Any) -> Any:
         """Every item a Query finds, page after page, as the caller consumes them."""
+        return self._pages(self.client.query, request)
+
+    def scan_pages(self, **request: Any) -> Any:
+        """Every item a Scan finds, page after page, as the caller consumes them."""
+        return self._pages(self.client.scan, request)
+
+    def _pages(self, read: Any, request: dict[str, Any]) -> Any:
         start = None
         while True:
             extra = {"ExclusiveStartKey": start} if start else {}
-            reply = self.client.query(TableName=self.name, **request, **extra)
+            reply = read(TableName=self.name, **request, **extra)
             yield from map(plain, reply.get("Items", []))
             start = reply.get("LastEvaluatedKey")
             if not start:
