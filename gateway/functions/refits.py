@@ -46,12 +46,13 @@ def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningS
     tenants = list(store.list_catalog_tenants())  # ids only: a few bytes a tenant
     random.shuffle(tenants)  # when a day's time runs out, it is never the same tenants that wait
     waiting = {tenant_id: _DueNames(store, tenant_id, random.choice(_FIRST)) for tenant_id in tenants}
+    served: set[str] = set()
     while waiting:
         for tenant_id, names in list(waiting.items()):
             left = deadline()
             if left <= RESERVE_S:  # the rest waits for the next run, unlisted (some may have none left)
                 summary["tenants_left_for_next_run"] = len(waiting)
-                return summary
+                return {**summary, "tenants": len(served)}
             try:
                 name = names.next()
             except Exception:
@@ -62,11 +63,10 @@ def refit_all(store: CatalogStore, catalogs: CatalogService, learning: LearningS
                 del waiting[tenant_id]
                 continue
             summary["entries"] += 1
-            summary["tenants"] += names.first
-            names.first = 0
+            served.add(tenant_id)
             stop = left - (left - RESERVE_S) / len(waiting)  # this entry's share of the time
             _refit_one(tenant_id, name, learning, lambda stop=stop: deadline() <= stop, summary)
-    return summary
+    return {**summary, "tenants": len(served)}
 
 
 _FIRST = "0123456789abcdefghijklmnopqrstuvwxyz"  # what a catalog name may start with (NAME_PATTERN)
@@ -83,7 +83,6 @@ class _DueNames:
         self.after = start
         self.wrapped = False
         self.done = False
-        self.first = 1  # counted in the summary's tenants at its first refit
 
     def next(self) -> str | None:
         while not self.page and not self.done:

@@ -148,7 +148,7 @@ class Spending:
 
     def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float,
                    stored_bytes: int = 0) -> None:
-        day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(started)), started + USAGE_RETENTION_DAYS * 86400
+        day, kept_until = _usage_day(started)
         self.counters.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms, stored_bytes), kept_until)
         names = sorted(set(entries))
         # Each entry its even share; past the eighth, one row holds the rest's shares together.
@@ -162,14 +162,13 @@ class Spending:
                              endpoint_ms * weight // len(names) + (endpoint_ms % len(names) if first else 0))
             self.counters.add_usage(tenant_id, share, kept_until)
 
-    def count_stored(self, tenant_id: str, size: int, entry: str | None = None) -> None:
+    def count_stored(self, tenant_id: str, size: int, entry: str) -> None:
         """Add `size` bytes written for the tenant outside a decision (a version of catalog entry
         `entry`) to its usage; a decision's record is settled with its spend (Meter.stored_bytes).
         What was written stands whatever happens here: a failure is logged."""
-        now = self.clock()
-        day, kept_until = time.strftime("%Y-%m-%d", time.gmtime(now)), now + USAGE_RETENTION_DAYS * 86400
+        day, kept_until = _usage_day(self.clock())
         try:
-            for name in (ALL_ENTRIES, entry) if entry is not None else (ALL_ENTRIES,):
+            for name in (ALL_ENTRIES, entry):
                 self.counters.add_usage(tenant_id, UsageRow(day, name, 0, 0, 0, size), kept_until)
         except Exception:
             log.exception("stored bytes not counted", extra={"tenant_id": tenant_id})
@@ -213,6 +212,11 @@ def _day(text: str, name: str) -> float:
         return calendar.timegm(time.strptime(text, "%Y-%m-%d"))
     except ValueError:
         raise InvalidRequest.at(["query", name], f"{name!r} must be a day as YYYY-MM-DD") from None
+
+
+def _usage_day(when: float) -> tuple[str, float]:
+    """The day (UTC) usage at `when` is added to, and until when that day's rows are kept."""
+    return time.strftime("%Y-%m-%d", time.gmtime(when)), when + USAGE_RETENTION_DAYS * 86400
 
 
 def _month(when: float) -> str:
