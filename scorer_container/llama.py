@@ -254,6 +254,26 @@ class LlamaModel:
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
 
+    def save_sequence(self, seq_id: int) -> bytes:
+        """The cells of sequence `seq_id` as llama.cpp saves them (scorer_container.state_cache)."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq_id)
+        if written != size:
+            raise EngineFailure(f"llama.cpp saved {written} of {size} bytes of a sequence")
+        return bytes(buffer)
+
+    def restore_sequence(self, data: bytes, seq_id: int, keep: int | None = None) -> None:
+        """Load saved cells into the (empty) sequence `seq_id`, keeping its first `keep` positions
+        only (the part a request shares with the saved state). EngineFailure when llama.cpp has
+        no room for them: the caller evaluates afresh."""
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), seq_id) != len(data):
+            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            raise EngineFailure("llama.cpp could not restore a saved sequence")
+        if keep is not None:
+            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, keep, -1)
+
     # -- sampling (chat) ----------------------------------------------------------------
 
     def sampler(self, temperature: float, top_p: float, top_k: int, seed: int) -> Sampler:

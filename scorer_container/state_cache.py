@@ -1,0 +1,165 @@
+"""States read once, kept for the next question about them: saved llama.cpp sequences in memory.
+
+A request's state is the longest part of its work, and two uses ask about one state again
+and again (an agent's transcript, one tool call longer at every step; a ticket triaged now
+and checked later). After a request evaluates its state, the sequence that holds it is saved
+(`llama_state_seq_get_data`: milliseconds, against seconds of prefill) under the tokens it
+holds; the next request of the same tenant, model file and prompt that starts with those
+tokens restores the longest such prefix into its own sequence and evaluates only the rest.
+
+Why saved, and not kept in the context: the context's cells are what live jobs need, and a
+kept sequence would hold them; a saved one is bytes, bounded on their own. Measured on the
+three shipped models, 1,500 tokens on 2 cores: 8 to 28 KiB a token, a save in 9 to 28 ms
+and a restore in 2 to 5 ms, against a prefill of 3.3 s (Gemma 270M) to 21.7 s (Qwen 1.5B).
+
+Bounded, per tenant, forgettable:
+- at most `max_bytes` in all, each tenant at most `tenant_share` of it: a tenant's stream
+  of distinct states evicts its own least recently used entries, never another tenant's,
+  until the whole is full, and then the largest holder's go first;
+- an entry unused for `ttl_s` is gone; nothing is ever written to disk;
+- `forget` drops what a tenant kept of a state (a request with `x_cache: false`).
+
+Entries are keyed by the tokens themselves, never by a hash of the raw state: the state's
+text depends on the request's options (the quarantine's framing), and only the evaluated
+tokens say what the cells hold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """What a saved sequence belongs to: cells of another model file or prompt are other numbers."""
+
+    tenant: str
+    model_sha256: str
+    prompt_version: str
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Saved:
+    """One saved sequence: the tokens its cells hold (positions 0..n-1) and llama.cpp's bytes."""
+
+    tokens: np.ndarray  # int32
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data) + self.tokens.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    saved: Saved
+    matched: int  # how many leading tokens of the request the saved cells hold
+
+
+class StateCache:
+    def __init__(self, max_bytes: int, *, tenant_share: float = 0.25, ttl_s: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if max_bytes < 0 or not 0 < tenant_share <= 1 or ttl_s <= 0:
+            raise ValueError("a state cache has a size of 0 or more, a tenant share in (0, 1] and a positive TTL")
+        self.max_bytes = max_bytes
+        self.tenant_bytes = int(max_bytes * tenant_share)
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()  # requests plan on threads of their own
+        # Per tenant, least recently used first: (key, tokens as bytes) -> (entry, last use).
+        self._entries: dict[str, OrderedDict[tuple[CacheKey, bytes], tuple[Saved, float]]] = {}
+        self._held: dict[str, int] = {}
+        self.evictions = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(self._held.values())
+
+    def longest(self, key: CacheKey, tokens: Sequence[int], min_tokens: int = 1) -> Hit | None:
+        """The saved sequence of this tenant, model and prompt that holds the longest prefix of
+        `tokens` (at least `min_tokens` of them), marked as used; None when none does."""
+        wanted = np.asarray(tokens, dtype=np.int32)
+        best: Hit | None = None
+        with self._lock:
+            entries = self._live(key.tenant)
+            for (entry_key, _raw), (saved, _) in entries.items():
+                if entry_key != key:
+                    continue
+                matched = _common_prefix(saved.tokens, wanted)
+                if matched >= min_tokens and (best is None or matched > best.matched):
+                    best = Hit(saved, matched)
+            if best is not None:
+                found = (key, best.saved.tokens.tobytes())
+                entries[found] = (best.saved, self.clock())
+                entries.move_to_end(found)
+            self._tidy(key.tenant)
+        return best
+
+    def put(self, key: CacheKey, tokens: Sequence[int], data: bytes) -> bool:
+        """Keep `data` (a saved sequence holding `tokens`); False when it can never fit the
+        tenant's share. A saved prefix of `tokens` is replaced: the longer one serves it too."""
+        saved = Saved(np.asarray(tokens, dtype=np.int32), data)
+        if saved.size > self.tenant_bytes:
+            return False
+        with self._lock:
+            entries = self._live(key.tenant)
+            for entry_key, raw in list(entries):
+                held = entries[(entry_key, raw)][0]
+                if entry_key == key and _common_prefix(held.tokens, saved.tokens) == len(held.tokens):
+                    self._remove(key.tenant, (entry_key, raw))
+            entries[(key, saved.tokens.tobytes())] = (saved, self.clock())
+            self._held[key.tenant] = self._held.get(key.tenant, 0) + saved.size
+            while self._held.get(key.tenant, 0) > self.tenant_bytes:  # its own share first
+                self._evict(key.tenant)
+            while self.held_bytes > self.max_bytes:  # then the largest holder's
+                self._evict(max(self._held, key=self._held.__getitem__))
+        return True
+
+    def forget(self, key: CacheKey, tokens: Sequence[int]) -> int:
+        """Drop what the tenant kept of this state (every entry that shares its first token
+        run with it, under this model and prompt); how many were dropped."""
+        wanted = np.asarray(tokens, dtype=np.int32)
+        with self._lock:
+            entries = self._live(key.tenant)
+            gone = [found for found in entries
+                    if found[0] == key and _common_prefix(entries[found][0].tokens, wanted) > 0]
+            for found in gone:
+                self._remove(key.tenant, found)
+            self._tidy(key.tenant)
+        return len(gone)
+
+    def _live(self, tenant: str) -> OrderedDict[tuple[CacheKey, bytes], tuple[Saved, float]]:
+        """The tenant's entries, the expired ones dropped (the caller holds the lock)."""
+        entries = self._entries.setdefault(tenant, OrderedDict())
+        self._held.setdefault(tenant, 0)
+        oldest = self.clock() - self.ttl_s
+        while entries and next(iter(entries.values()))[1] < oldest:  # least recently used first
+            self._remove(tenant, next(iter(entries)))
+        return entries
+
+    def _tidy(self, tenant: str) -> None:
+        """A tenant with nothing kept is forgotten: tags are anyone's to choose."""
+        if not self._entries.get(tenant):
+            self._entries.pop(tenant, None)
+            self._held.pop(tenant, None)
+
+    def _evict(self, tenant: str) -> None:
+        self._remove(tenant, next(iter(self._entries[tenant])))
+        self.evictions += 1
+        self._tidy(tenant)
+
+    def _remove(self, tenant: str, found: tuple[CacheKey, bytes]) -> None:
+        saved, _ = self._entries[tenant].pop(found)
+        self._held[tenant] -= saved.size
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
