@@ -41,9 +41,10 @@ class Features:
 
 
 def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, model_name: str,
-             features: Sequence[Features] | None = None) -> dict[str, Any]:
+             features: Sequence[Features] | None = None, cached: int = 0) -> dict[str, Any]:
     """The System One response body for a plan the engine ran (with each answer's
-    `x_features` when the engine read them)."""
+    `x_features` when the engine read them). Its input tokens are those the model read:
+    `evaluated` decoded, `cached` restored from the state cache (x_cached_tokens)."""
     questions = [asked.question for asked in plan.asked]
     probe = None
     if plan.settings.injection_probe:  # the injection probe is asked last
@@ -56,7 +57,7 @@ def response(plan: Plan, distributions: Sequence[np.ndarray], evaluated: int, mo
     return DecisionResponse(
         model=model_name,
         answers=answered,
-        usage=Usage(input_tokens=int(evaluated), output_tokens=0),
+        usage=Usage(input_tokens=int(evaluated + cached), output_tokens=0, x_cached_tokens=int(cached)),
         x_readout=settings.readout,
         x_debias=debias(settings, {q.kind for q in questions}),
         x_framing=settings.framing,

@@ -10,13 +10,13 @@ soon as it is counted.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorer_container.errors import ContextOverflow
 from scorer_container.llama import LlamaModel
-from scorer_container.prefix_tree import context_capacity
+from scorer_container.prefix_tree import common_prefix, context_capacity
 from scorer_container.prompts import PromptFormat
 
 if TYPE_CHECKING:
@@ -31,11 +31,17 @@ MAX_CHARS_PER_TOKEN = 32
 class Cost:
     """What a request will make the model evaluate, counted before any decoding."""
 
-    tokens: int  # every token the prefix trees will decode, priors and final rounds included
+    tokens: int  # every token the prefix trees will decode, priors and final rounds included (restored ones not)
     rows: int  # logits rows read (letters: one a probe; likelihood: one per option token)
     longest_prompt: int  # the longest single probe prompt: it must fit the context
     probes: int
     complete: bool = True  # False: counting stopped once past the limit (a lower bound, already over it)
+    cached: int = 0  # the state's tokens restored from the state cache: held in cells, not evaluated
+
+    @property
+    def cells(self) -> int:
+        """Tokens the request's trees hold in the context: evaluated or restored."""
+        return self.tokens + self.cached
 
     def units(self, row_cost: float) -> float:
         """The work in tokens' worth: a logits row costs `row_cost` tokens (see budget.py)."""
@@ -90,6 +96,7 @@ class Tally:
     content_free: int  # the head and "N/A": a prior is evaluated alone, in its own tree
     capacity: int
     frame: int
+    cached: int = 0  # of the state's tokens, those restored in each tree that reads the state
     tokens: int = 0
     rows: int = 0
     longest: int = 0
@@ -120,8 +127,10 @@ class Tally:
         self.probes += len(shapes)
 
     def cost(self, complete: bool = True) -> Cost:
-        tokens = self.tokens + (self.state_tokens if self.grouped else 0)
-        return Cost(tokens, self.rows, self.longest, self.probes, complete)
+        trees = 2 if self.grouped else 1  # a final round reads the state again
+        cached = min(self.cached, self.state_tokens) * trees
+        tokens = self.tokens + (self.state_tokens if self.grouped else 0) - cached
+        return Cost(tokens, self.rows, self.longest, self.probes, complete, cached)
 
 
 def over_budget(cost: Cost, row_cost: float, max_units: float, seconds_per_unit: float) -> str:
@@ -138,11 +147,3 @@ def over_budget(cost: Cost, row_cost: float, max_units: float, seconds_per_unit:
         split = "split its questions into smaller requests"
     return (f"this request needs {need}; this model takes at most {int(max_units)} per request here: {split},"
             " or use fewer options or shorter descriptions")
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

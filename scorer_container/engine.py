@@ -22,16 +22,16 @@ from typing import Any
 import numpy as np
 
 from scorer_container import answers, scoring
-from scorer_container.counting import common_prefix
 from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
 from scorer_container.llama import LlamaModel, ModelShare
 from scorer_container.planning import Asked, Plan, Planner
-from scorer_container.prefix_tree import Branch, Read, Sketch, evaluate
+from scorer_container.prefix_tree import Branch, Read, Sketch, Stem, common_prefix, evaluate
 from scorer_container.priors import PriorCache
 from scorer_container.probes import LETTERS, Listing, Probe, probe_for
 from scorer_container.prompts import ANSWER_CUE, CONTENT_FREE_STATE, PromptFormat
 from scorer_container.schema import DecisionRequest
+from scorer_container.state_cache import StateCache
 from systemone.limits import STATE_FEATURE_DIMS
 
 Scores = dict[Probe, np.ndarray]
@@ -57,6 +57,8 @@ class DecisionEngine:
         default_injection_probe: bool = False,
         default_quarantine: bool = False,
         defenses_overridable: bool = False,
+        states: StateCache | None = None,
+        model_id: str = "",
     ) -> None:
         self.llama = llama
         self.prompts = prompt_format
@@ -77,8 +79,9 @@ class DecisionEngine:
         self.labels = self._single_token_labels(max_labels)
         if len(self.labels) < 2:
             raise ValueError("the model's vocabulary has fewer than two single-token letter labels")
+        self.states = states  # the states read for each tenant, kept for its next question about them
         self.planner = Planner(llama, prompt_format, self.defaults, len(self.labels), self.control_tokens,
-                               self.priors)
+                               self.priors, states, model_id)
         self._sketch: Sketch | None = None
 
     @classmethod
@@ -114,17 +117,18 @@ class DecisionEngine:
         return self.defaults.settings_for(request)
 
     def fit(self, request: DecisionRequest, max_units: float, row_cost: float = 0.0,
-            deadline: Deadline | None = None, seconds_per_unit: float = 0.0) -> Plan:
-        """The plan that answers `request` inside `max_units`, or OverBudget (planning.Planner.fit)."""
-        return self.planner.fit(request, max_units, row_cost, deadline, seconds_per_unit)
+            deadline: Deadline | None = None, seconds_per_unit: float = 0.0, tenant: str | None = None) -> Plan:
+        """The plan that answers `request` inside `max_units`, or OverBudget (planning.Planner.fit);
+        with a `tenant`, from what that tenant's state cache holds of its state."""
+        return self.planner.fit(request, max_units, row_cost, deadline, seconds_per_unit, tenant)
 
     def decide(self, plan: Plan, deadline: Deadline | None = None, share: ModelShare | None = None) -> dict[str, Any]:
         """Run a plan in `share`'s sequences and turns (the whole model when None; the caller holds
         no lock). Raises DeadlineExceeded (its sequences freed) when `deadline` passes."""
         if not plan.cost.complete:
             raise ValueError("a plan counted only up to its limit is over it: it is refused, never run")
-        distributions, evaluated, features = self._distributions(plan, deadline, share)
-        return answers.response(plan, distributions, evaluated, self.model_name, features)
+        distributions, (evaluated, cached), features = self._distributions(plan, deadline, share)
+        return answers.response(plan, distributions, evaluated, self.model_name, features, cached)
 
     def answer(self, request: DecisionRequest, settings: DecisionSettings | None = None,
                deadline: Deadline | None = None) -> dict[str, Any]:
@@ -135,7 +139,7 @@ class DecisionEngine:
                  framing: str = "plain", share: ModelShare | None = None) -> tuple[list[np.ndarray], int]:
         """Raw scores over each probe's listed options with `state_text` as the state, in one
         prefix tree, and the tokens decoded (the evals score probes through this)."""
-        scores, _, evaluated = self._tree(state_text, probes, deadline, framing, share=share)
+        scores, _, (evaluated, _) = self._tree(state_text, probes, deadline, framing, share=share)
         return scores, evaluated
 
     @property
@@ -146,11 +150,12 @@ class DecisionEngine:
         return self._sketch
 
     def _tree(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None, framing: str,
-              sketched: frozenset[Probe] = frozenset(), share: ModelShare | None = None
-              ) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], int]:
+              sketched: frozenset[Probe] = frozenset(), share: ModelShare | None = None, stem: Stem | None = None
+              ) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], tuple[int, int]]:
         """(raw scores of each probe, the sketch of the answer position of those in `sketched`,
-        tokens decoded): one prefix tree. A sketch is read from the row the probe's first read
-        uses (a branch ending there joins the tree on the same tokens: no token is decoded twice)."""
+        (tokens decoded, tokens restored)): one prefix tree. A sketch is read from the row the
+        probe's first read uses (a branch ending there joins the tree on the same tokens: no token
+        is decoded twice)."""
         branches: list[Branch] = []
         spans: list[tuple[int, int]] = []
         sketch_at: dict[Probe, int] = {}
@@ -163,7 +168,7 @@ class DecisionEngine:
                 at = own[0].reads[0].position  # the answer position: where the first option is read
                 sketch_at[probe] = len(branches)
                 branches.append(Branch(own[0].tokens[: at + 1], (Read(at, self.sketch),)))
-        result = evaluate(self.llama, branches, deadline, share)
+        result = evaluate(self.llama, branches, deadline, share, stem)
         sketches = {probe: result.results[index][0] for probe, index in sketch_at.items()}
         scores = []
         for probe, (start, end) in zip(probes, spans, strict=True):
@@ -174,21 +179,24 @@ class DecisionEngine:
                 # Per-token mean log-probability of each option's text: length-aware, so
                 # a long option is not punished for having more tokens to predict.
                 scores.append(np.array([np.concatenate(r).mean() for r in reads]))
-        return scores, sketches, result.evaluated_tokens
+        return scores, sketches, (result.evaluated_tokens, result.cached_tokens)
 
     # -- rounds ------------------------------------------------------------------------
 
     def _distributions(self, plan: Plan, deadline: Deadline | None, share: ModelShare | None = None
-                       ) -> tuple[list[np.ndarray], int, list[answers.Features] | None]:
+                       ) -> tuple[list[np.ndarray], tuple[int, int], list[answers.Features] | None]:
         """Each question's distribution over its declared options: the first round of every
-        listing in one tree, then the final rounds of grouped questions in another; and, when
-        the request asks for them (`x_features`), what each question's answer was read from."""
+        listing in one tree, then the final rounds of grouped questions in another; (tokens
+        decoded, tokens restored); and, when the request asks for them (`x_features`), what each
+        question's answer was read from. Both trees start from the state's saved cells where the
+        plan holds them; the first keeps its own, which the final round starts from."""
         state_text, framing = plan.state.text, plan.settings.framing
+        stems = _Stems(plan, self.states)
         with_prior = {p for a in plan.asked if a.settings.prior for listing in a.listings for p in listing.groups}
         first_round = [p for a in plan.asked for listing in a.listings for p in listing.groups]
         sketched = frozenset(a.listings[0].groups[0] for a in plan.asked) if plan.request.x_features else frozenset()
         raw, priors, sketches, evaluated = self._score(state_text, first_round, with_prior, framing, deadline, share,
-                                                       sketched)
+                                                       sketched, stems.first())
         finals: dict[tuple[int, int], Probe] = {}
         for i, a in enumerate(plan.asked):
             for j, listing in enumerate(a.listings):
@@ -200,10 +208,10 @@ class DecisionEngine:
                         with_prior.add(finals[i, j])
         if finals:
             final_raw, final_priors, _, more = self._score(state_text, list(finals.values()), with_prior, framing,
-                                                           deadline, share)
+                                                           deadline, share, stem=stems.again())
             raw.update(final_raw)
             priors.update(final_priors)
-            evaluated += more
+            evaluated = (evaluated[0] + more[0], evaluated[1] + more[1])
         per_order = [self._per_order(a, i, raw, priors, finals) for i, a in enumerate(plan.asked)]
         distributions = [scoring.with_temperature(scoring.average(orders), a.settings.temperature)
                          for a, orders in zip(plan.asked, per_order, strict=True)]
@@ -224,18 +232,18 @@ class DecisionEngine:
                 for j, listing in enumerate(asked.listings)]
 
     def _score(self, state_text: str, probes: Sequence[Probe], with_prior: set[Probe], framing: str,
-               deadline: Deadline | None, share: ModelShare | None, sketched: frozenset[Probe] = frozenset()
-               ) -> tuple[Scores, Scores, dict[Probe, np.ndarray], int]:
+               deadline: Deadline | None, share: ModelShare | None, sketched: frozenset[Probe] = frozenset(),
+               stem: Stem | None = None) -> tuple[Scores, Scores, dict[Probe, np.ndarray], tuple[int, int]]:
         """Raw scores over each probe's shown options, the priors of those in `with_prior`, the
-        sketches of those in `sketched`."""
+        sketches of those in `sketched`, (tokens decoded, tokens restored)."""
         unique = list(dict.fromkeys(probes))
-        raw, sketches, evaluated = self._tree(state_text, unique, deadline, framing, sketched, share)
+        raw, sketches, (evaluated, cached) = self._tree(state_text, unique, deadline, framing, sketched, share, stem)
         priors = {}
         for probe in unique:
             if probe in with_prior:
                 priors[probe], cost = self._prior(probe, deadline, framing, share)
                 evaluated += cost
-        return dict(zip(unique, raw, strict=True)), priors, sketches, evaluated
+        return dict(zip(unique, raw, strict=True)), priors, sketches, (evaluated, cached)
 
     def _prior(self, probe: Probe, deadline: Deadline | None, framing: str,
                share: ModelShare | None = None) -> tuple[np.ndarray, int]:
@@ -266,6 +274,36 @@ class DecisionEngine:
             reads = tuple(Read(p - 1, (full[p],)) for p in range(max(start, 1), len(full)))
             branches.append(Branch(tuple(full), reads, batch_key))
         return branches
+
+
+class _Stems:
+    """The stems of one plan's trees (prefix_tree.Stem): the first starts from the saved cells the
+    plan holds and keeps its own in the state cache; a final round starts from those. Without a
+    cache the stem is still decoded as pieces of its own: a request answers the same numbers
+    whether its state was restored or not."""
+
+    def __init__(self, plan: Plan, states: StateCache | None) -> None:
+        self.plan, self.states = plan, states
+        self.kept: tuple[tuple[int, ...], bytes] | None = None
+
+    def first(self) -> Stem | None:
+        reuse = self.plan.reuse
+        if not self.plan.stem:
+            return None
+        if reuse is None or self.states is None:
+            return Stem(self.plan.stem)
+        hit = reuse.hit
+        return Stem(self.plan.stem, hit.saved.data if hit else None, hit.matched if hit else 0, self._keep)
+
+    def again(self) -> Stem | None:
+        if self.kept is None:
+            return self.first()
+        tokens, data = self.kept
+        return Stem(self.plan.stem, data, len(tokens))
+
+    def _keep(self, tokens: tuple[int, ...], data: bytes) -> None:
+        self.kept = tokens, data
+        self.states.put(self.plan.reuse.key, tokens, data)
 
 
 def _declared_prior(asked: Asked, priors: Scores) -> np.ndarray | None:

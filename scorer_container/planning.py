@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from scorer_container import untrusted
 from scorer_container.counting import Cost, Tally, TokenCounter, over_budget
@@ -29,7 +29,7 @@ from scorer_container.errors import OverBudget
 from scorer_container.llama import LlamaModel
 from scorer_container.priors import PriorCache
 from scorer_container.probes import Listing, probe_for
-from scorer_container.prompts import CONTENT_FREE_STATE, PromptFormat, framed_state, render_value
+from scorer_container.prompts import CONTENT_FREE_STATE, PROMPT_VERSIONS, PromptFormat, framed_state, render_value
 from scorer_container.questions import (
     PreparedQuestion,
     canonical_order,
@@ -38,6 +38,11 @@ from scorer_container.questions import (
     request_answers,
 )
 from scorer_container.schema import DecisionRequest
+from scorer_container.state_cache import CacheKey, Hit, StateCache
+
+# A state shorter than this, past the template's head, is not kept: restoring it would save
+# less time than it costs, and it would hold a place in the tenant's share.
+MIN_KEPT_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,16 @@ class Asked:
 
 
 @dataclass(frozen=True)
+class Reuse:
+    """The tenant's state cache in a plan: `hit`, the saved cells of the longest prefix of the
+    plan's stem it holds, held by the plan from planning to its run (an eviction in between
+    cannot make an admitted request longer); `key`, where the stem's cells go once decoded."""
+
+    key: CacheKey
+    hit: Hit | None
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything decided about one request before it runs; `DecisionEngine.decide` runs it."""
 
@@ -59,6 +74,10 @@ class Plan:
     wordings: untrusted.Answers  # the request's option wordings (quarantine and pattern checks)
     asked: tuple[Asked, ...]  # the request's questions, then the injection probe when it is on
     cost: Cost
+    # The state's part of every prompt (prefix_tree.Stem), in tokens: decoded as pieces of its
+    # own whether it is restored or not, so that a cache hit answers as a fresh evaluation does.
+    stem: tuple[int, ...] = ()
+    reuse: Reuse | None = None  # None: nothing read from the state cache, nothing kept in it
 
 
 @dataclass
@@ -70,33 +89,39 @@ class _Request:
     questions: list[PreparedQuestion]
     counter: TokenCounter
     shown: dict[tuple[str, bool], untrusted.Shown]
+    tenant: str | None = None  # whose state cache it reads and fills (None: none)
+    stems: dict[tuple[str, bool], tuple[tuple[int, ...], Reuse | None]] = field(default_factory=dict)
 
 
 class Planner:
     def __init__(self, llama: LlamaModel, prompts: PromptFormat, defaults: Defaults, max_listed: int,
-                 control_tokens: frozenset[str], priors: PriorCache) -> None:
+                 control_tokens: frozenset[str], priors: PriorCache, states: StateCache | None = None,
+                 model_id: str = "") -> None:
         self.llama = llama
         self.prompts = prompts
         self.defaults = defaults
         self.max_listed = max_listed  # the most options one probe lists (the single-token letters)
         self.control_tokens = control_tokens
         self.priors = priors
+        self.states = states  # None: no state is kept between requests
+        self.model_id = model_id  # the model file's sha256: saved cells are that file's numbers
 
     def settings_for(self, request: DecisionRequest) -> DecisionSettings:
         return self.defaults.settings_for(request)
 
     def fit(self, request: DecisionRequest, max_units: float, row_cost: float = 0.0,
-            deadline: Deadline | None = None, seconds_per_unit: float = 0.0) -> Plan:
+            deadline: Deadline | None = None, seconds_per_unit: float = 0.0, tenant: str | None = None) -> Plan:
         """The plan that answers `request` inside `max_units` (tokens' worth of work, a logits
         row costing `row_cost`), or OverBudget (413, with the figures: in seconds too when
-        `seconds_per_unit` is given).
+        `seconds_per_unit` is given). With a `tenant`, the state's tokens that tenant's cache
+        holds are restored, not evaluated, and are not counted as work.
 
         Debiasing the caller did not ask for explicitly is reduced when it alone breaks
         the budget (unless `x_reduce` is false): first rotations become the reversal alone,
         then the uncached priors go, then the second option order, then both; the answer's
         `x_debias` says what was applied and that it was reduced.
         """
-        shared = self._shared(request)
+        shared = self._shared(request, tenant)
         for candidate in self._candidates(request, self.settings_for(request)):
             plan = self.plan(request, candidate, max_units, row_cost, deadline, shared)
             if plan.cost.units(row_cost) <= max_units:
@@ -133,8 +158,10 @@ class Planner:
         state = self._shown(shared, settings)
         counter = shared.counter
         head, frame = counter.frame(settings.framing)
+        stem, reuse = self._stem(shared, settings, state, head)
         tally = Tally(head + counter(framed_state(state.text, settings.framing).rstrip()),
-                      head + counter(CONTENT_FREE_STATE), counter.capacity, frame)
+                      head + counter(CONTENT_FREE_STATE), counter.capacity, frame,
+                      cached=reuse.hit.matched if reuse is not None and reuse.hit is not None else 0)
         asked: list[Asked] = []
         for question, own in self._questions(shared, settings):
             listings = []
@@ -144,19 +171,46 @@ class Planner:
                 listings.append(self.listing(question, order, own.readout))
                 tally.add(listings[-1], counter, own.prior, lambda p, f=own.framing: self.priors.peek(p.prior_key(f)) is None)
                 if tally.cost().units(row_cost) > limit:
-                    return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(complete=False))
+                    return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(complete=False),
+                                stem, reuse)
             if request.x_features:
                 tally.rows += 1  # the sketch of the answer position: one more row read whole
             asked.append(Asked(question, own, tuple(listings)))
-        return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost())
+        return Plan(request, settings, state, shared.wordings, tuple(asked), tally.cost(), stem, reuse)
 
-    def _shared(self, request: DecisionRequest) -> _Request:
+    def _shared(self, request: DecisionRequest, tenant: str | None = None) -> _Request:
         counter = TokenCounter(self.llama, self.prompts)
         raw = render_value(request.state)
         if len(raw) > 2 * counter.too_long:  # far beyond the context: refused before it is even cleaned
             counter(raw)
         questions = [prepare_question(qid, q) for qid, q in request.questions.items()]
-        return _Request(request, request_answers(request), questions, counter, {})
+        return _Request(request, request_answers(request), questions, counter, {}, tenant)
+
+    def _stem(self, shared: _Request, settings: DecisionSettings, state: untrusted.Shown, head: int
+              ) -> tuple[tuple[int, ...], Reuse | None]:
+        """The stem's tokens and the state cache's part in the plan, once a request (the same for
+        every budget candidate)."""
+        place = (settings.framing, settings.quarantine)
+        if place not in shared.stems:
+            text = self.prompts.stem(state.text, settings.framing)
+            tokens = tuple(self.llama.tokenize(text, add_bos=self.llama.adds_bos and not self.prompts.starts_with_bos(text)))
+            shared.stems[place] = tokens, self._reuse(shared, settings.framing, tokens, head)
+        return shared.stems[place]
+
+    def _reuse(self, shared: _Request, framing: str, stem: tuple[int, ...], head: int) -> Reuse | None:
+        """The tenant's saved cells of the stem, or None where nothing is read or kept: no tenant or
+        no cache, a state too short to be worth it, or `x_cache: false`, which also forgets what
+        the tenant kept of it."""
+        if self.states is None or shared.tenant is None:
+            return None
+        key = CacheKey(shared.tenant, self.model_id, PROMPT_VERSIONS[framing])
+        least = head + MIN_KEPT_TOKENS  # into the state: every entry shares the template's head
+        if shared.request.x_cache is False:
+            self.states.forget(key, stem, least)
+            return None
+        if len(stem) < least:
+            return None
+        return Reuse(key, self.states.longest(key, stem, least))
 
     def _shown(self, shared: _Request, settings: DecisionSettings) -> untrusted.Shown:
         key = (settings.framing, settings.quarantine)  # the same for every budget candidate

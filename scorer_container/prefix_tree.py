@@ -22,13 +22,13 @@ tests/integration/test_engine.py holds both.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from scorer_container.deadline import Deadline, never
-from scorer_container.errors import ContextOverflow
+from scorer_container.errors import ContextOverflow, EngineFailure
 from scorer_container.llama import Batch, LlamaModel, ModelShare, WholeModel
 
 # llama.cpp sizes its output buffer by the most logits rows one decode asked for; with a
@@ -106,12 +106,27 @@ class _Node:
         return self.start + len(self.tokens)
 
 
+@dataclass(frozen=True)
+class Stem:
+    """The state's part of the tree (`tokens`: what every branch starts with up to the state's
+    end, as far as the root runs): decoded in pieces of its own, so that its cells are the same
+    numbers whether a fresh evaluation made them or they were `saved` (the cells of its first
+    `matched` tokens, scorer_container.state_cache) and restored. `keep` receives the stem's
+    cells once decoded, to serve the next question about the state."""
+
+    tokens: tuple[int, ...]
+    saved: bytes | None = None
+    matched: int = 0
+    keep: Callable[[tuple[int, ...], bytes], None] | None = None
+
+
 @dataclass
 class TreeResult:
     # results[b][r]: log-probabilities (natural log, over the whole vocabulary) of the
     # candidates of read r of branch b.
     results: list[list[np.ndarray]]
     evaluated_tokens: int
+    cached_tokens: int = 0  # the stem's tokens restored, not decoded
 
 
 def build_tree(branches: Sequence[Branch]) -> _Node:
@@ -197,14 +212,15 @@ def longest_path(root: _Node) -> int:
 
 
 def evaluate(llama: LlamaModel, branches: Sequence[Branch], deadline: Deadline | None = None,
-             share: ModelShare | None = None) -> TreeResult:
+             share: ModelShare | None = None, stem: Stem | None = None) -> TreeResult:
     """Decode the tree of `branches` in the sequences of `share` (the whole model when None) and
     return every read. Each decode is one turn at the model (`share.step()`), a node's tokens
     decoded in pieces of `share.step_tokens`; the share's sequences are freed after, however the
     evaluation ends, and the other jobs' cells are never touched.
 
     `deadline` is checked before every decode: when it passes (or the caller leaves) the
-    evaluation stops there with DeadlineExceeded.
+    evaluation stops there with DeadlineExceeded. With a `stem`, the root's first tokens are
+    restored from its saved cells where it has them, and its cells are kept once decoded.
     """
     results: list[list[np.ndarray]] = [[np.empty(0)] * len(b.reads) for b in branches]
     if not branches:
@@ -217,16 +233,18 @@ def evaluate(llama: LlamaModel, branches: Sequence[Branch], deadline: Deadline |
         )
     share = share or WholeModel(llama)
     try:
-        evaluated = _run(llama, share, root, results, deadline or never())
+        evaluated, cached = _run(llama, share, root, results, deadline or never(), stem)
     finally:
         with llama.lock:
             llama.drop_sequences(share.seqs)
-    return TreeResult(results, evaluated)
+    return TreeResult(results, evaluated, cached)
 
 
-def _run(llama: LlamaModel, share: ModelShare, root: _Node, results: list[list[np.ndarray]], deadline: Deadline) -> int:
+def _run(llama: LlamaModel, share: ModelShare, root: _Node, results: list[list[np.ndarray]], deadline: Deadline,
+         stem: Stem | None) -> tuple[int, int]:
+    """(tokens decoded, tokens restored) of the tree."""
     free_seqs = deque(share.seqs)
-    evaluated = 0
+    evaluated = cached = 0
     step_tokens = max(1, share.step_tokens)
 
     def release(node: _Node | None) -> None:
@@ -250,22 +268,12 @@ def _run(llama: LlamaModel, share: ModelShare, root: _Node, results: list[list[n
     root.pending_children = len(root.children)
     while ready:
         node = ready.pop()
-        if node.batch_key is not None and not node.children and node.parent is not None:
-            # Half the reserve: the group's cells beside the path, plus slack for the decode;
-            # and no more than one turn's tokens.
-            leaves = _sibling_leaves(node, ready, min(_reserve(llama) // 2, step_tokens), len(free_seqs))
-            if len(leaves) > 1:
-                for leaf in leaves:
-                    leaf.seq_id = free_seqs.popleft()
-                with share.step():
-                    for leaf in leaves:
-                        if node.parent.seq_id is not None:
-                            llama.copy_sequence(node.parent.seq_id, leaf.seq_id)
-                    _decode_leaves(llama, leaves, results, deadline)
-                for leaf in leaves:
-                    evaluated += len(leaf.tokens)
-                    release(leaf)
-                continue
+        leaves = _batched_leaves(llama, share, node, ready, free_seqs, results, deadline, step_tokens)
+        if leaves:
+            for leaf in leaves:
+                evaluated += len(leaf.tokens)
+                release(leaf)
+            continue
         if not free_seqs:
             raise ContextOverflow("the request branches deeper than this model's parallel sequences allow")
         node.seq_id = free_seqs.popleft()
@@ -273,14 +281,64 @@ def _run(llama: LlamaModel, share: ModelShare, root: _Node, results: list[list[n
         if parent is not None and parent.seq_id is not None:
             with llama.lock:
                 llama.copy_sequence(parent.seq_id, node.seq_id)
-        _decode_node(llama, share, node, results, deadline, step_tokens)
-        evaluated += len(node.tokens)
+        if node is root and stem is not None:
+            cached = _decode_stem(llama, share, root, stem, results, deadline, step_tokens)
+        else:
+            _decode_node(llama, share, node, results, deadline, step_tokens)
+        evaluated += len(node.tokens) - (cached if node is root else 0)
         if node.children:
             node.pending_children = len(node.children)
             ready.extend(reversed(node.children))
         else:
             release(node)
-    return evaluated
+    return evaluated, cached
+
+
+def _decode_stem(llama: LlamaModel, share: ModelShare, root: _Node, stem: Stem, results: list[list[np.ndarray]],
+                 deadline: Deadline, step_tokens: int) -> int:
+    """Decode the root with its stem first: restored from the saved cells as far as they match
+    (a turn: a few milliseconds), the rest of the stem decoded, its cells kept, then the rest of
+    the root. How many tokens were restored; none when llama.cpp has no room for them (the
+    stem is then decoded like any other, which the plan's cells always allow)."""
+    boundary = common_prefix(stem.tokens, root.tokens)
+    matched = min(stem.matched, boundary) if stem.saved is not None else 0
+    if matched:
+        try:
+            with share.step():
+                llama.restore_sequence(stem.saved, root.seq_id, keep=matched)
+        except EngineFailure:
+            matched = 0
+    if matched < boundary:
+        _decode_node(llama, share, root, results, deadline, step_tokens, first=matched, last=boundary)
+        if stem.keep is not None:
+            with share.step():
+                saved = llama.save_sequence(root.seq_id)
+            stem.keep(tuple(root.tokens[:boundary]), saved)
+    if boundary < len(root.tokens):
+        _decode_node(llama, share, root, results, deadline, step_tokens, first=boundary)
+    return matched
+
+
+def _batched_leaves(llama: LlamaModel, share: ModelShare, node: _Node, ready: list[_Node], free_seqs: deque[int],
+                    results: list[list[np.ndarray]], deadline: Deadline, step_tokens: int) -> list[_Node]:
+    """When `node` is a leaf that batches with its siblings next on the stack: decode them all in
+    one turn, each in a sequence of its own copied from their parent, and return them (their
+    sequences still held); else nothing is decoded and nothing returned."""
+    if node.batch_key is None or node.children or node.parent is None:
+        return []
+    # Half the reserve: the group's cells beside the path, plus slack for the decode; and no
+    # more than one turn's tokens.
+    leaves = _sibling_leaves(node, ready, min(_reserve(llama) // 2, step_tokens), len(free_seqs))
+    if len(leaves) < 2:
+        return []  # nothing was taken from the stack
+    for leaf in leaves:
+        leaf.seq_id = free_seqs.popleft()
+    with share.step():
+        for leaf in leaves:
+            if node.parent.seq_id is not None:
+                llama.copy_sequence(node.parent.seq_id, leaf.seq_id)
+        _decode_leaves(llama, leaves, results, deadline)
+    return leaves
 
 
 def _read_rows(node: _Node) -> int:
@@ -331,8 +389,9 @@ def _decode_leaves(llama: LlamaModel, leaves: list[_Node], results: list[list[np
 
 
 def _decode_node(llama: LlamaModel, share: ModelShare, node: _Node, results: list[list[np.ndarray]], deadline: Deadline,
-                 step_tokens: int) -> None:
-    """Decode one node's tokens in its own sequence, in pieces of at most one turn's tokens (a turn each)."""
+                 step_tokens: int, first: int = 0, last: int | None = None) -> None:
+    """Decode one node's tokens (those from `first` up to `last`) in its own sequence, in pieces
+    of at most one turn's tokens (a turn each)."""
     reads_at = _reads_by_position(node)
     batch = Batch.empty()
     pending: list[tuple[int, tuple[int, ...], int, int]] = []
@@ -353,8 +412,8 @@ def _decode_node(llama: LlamaModel, share: ModelShare, node: _Node, results: lis
         pending.clear()
         rows = 0
 
-    for i, token in enumerate(node.tokens):
-        wanted = reads_at.get(i)
+    for i in range(first, len(node.tokens) if last is None else last):
+        token, wanted = node.tokens[i], reads_at.get(i)
         if len(batch) >= step_tokens or (wanted and rows >= MAX_LOGITS_ROWS_PER_DECODE):
             flush()
         index = batch.add(token, node.start + i, node.seq_id, bool(wanted))
@@ -374,3 +433,11 @@ def log_probs(logits: np.ndarray, candidates: tuple[int, ...]) -> np.ndarray:
     peak = row.max()
     log_norm = peak + np.log(np.exp(row - peak).sum())
     return row[list(candidates)] - log_norm
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

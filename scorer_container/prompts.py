@@ -126,6 +126,13 @@ class PromptFormat:
             return f"{content}\n\n{ANSWER_CUE}"
         return self.render_chat([{"role": "user", "content": content}]) + ANSWER_CUE
 
+    def stem(self, state_text: str, framing: str = "plain") -> str:
+        """What every decision prompt about this state starts with, up to the question's block:
+        the part a later request about the same state can reuse (scorer_container.state_cache)."""
+        marker = "\x00block\x00"  # no state or template holds a NUL (untrusted.for_model removes them)
+        prompt = self.decision_prompt(state_text, marker, framing)
+        return prompt[: prompt.index(marker)]
+
     def starts_with_bos(self, text: str) -> bool:
         return bool(self._bos_text) and text.startswith(self._bos_text)
 

@@ -295,13 +295,13 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
         async with job.planning():
             planning = time.perf_counter()
             try:
-                plan = await asyncio.to_thread(_fit, loaded, request, deadline)
+                plan = await asyncio.to_thread(_fit, loaded, request, deadline, job.tenant)
             except DeadlineExceeded as exc:
                 raise exc if deadline.gone else job.timed_out() from None
             busy_s = time.perf_counter() - planning
         units = plan.cost.units(budget.row_cost)
         llama = loaded.engine.llama
-        await job.resident(cells_for(llama, plan.cost.tokens), min(DECISION_SEQS, llama.n_seq_max))
+        await job.resident(cells_for(llama, plan.cost.cells), min(DECISION_SEQS, llama.n_seq_max))
         if not budget.fixed and budget.seconds_for(units) > deadline.remaining():
             raise job.timed_out()  # it waited in line too long to finish: busy, not too big
         started = time.perf_counter()
@@ -315,9 +315,12 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
             # too large. (A fixed budget is the operator's word, not an estimate: a cut is a cut.)
             raise job.timed_out() from None
         # Its own time, waits for others' turns excluded: what a decision costs here keeps the
-        # estimate honest (budget.WorkRate), and is what the gateway charges it.
+        # estimate honest (budget.WorkRate), and is what the gateway charges it. Restored tokens
+        # are not work: a cache hit must not read as a faster machine.
         own_s = time.perf_counter() - started - job.waited_s
-        budget.rate.observe(result["usage"]["input_tokens"] + plan.cost.rows * budget.row_cost, own_s, job.tenant)
+        usage = result["usage"]
+        budget.rate.observe(usage["input_tokens"] - usage["x_cached_tokens"] + plan.cost.rows * budget.row_cost, own_s,
+                            job.tenant)
         busy_s += own_s
     # The time this machine worked on the request, its waits excluded: what the gateway charges
     # a decision on an instance that serves others while it waits.
@@ -330,19 +333,20 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
     return JSONResponse(result)
 
 
-def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline) -> Plan:
+def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline, tenant: str) -> Plan:
     """The request's plan inside the budget for the caller's whole deadline, or a refusal:
     413 when it does not fit, or 503 when it would at the rate measured at load (decisions
-    here ran slower of late: a passing load, which a retry can outlast)."""
+    here ran slower of late: a passing load, which a retry can outlast). The state's tokens
+    the tenant's cache holds are not work (planning.Planner.fit)."""
     budget, engine = loaded.budget, loaded.engine
     try:
         return engine.fit(request, budget.max_units(deadline.seconds), budget.row_cost, deadline,
-                          budget.rate.seconds_per_unit())
+                          budget.rate.seconds_per_unit(), tenant)
     except OverBudget:
         at_load = budget.max_units(deadline.seconds, at_load=True)
         if at_load <= budget.max_units(deadline.seconds):
             raise
-        engine.fit(request, at_load, budget.row_cost, deadline, budget.rate.measured)  # OverBudget: it never fits
+        engine.fit(request, at_load, budget.row_cost, deadline, budget.rate.measured, tenant)  # OverBudget: never fits
         raise Overloaded("this machine runs decisions slower than usual right now; retry later", 5) from None
 
 

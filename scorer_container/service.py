@@ -9,8 +9,10 @@ saying why, never serving.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scorer_container.budget import Budget, budget_for
@@ -21,11 +23,18 @@ from scorer_container.model_files import ModelManifest, locate_model, verify_mod
 from scorer_container.prompts import PromptFormat
 from scorer_container.scheduler import Scheduler
 from scorer_container.settings import ScorerSettings
+from scorer_container.state_cache import StateCache
 
 if TYPE_CHECKING:
     from scorer_container.llama import LlamaModel
 
 log = logging.getLogger("scorer")
+MIB = 1024 * 1024
+# The state cache's default: this part of the memory the loaded model leaves, at most the cap
+# (a saved state is 8 to 28 KiB a token on the shipped models: 4 GiB holds a hundred or more
+# transcripts of 1,500 tokens).
+STATE_CACHE_PART = 0.25
+STATE_CACHE_CAP_MB = 4096
 
 
 @dataclass
@@ -58,25 +67,37 @@ class ScorerService:
             llama = LlamaModel(path, self.settings.llama)
             prompts = PromptFormat.for_model(llama)
             name = self.settings.alias or manifest.name
+            states = self.state_cache()
             engine = DecisionEngine.for_manifest(
                 llama, prompts, manifest, model_name=name,
                 # The manifest's readout and fitted temperatures unless the deployment sets them.
                 readout=self.settings.readout, temperature=self.settings.temperature,
                 prior_cache_size=self.settings.prior_cache_size, max_labels=self.settings.max_labels,
+                states=states, model_id=manifest.sha256,
             )
             budget = budget_for(engine, self.settings.max_request_tokens, self.settings.budget_s,
                                 self.settings.long_budget_s, self.settings.step_s)
             self.loaded = Loaded(manifest, engine, ChatGenerator(llama, prompts, name), name, budget,
                                  self.scheduler_for(llama))
             self.status, self.reason = "ready", ""
-            log.info("model ready: %s (%s, readout %s); budget %s", name, manifest.sha256[:12], engine.defaults.readout,
-                     budget.describe())
+            log.info("model ready: %s (%s, readout %s); budget %s; state cache %s", name, manifest.sha256[:12],
+                     engine.defaults.readout, budget.describe(),
+                     f"{states.max_bytes // MIB} MiB" if states is not None else "off")
         except ServiceError as exc:
             self.status, self.reason = "failed", exc.message
             log.error("model refused: %s", exc.message)
         except Exception:  # a bug or an unreadable file: stay up and unhealthy, never serve
             self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
             log.exception("model load failed")
+
+    def state_cache(self) -> StateCache | None:
+        """The states kept between requests (state_cache.py), sized once the model is loaded: the
+        deployment's SCORER_STATE_CACHE_MB, else a part of the memory left (None: off)."""
+        s = self.settings
+        size = s.state_cache_mb * MIB if s.state_cache_mb is not None else state_cache_bytes(memory_limit(), rss())
+        if size <= 0:
+            return None
+        return StateCache(size, tenant_share=s.state_cache_share, ttl_s=s.state_cache_ttl_s)
 
     def scheduler_for(self, llama: LlamaModel) -> Scheduler:
         s = self.settings
@@ -90,3 +111,35 @@ class ScorerService:
         return self.loaded
 
 
+def state_cache_bytes(limit: int | None, used: int) -> int:
+    """A part of the memory the process may still take (its limit less what it holds, the model
+    and its context included), never past the cap; 0 where the limit is unknown."""
+    if not limit:
+        return 0
+    return min(STATE_CACHE_CAP_MB * MIB, int(max(0, limit - used) * STATE_CACHE_PART))
+
+
+def memory_limit() -> int | None:
+    """The memory this process may use: its cgroup's limit where it has one (a container), else
+    the machine's."""
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if raw != "max":
+            return int(raw)
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def rss() -> int:
+    """The process's resident memory now (bytes), from /proc; 0 where there is none."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0

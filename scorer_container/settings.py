@@ -51,6 +51,14 @@ class ScorerSettings:
     bulk_share: float = 0.05
     step_s: float = 1.0
     prior_cache_size: int = 4096
+    # The states read for each tenant, kept in memory for its next question about them
+    # (state_cache.py): at most this many MiB in all (None: a quarter of the memory the model
+    # leaves, service.state_cache_bytes; 0: nothing is kept, as on the Serverless pool, which
+    # has no affinity), each tenant at most `state_cache_share` of it, each entry for
+    # `state_cache_ttl_s` after its last use.
+    state_cache_mb: int | None = None
+    state_cache_share: float = 0.25
+    state_cache_ttl_s: float = 600.0
     max_body_bytes: int = 6 * 1024 * 1024
     max_labels: int = 26
     temperature: float | None = None  # overrides the manifest's fitted temperatures
@@ -116,6 +124,10 @@ class ScorerSettings:
             bulk_share=_fraction("SCORER_BULK_SHARE", env.get("SCORER_BULK_SHARE", "0.05")),
             step_s=_seconds("SCORER_STEP_S", env.get("SCORER_STEP_S", "1")),
             prior_cache_size=_int("SCORER_PRIOR_CACHE_SIZE", env.get("SCORER_PRIOR_CACHE_SIZE", "4096")),
+            state_cache_mb=_at_least_or_none("SCORER_STATE_CACHE_MB", env.get("SCORER_STATE_CACHE_MB"), 0),
+            state_cache_share=_fraction("SCORER_STATE_CACHE_SHARE", env.get("SCORER_STATE_CACHE_SHARE", "0.25"),
+                                        inclusive=True),
+            state_cache_ttl_s=_seconds("SCORER_STATE_CACHE_TTL_S", env.get("SCORER_STATE_CACHE_TTL_S", "600")),
             max_body_bytes=_int("SCORER_MAX_BODY_BYTES", env.get("SCORER_MAX_BODY_BYTES", str(6 * 1024 * 1024))),
             max_labels=min(26, _int("SCORER_MAX_LABELS", env.get("SCORER_MAX_LABELS", "26"))),
             temperature=_temperature(env.get("SCORER_TEMPERATURE")),
@@ -169,6 +181,10 @@ def _temperature(raw: str | None) -> float | None:
     if not low <= value <= high:  # also refuses nan and inf
         raise ValueError(f"SCORER_TEMPERATURE must be between {low} and {high:g}")
     return value
+
+
+def _at_least_or_none(name: str, raw: str | None, low: int) -> int | None:
+    return None if raw is None or not raw.strip() else _at_least(name, raw, low)
 
 
 def _at_least(name: str, raw: str, low: int) -> int:

@@ -30,9 +30,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+SUPERSEDED = 16  # tokens at a saved state's end (a quarter of it at most) a longer one may differ in and still replace it
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +50,11 @@ class CacheKey:
 class Saved:
     """One saved sequence: the tokens its cells hold (positions 0..n-1) and llama.cpp's bytes."""
 
-    tokens: np.ndarray  # int32
-    data: bytes
+    tokens: np.ndarray = field(repr=False)  # int32
+    data: bytes = field(repr=False)  # a state, in a log line or a traceback, only by its size
+
+    def __repr__(self) -> str:
+        return f"Saved({len(self.tokens)} tokens, {len(self.data)} bytes)"
 
     @property
     def size(self) -> int:
@@ -103,7 +108,11 @@ class StateCache:
 
     def put(self, key: CacheKey, tokens: Sequence[int], data: bytes) -> bool:
         """Keep `data` (a saved sequence holding `tokens`); False when it can never fit the
-        tenant's share. A saved prefix of `tokens` is replaced: the longer one serves it too."""
+        tenant's share. A saved state the new one holds all of, but for its last `SUPERSEDED`
+        tokens at most, is replaced: an agent's transcript one step longer serves every request
+        the shorter one served (the few tokens at the old state's end, which the tokenizer may
+        have merged with what followed it, are decoded again), and a tenant keeps one entry for
+        a growing transcript, not one a step."""
         saved = Saved(np.asarray(tokens, dtype=np.int32), data)
         if saved.size > self.tenant_bytes:
             return False
@@ -111,7 +120,8 @@ class StateCache:
             entries = self._live(key.tenant)
             for entry_key, raw in list(entries):
                 held = entries[(entry_key, raw)][0]
-                if entry_key == key and _common_prefix(held.tokens, saved.tokens) == len(held.tokens):
+                slack = min(SUPERSEDED, len(held.tokens) // 4)
+                if entry_key == key and _common_prefix(held.tokens, saved.tokens) >= len(held.tokens) - slack:
                     self._remove(key.tenant, (entry_key, raw))
             entries[(key, saved.tokens.tobytes())] = (saved, self.clock())
             self._held[key.tenant] = self._held.get(key.tenant, 0) + saved.size
@@ -121,14 +131,15 @@ class StateCache:
                 self._evict(max(self._held, key=self._held.__getitem__))
         return True
 
-    def forget(self, key: CacheKey, tokens: Sequence[int]) -> int:
-        """Drop what the tenant kept of this state (every entry that shares its first token
-        run with it, under this model and prompt); how many were dropped."""
+    def forget(self, key: CacheKey, tokens: Sequence[int], min_tokens: int = 1) -> int:
+        """Drop what the tenant kept of this state under this model and prompt: every entry that
+        shares at least `min_tokens` leading tokens with it (the template's head is everyone's:
+        `min_tokens` reaches into the state); how many were dropped."""
         wanted = np.asarray(tokens, dtype=np.int32)
         with self._lock:
             entries = self._live(key.tenant)
             gone = [found for found in entries
-                    if found[0] == key and _common_prefix(entries[found][0].tokens, wanted) > 0]
+                    if found[0] == key and _common_prefix(entries[found][0].tokens, wanted) >= max(1, min_tokens)]
             for found in gone:
                 self._remove(key.tenant, found)
             self._tidy(key.tenant)

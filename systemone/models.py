@@ -94,6 +94,11 @@ class DecisionRequest(Wire):
     # per-listing distributions, the prior, a sketch of the answer position): what a
     # catalog entry's adapter learns from and is applied to.
     x_features: bool | None = None
+    # false: the state is evaluated afresh and nothing of it is kept between requests, and
+    # what the scorer kept of it for this tenant is forgotten (a later request about the same
+    # state then reads it afresh). Absent or true: the scorer may keep the state it read, for
+    # this tenant only, in memory and for minutes, and start from it the next time.
+    x_cache: bool | None = None
 
 
 # -- answers ---------------------------------------------------------------------------

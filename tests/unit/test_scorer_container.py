@@ -12,7 +12,7 @@ import pytest
 SCORER = Path(__file__).resolve().parents[2] / "scorer_container"
 # Bottom to top; a module may import modules of its own layer or below, never above.
 LAYERS = (
-    ("errors", "scoring", "priors"),  # no domain types: errors, distributions, a bounded cache
+    ("errors", "scoring", "priors", "state_cache"),  # no domain types: errors, distributions, bounded caches
     ("deadline", "untrusted", "schema", "llama", "model_files"),  # the request, the state, the model
     ("prompts", "prefix_tree", "scheduler", "embedded", "settings"),  # templates, one tree of decodes, the line
     ("questions", "decision_settings", "chat"),  # the options as the model reads them; how they are read
