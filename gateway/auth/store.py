@@ -67,6 +67,14 @@ class UsageRow:
     endpoint_ms: int
     # What the tenant wrote to the stores: its decision records and catalog versions.
     stored_bytes: int = 0
+    # What the model read for its decisions, and of that what the scorer restored from the
+    # state it kept (not evaluated again: the endpoint time it saved is off the cost already).
+    input_tokens: int = 0
+    cached_tokens: int = 0
+
+
+# A usage row's figures, each added up (every field past the day and the entry).
+USAGE_FIGURES = ("requests", "cost_nano_usd", "endpoint_ms", "stored_bytes", "input_tokens", "cached_tokens")
 
 
 @dataclass(frozen=True, slots=True)

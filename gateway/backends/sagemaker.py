@@ -115,7 +115,7 @@ class SageMakerInvoker:
         client = self.client_for(endpoint)
         with _translated(endpoint.name):
             answer = client.invoke_endpoint(EndpointName=endpoint.name, Body=body,
-                                            **_parameters(route, caller, deadline_ms(endpoint)))
+                                            **_parameters(route, caller, deadline_ms(endpoint), _routing_hint(client)))
             return _read_bounded(answer)
 
     def invoke_stream(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller,
@@ -127,7 +127,7 @@ class SageMakerInvoker:
         timeout_ms = max(100, int((deadline_s - _DEADLINE_MARGIN_S) * 1000))
         with _translated(endpoint.name):
             events = client.invoke_endpoint_with_response_stream(
-                EndpointName=endpoint.name, Body=body, **_parameters(route, caller, timeout_ms))["Body"]
+                EndpointName=endpoint.name, Body=body, **_parameters(route, caller, timeout_ms, _routing_hint(client)))["Body"]
         parts = _payload_parts(events)
         try:
             with _translated(endpoint.name):  # until the first piece, errors are classified as invoke's
@@ -174,7 +174,7 @@ class _CannedBody(io.BytesIO):
             yield piece
 
 
-def _parameters(route: Route, caller: Caller, timeout_ms: int) -> dict[str, str]:
+def _parameters(route: Route, caller: Caller, timeout_ms: int, hint: bool = False) -> dict[str, str]:
     # The scorer abandons the job when this attempt's time is up, instead of finishing
     # work nobody reads while the request moves to another endpoint; it logs the gateway's
     # request id, so one id follows a request through both deployables; and it serves
@@ -185,7 +185,20 @@ def _parameters(route: Route, caller: Caller, timeout_ms: int) -> dict[str, str]
                                                  work=caller.work, weight=caller.weight)}
     if request_id:  # SageMaker's own logs and data capture key on the inference id
         parameters["InferenceId"] = request_id
+    if caller.tenant_tag and hint:
+        # Prefix-aware routing sends a request whose body starts as another's (the state comes
+        # first: backends.scorer) to the instance that read that state, where its scorer keeps
+        # it: the tag keeps tenants' states apart there too (their caches are theirs anyway).
+        parameters["PrefixAwareId"] = caller.tenant_tag
     return parameters
+
+
+def _routing_hint(client: Any) -> bool:
+    """Whether this client's botocore sends InvokeEndpoint's routing hint (`PrefixAwareId`): the
+    one this gateway is built with does; an older one would refuse the parameter, and routing
+    by the body's prefix works without it."""
+    members = client.meta.service_model.operation_model("InvokeEndpoint").input_shape.members
+    return "PrefixAwareId" in members
 
 
 def _read_bounded(answer: dict[str, Any]) -> bytes:

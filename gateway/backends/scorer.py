@@ -37,10 +37,12 @@ log = logging.getLogger("gateway.backends.scorer")
 
 
 def backend_request(decision: Decision, model: str) -> dict[str, Any]:
-    """The System One body the scorer receives (`model`: the route's own name, never an alias)."""
+    """The System One body the scorer receives (`model`: the route's own name, never an alias).
+    The state comes first: an endpoint routing by prefix reads the body's first bytes, and sends
+    requests about one state to the instance that keeps it (scorer_container.state_cache)."""
     return {
-        "model": model,
         "state": decision.state,
+        "model": model,
         "questions": {q.id: _backend_question(q) for q in decision.questions},  # type: ignore[arg-type]
         **decision.engine_options,
     }
@@ -74,19 +76,20 @@ def read_result(decision: Decision, invocation: Invocation, meter: Meter | None 
         if answer.refused:
             log.warning("unusable answer from the endpoint", extra={"endpoint": endpoint, "question_kind": question.kind})
         read.append(answer)
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    busy_ms = usage.get("x_busy_ms")
-    if meter is not None and _count(busy_ms) == busy_ms:  # a count, as the contract says; else not believed
-        meter.busy(busy_ms / 1000)
+    figures = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    busy_ms = figures.get("x_busy_ms")
+    # Cached tokens are a part of the input, never more (a scorer that says otherwise is not believed).
+    usage = Usage(input_tokens=_count(figures.get("input_tokens")), output_tokens=_count(figures.get("output_tokens")),
+                  cached_tokens=min(_count(figures.get("x_cached_tokens")), _count(figures.get("input_tokens"))))
+    if meter is not None:
+        if _count(busy_ms) == busy_ms:  # a count, as the contract says; else not believed
+            meter.busy(busy_ms / 1000)
+        meter.input_tokens, meter.cached_tokens = usage.input_tokens, usage.cached_tokens
     extensions, typed = _extensions(body)
     return DecisionResult(
         model=body["model"],
         answers=tuple(read),
-        usage=Usage(
-            input_tokens=_count(usage.get("input_tokens")),
-            output_tokens=_count(usage.get("output_tokens")),
-            cached_tokens=_count(usage.get("x_cached_tokens")),
-        ),
+        usage=usage,
         endpoint=endpoint,
         attempts=invocation.attempts,
         cost=meter.cost() if meter is not None else invocation.cost,

@@ -244,6 +244,9 @@ class _Entry(_Strict):
     # Absent (None) is left out of the canonical JSON, so entries written before them keep their hash.
     learning: Learning | None = None
     adapter: Adapter | None = None
+    # false: a decision naming the entry has its state read afresh and kept nowhere, and what
+    # the scorer kept of it forgotten, whatever the request says (x_cache).
+    cache: bool | None = None
 
     def option_keys(self) -> list[str]:
         """The keys its answers are given over, in order: what an adapter's `options` must equal."""

@@ -32,6 +32,7 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
     questions: list[Question] = []
     declared: dict[str, dict[Any, str]] = {}  # option -> {value: the entry declaring it}
     enforcing: list[tuple[str, Entry]] = []
+    uncached = False
     for question in decision.questions:
         if not isinstance(question, CatalogReference):
             if catalog_only:
@@ -42,6 +43,7 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
         entry = version.entry()
         keep = _keeps_features(catalogs, tenant_id, version, entry) if question.version is not None else None
         questions.append(from_entry(question.id, question.name, version, entry, keep_features=keep))
+        uncached = uncached or entry.cache is False
         if not may_override_policy and _held_to_policy(catalogs, tenant_id, decision, version, entry):
             enforcing.append((version.name, entry))
         for field, option in _READOUT_FIELDS.items():
@@ -62,6 +64,8 @@ def expand_references(decision: Decision, tenant_id: str, catalogs: CatalogServi
         _hold_to_readout(name, entry, engine, decision.engine_options, declared)
     if enforcing:
         engine["x_reduce"] = False  # the scorer may not cut the debiasing to fit: 413 instead
+    if uncached:
+        engine["x_cache"] = False  # the entry's word: its states are kept nowhere, whatever the request says
     if any(q.binding is not None and (q.binding.adapter is not None or q.binding.keep_features) for q in questions):
         engine["x_features"] = True  # what an adapter is applied to, and a refit learns from
     return Decision(decision.model, decision.state, tuple(questions), engine, decision.calibrate)

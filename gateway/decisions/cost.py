@@ -69,6 +69,8 @@ class Meter:
 
     attempts: list[Attempt] = field(default_factory=list)
     stored_bytes: int = 0
+    input_tokens: int = 0  # what the model read for the request, as the endpoint that answered says
+    cached_tokens: int = 0  # of those, the tokens it restored from the state it kept
 
     def add(self, endpoint: str, seconds: float, usd_per_second: float, by_duration: bool = False) -> None:
         self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration, seconds))

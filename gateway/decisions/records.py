@@ -187,6 +187,7 @@ class RecordUsage(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     input_tokens: int
     output_tokens: int
+    cached_tokens: int = 0  # of the input, what the scorer restored from the state it kept (0 in records made before)
     endpoint_s: float = 0.0  # the model endpoints' time, every attempt included (0 in records made before)
     cost_usd: float = 0.0  # that time at the pools' prices, and the gateway's share
 
@@ -298,6 +299,7 @@ class DecisionRecorder:
             calibrated=decision.calibrate, state_hash=digest,
             state_hash_key=key_id, latency_ms=round(latency_ms, 2),
             usage=RecordUsage(input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens,
+                              cached_tokens=result.usage.cached_tokens,
                               endpoint_s=round(result.cost.endpoint_seconds, 4), cost_usd=result.cost.usd),
             questions=[_question_record(answer) for answer in result.answers])
         body = record.stored()

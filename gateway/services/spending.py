@@ -41,7 +41,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.auth.store import CounterStore, TenantLimits, UsageRow
@@ -141,15 +141,17 @@ class Spending:
             for reservation in reserved:
                 change = actual[reservation.name.partition(":")[0]] - reservation.amount
                 self.counters.add_within(reservation.name, change, None, started + 86400)
-            self._add_usage(tenant_id, entries or (INLINE_ENTRY,), actual["spend"], actual["work"], started,
-                            meter.stored_bytes)
+            self._add_usage(tenant_id, entries or (INLINE_ENTRY,), started,
+                            UsageRow("", ALL_ENTRIES, 1, actual["spend"], actual["work"], meter.stored_bytes,
+                                     meter.input_tokens, meter.cached_tokens))
         except Exception:  # the answer is not lost for it; a reservation left over over-counts, never under
             log.exception("spend could not be settled", extra={"tenant_id": tenant_id})
 
-    def _add_usage(self, tenant_id: str, entries: Sequence[str], cost: int, endpoint_ms: int, started: float,
-                   stored_bytes: int = 0) -> None:
+    def _add_usage(self, tenant_id: str, entries: Sequence[str], started: float, whole: UsageRow) -> None:
+        """The request's figures (`whole`, on the all-entries row of its day), and each entry's even
+        share of its cost, time and tokens (its stored bytes are the record's: on the whole only)."""
         day, kept_until = _usage_day(started)
-        self.counters.add_usage(tenant_id, UsageRow(day, ALL_ENTRIES, 1, cost, endpoint_ms, stored_bytes), kept_until)
+        self.counters.add_usage(tenant_id, replace(whole, day=day), kept_until)
         names = sorted(set(entries))
         # Each entry its even share; past the eighth, one row holds the rest's shares together.
         kept = names if len(names) <= MAX_USAGE_ENTRIES else names[:MAX_USAGE_ENTRIES - 1]
@@ -158,8 +160,12 @@ class Spending:
             weights[MORE_ENTRIES] = len(names) - len(kept)
         for position, (entry, weight) in enumerate(weights.items()):
             first = position == 0  # what an even split leaves over goes to the first entry
-            share = UsageRow(day, entry, 1, cost * weight // len(names) + (cost % len(names) if first else 0),
-                             endpoint_ms * weight // len(names) + (endpoint_ms % len(names) if first else 0))
+
+            def part(total: int) -> int:
+                return total * weight // len(names) + (total % len(names) if first else 0)  # noqa: B023 (used at once)
+
+            share = UsageRow(day, entry, 1, part(whole.cost_nano_usd), part(whole.endpoint_ms),
+                             input_tokens=part(whole.input_tokens), cached_tokens=part(whole.cached_tokens))
             self.counters.add_usage(tenant_id, share, kept_until)
 
     def count_stored(self, tenant_id: str, size: int, entry: str) -> None:
@@ -197,7 +203,8 @@ def _figures(rows: Sequence[UsageRow]) -> dict[str, Any]:
     return {"requests": sum(r.requests for r in rows),
             "cost_usd": round(sum(r.cost_nano_usd for r in rows) / NANO_PER_USD, 9),
             "endpoint_seconds": round(sum(r.endpoint_ms for r in rows) / 1000, 3),
-            "stored_bytes": sum(r.stored_bytes for r in rows)}
+            "stored_bytes": sum(r.stored_bytes for r in rows),
+            "input_tokens": sum(r.input_tokens for r in rows), "cached_tokens": sum(r.cached_tokens for r in rows)}
 
 
 def _grouped(rows: Sequence[UsageRow], by: str) -> list[dict[str, Any]]:

@@ -16,6 +16,17 @@ class CatalogQuestion(Wire):
     version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A version; the latest when absent.")
 
 
+X_CACHE = ("false: the scorer reads the state afresh, keeps nothing of it, and forgets what it kept of it for this"
+           " tenant. Absent or true: it may keep the state it read, for this tenant, in memory for minutes, and start"
+           " from it the next time (usage.cached_tokens says how much it did).")
+
+
+def cache_option(x_cache: bool | None) -> dict[str, Any]:
+    """The backend's option for a request's `x_cache`: passed on only as false (true is the default,
+    and a catalog entry's false must win over it: catalogs.resolve)."""
+    return {"x_cache": False} if x_cache is False else {}
+
+
 def question_kind(value: Any) -> str | None:
     """A question's union tag: "catalog" for a reference to a catalog entry, else its `type`."""
     if isinstance(value, dict):

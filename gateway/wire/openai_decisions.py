@@ -30,7 +30,7 @@ from gateway.decisions.model import (
     shown_choice,
 )
 from gateway.errors import InvalidRequest
-from gateway.wire.common import CatalogQuestion, Wire, policy_fields, question_id, question_kind
+from gateway.wire.common import X_CACHE, CatalogQuestion, Wire, cache_option, policy_fields, question_id, question_kind
 from systemone.limits import MAX_QUESTION_NAME_CHARS
 
 QuestionName = Annotated[str, Field(max_length=MAX_QUESTION_NAME_CHARS)]  # the answer carries it back
@@ -185,11 +185,12 @@ class DecisionsRequest(Wire):
     prompt_cache_key: str | None = None
     prompt_cache_options: dict[str, Any] | None = None
     safety_identifier: str | None = None
+    x_cache: bool | None = Field(default=None, description=X_CACHE)
 
     def to_decision(self) -> Decision:
         state = self.input if isinstance(self.input, str) else _state_text(self.input)
         questions = tuple(_question(i, q) for i, q in enumerate(self.questions))
-        return Decision(model=self.model, state=state, questions=questions)
+        return Decision(model=self.model, state=state, questions=questions, engine_options=cache_option(self.x_cache))
 
 
 def _state_text(items: list[Any]) -> str:

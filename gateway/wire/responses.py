@@ -222,6 +222,8 @@ class UsageFigures(Strict):
     cost_usd: float
     endpoint_seconds: float
     stored_bytes: int  # decision records and catalog versions written
+    input_tokens: int  # what the model read for the decisions
+    cached_tokens: int  # of which restored from the state the scorer kept, not evaluated again
 
 
 class UsageByDay(UsageFigures):

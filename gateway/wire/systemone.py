@@ -22,7 +22,7 @@ from gateway.decisions.model import (
     shown_choice,
 )
 from gateway.errors import BackendFailed
-from gateway.wire.common import CatalogQuestion, policy_fields, question_id, question_kind
+from gateway.wire.common import X_CACHE, CatalogQuestion, cache_option, policy_fields, question_id, question_kind
 from systemone.models import ChoiceQuestion, DecisionRequest, NoulQuestion, QuestionId, ScoreQuestion
 
 SystemOneQuestion = Annotated[
@@ -39,6 +39,7 @@ class SystemOneRequest(DecisionRequest):
     model: str = Field(min_length=1, description="A model name or alias from GET /v1/models (jev-latest works).")
     questions: dict[QuestionId, SystemOneQuestion] = Field(min_length=1, max_length=MAX_QUESTIONS)
     x_calibrate: bool | None = Field(default=None, description="false: raw probabilities, no calibration or thresholds.")
+    x_cache: bool | None = Field(default=None, description=X_CACHE)
     # How the scorer shows the state to the model (framing, quarantine of flagged passages,
     # the injection probe) is the deployment's, from the model's manifest: whoever can write
     # a state must not find a request that lowers it. Accepted and ignored, like unknown fields.
@@ -51,7 +52,7 @@ class SystemOneRequest(DecisionRequest):
     def to_decision(self) -> Decision:
         questions = tuple(_question(question_id(i), qid, q) for i, (qid, q) in enumerate(self.questions.items()))
         engine = {k: v for k, v in (("x_readout", self.x_readout), ("x_order_average", self.x_order_average),
-                                    ("x_prior", self.x_prior)) if v is not None}
+                                    ("x_prior", self.x_prior)) if v is not None} | cache_option(self.x_cache)
         return Decision(model=self.model, state=self.state, questions=questions, engine_options=engine,
                         calibrate=self.x_calibrate is not False)
 

@@ -498,7 +498,9 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
                 == "SageMakerVariantConcurrentRequestsPerModelHighResolution")
         assert policy["TargetValue"] == {"Ref": "TargetConcurrentRequestsPerInstance"}
         (variant,) = template["Resources"][f"{flavor}EndpointConfig"]["Properties"]["ProductionVariants"]
-        assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+        # by the state's first bytes, to the instance that keeps it, until it runs all it can at once
+        assert variant["RoutingConfig"] == {"RoutingStrategy": "PREFIX_AWARE", "PrefixAwareRoutingConfig": {
+            "PrefixLength": 4096, "ConcurrencyThreshold": 4}}
         image = template["Parameters"][f"{flavor}ImageUri"]["AllowedPattern"]
         assert "@sha256:[0-9a-f]{64}" in image  # images are pinned by digest
     gpu = template["Resources"]["GpuEndpointConfig"]["Properties"]["ProductionVariants"][0]
@@ -513,6 +515,8 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
     assert 1 <= target["MinValue"] <= target["Default"] < 8
     (quiet,) = template["Resources"]["ServerlessEndpointConfig"]["Properties"]["ProductionVariants"]
     assert "RoutingConfig" not in quiet and "ServerlessConfig" in quiet
+    serverless = template["Resources"]["ServerlessModel"]["Properties"]["PrimaryContainer"]["Environment"]
+    assert serverless["SCORER_STATE_CACHE_MB"] == "0"  # no affinity: a kept state would serve nobody
 
 
 def test_alarms_cover_5xx_fallbacks_and_p99(template):

@@ -11,7 +11,7 @@ import math
 import time
 from typing import Any
 
-from gateway.auth.store import UsageRow
+from gateway.auth.store import USAGE_FIGURES, UsageRow
 from gateway.stores.dynamodb.items import Table, item, typed
 
 
@@ -50,11 +50,9 @@ class DynamoDBCounters:
     def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
         self.keys.update(
             {"pk": f"USAGE#{tenant_id}", "sk": f"{row.day}#{row.entry}"},
-            UpdateExpression="ADD requests :requests, cost_nano_usd :cost, endpoint_ms :ms, stored_bytes :bytes"
-                             " SET #ttl = :ttl",
+            UpdateExpression=f"ADD {', '.join(f'{name} :{name}' for name in USAGE_FIGURES)} SET #ttl = :ttl",
             ExpressionAttributeNames={"#ttl": "ttl"},
-            ExpressionAttributeValues={":requests": typed(row.requests), ":cost": typed(row.cost_nano_usd),
-                                       ":ms": typed(row.endpoint_ms), ":bytes": typed(row.stored_bytes),
+            ExpressionAttributeValues={**{f":{name}": typed(getattr(row, name)) for name in USAGE_FIGURES},
                                        ":ttl": typed(int(expires_at))})
 
     def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
@@ -63,12 +61,11 @@ class DynamoDBCounters:
             KeyConditionExpression="pk = :pk AND sk BETWEEN :first AND :last",
             ExpressionAttributeValues=item({":pk": f"USAGE#{tenant_id}", ":first": f"{first_day}#", ":last": f"{last_day}$"}),
             ConsistentRead=True, Select="SPECIFIC_ATTRIBUTES",
-            ProjectionExpression="pk, sk, requests, cost_nano_usd, endpoint_ms, stored_bytes")
+            ProjectionExpression=f"pk, sk, {', '.join(USAGE_FIGURES)}")
         rows = []
         for one in found:
-            day, _, entry = one["sk"].partition("#")
-            rows.append(UsageRow(day, entry, int(one["requests"]), int(one["cost_nano_usd"]), int(one["endpoint_ms"]),
-                                 int(one.get("stored_bytes", 0))))
+            day, _, entry = one["sk"].partition("#")  # a figure added since the item was written is 0
+            rows.append(UsageRow(day, entry, **{name: int(one.get(name, 0)) for name in USAGE_FIGURES}))
         return rows
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:

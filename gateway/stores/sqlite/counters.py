@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.auth.store import UsageRow
+from gateway.auth.store import USAGE_FIGURES, UsageRow
 from gateway.stores.sqlite.database import Database
 
 _SCHEMA = """
@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS usage (
     cost_nano_usd INTEGER NOT NULL,
     endpoint_ms   INTEGER NOT NULL,
     stored_bytes  INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    cached_tokens INTEGER NOT NULL DEFAULT 0,
     expires_at    REAL NOT NULL,
     PRIMARY KEY (tenant_id, day, entry)
 );
@@ -40,11 +42,22 @@ CREATE TABLE IF NOT EXISTS places (
 """
 
 
+ADDED_FIGURES = ("stored_bytes", "input_tokens", "cached_tokens")  # columns since the first schema: an older file gets them
+# Built once from the figures' names (constants of the code, never input), so a figure added to
+# UsageRow is written and read without another copy of the list here.
+_ADD_USAGE = (f"INSERT INTO usage (tenant_id, day, entry, {', '.join(USAGE_FIGURES)}, expires_at)"  # noqa: S608
+              f" VALUES (?, ?, ?, {', '.join('?' * len(USAGE_FIGURES))}, ?) ON CONFLICT(tenant_id, day, entry)"
+              f" DO UPDATE SET {', '.join(f'{c} = {c} + excluded.{c}' for c in USAGE_FIGURES)},"
+              " expires_at = excluded.expires_at")
+_READ_USAGE = (f"SELECT day, entry, {', '.join(USAGE_FIGURES)} FROM usage"  # noqa: S608
+               " WHERE tenant_id = ? AND day BETWEEN ? AND ? ORDER BY day, entry")
+
+
 class SQLiteCounters:
     def __init__(self, db: Database) -> None:
         self.db = db
         db.create(_SCHEMA)
-        db.add_columns("usage", {"stored_bytes": "INTEGER NOT NULL DEFAULT 0"})  # a file from before it
+        db.add_columns("usage", {column: "INTEGER NOT NULL DEFAULT 0" for column in ADDED_FIGURES})  # a file from before them
 
     def count_within(self, name: str, limit: int, expires_at: float) -> bool:
         with self.db.connect() as db:
@@ -68,21 +81,12 @@ class SQLiteCounters:
 
     def add_usage(self, tenant_id: str, row: UsageRow, expires_at: float) -> None:
         with self.db.connect() as db:
-            db.execute("INSERT INTO usage (tenant_id, day, entry, requests, cost_nano_usd, endpoint_ms, stored_bytes,"
-                       " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant_id, day, entry) DO UPDATE SET"
-                       " requests = requests + excluded.requests, cost_nano_usd = cost_nano_usd + excluded.cost_nano_usd,"
-                       " endpoint_ms = endpoint_ms + excluded.endpoint_ms, stored_bytes = stored_bytes + excluded.stored_bytes,"
-                       " expires_at = excluded.expires_at",
-                       (tenant_id, row.day, row.entry, row.requests, row.cost_nano_usd, row.endpoint_ms, row.stored_bytes,
-                        expires_at))
+            db.execute(_ADD_USAGE, (tenant_id, row.day, row.entry, *(getattr(row, c) for c in USAGE_FIGURES), expires_at))
 
     def usage(self, tenant_id: str, first_day: str, last_day: str) -> list[UsageRow]:
         with self.db.connect() as db:
-            rows = db.execute("SELECT day, entry, requests, cost_nano_usd, endpoint_ms, stored_bytes FROM usage"
-                              " WHERE tenant_id = ? AND day BETWEEN ? AND ? ORDER BY day, entry",
-                              (tenant_id, first_day, last_day)).fetchall()
-        return [UsageRow(r["day"], r["entry"], r["requests"], r["cost_nano_usd"], r["endpoint_ms"], r["stored_bytes"])
-                for r in rows]
+            rows = db.execute(_READ_USAGE, (tenant_id, first_day, last_day)).fetchall()
+        return [UsageRow(r["day"], r["entry"], **{c: r[c] for c in USAGE_FIGURES}) for r in rows]
 
     def hold(self, name: str, holder: str, limit: int, expires_at: float, now: float) -> bool:
         with self.db.connect() as db:

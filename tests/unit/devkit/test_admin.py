@@ -64,7 +64,8 @@ def test_an_operator_sets_sees_and_lifts_a_tenants_budgets(where, capsys):
                    "90")
     assert limits["limits"] == {"monthly_budget_usd": 25.0, "endpoint_seconds_per_minute": 90.0}
     [report] = run(capsys, *where, "usage", "acme", "--from", "2026-12-01", "--to", "2026-12-31")
-    assert report["total"] == {"requests": 0, "cost_usd": 0.0, "endpoint_seconds": 0.0, "stored_bytes": 0}
+    assert report["total"] == {"requests": 0, "cost_usd": 0.0, "endpoint_seconds": 0.0, "stored_bytes": 0,
+                               "input_tokens": 0, "cached_tokens": 0}
     assert report["budget"]["monthly_usd"] == 25.0
     [limits] = run(capsys, *where, "set-limits", "acme", "--monthly-budget-usd", "none")
     assert limits["limits"] == {"endpoint_seconds_per_minute": 90.0}

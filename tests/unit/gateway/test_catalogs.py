@@ -139,6 +139,22 @@ def test_openai_decisions_reference_entries_too(store):
     assert answer["choice"] == "billing" and answer["x_action"] == "auto" and body["id"].startswith("decision_")
 
 
+def test_x_cache_false_reaches_the_scorer_from_either_format_and_an_entrys_false_wins(store):
+    # Given a request or a catalog entry saying x_cache / cache false, the scorer is asked with
+    # x_cache false (read afresh, kept nowhere); a request's true never overrides an entry's false,
+    # and a request that says nothing sends nothing (the scorer's default: it may keep the state).
+    backend = stack(store, choice={"billing": 0.9})
+    put(ROUTING)
+    put({**ROUTING, "cache": False}, name="private")
+    asked = [decide({"catalog": "support-routing"}), decide({"catalog": "support-routing"}, x_cache=False),
+             decide({"catalog": "private"}), decide({"catalog": "private"}, x_cache=True),
+             call(event("POST", "/v1/decisions", {"model": "decision-default", "input": STATE, "x_cache": False,
+                                                  "questions": [{"catalog": "support-routing"}]}, principal=ACME))]
+    assert [status for status, _, _ in asked] == [200] * 5
+    assert [sent.get("x_cache") for _, sent, _ in backend.calls[-5:]] == [None, False, False, False, False]
+    assert put({**ROUTING, "cache": "no"}, name="bad")[0] == 422
+
+
 def test_a_catalog_only_tenant_refuses_inline_questions(store):
     stack(store)
     create_tenant(store.tenants, "acme", catalog_only=True)

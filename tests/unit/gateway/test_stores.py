@@ -378,14 +378,14 @@ def test_a_tally_adds_while_under_its_limit_and_settles_either_way(counters):
 def test_usage_rows_add_up_by_day_and_entry_and_stay_with_their_tenant(counters):
     from gateway.auth.store import UsageRow
 
-    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200), 4e9)
-    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 500, 1200, input_tokens=900, cached_tokens=0), 4e9)
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 300, 800, input_tokens=950, cached_tokens=880), 4e9)
     counters.add_usage("acme", UsageRow("2026-12-01", "routing", 0, 0, 0, 4096), 4e9)  # a version written
     counters.add_usage("acme", UsageRow("2026-12-01", "(inline)", 1, 7, 9), 4e9)
     counters.add_usage("acme", UsageRow("2026-12-03", "routing", 2, 1, 2), 4e9)
     counters.add_usage("globex", UsageRow("2026-12-01", "routing", 1, 99, 99), 4e9)
     assert counters.usage("acme", "2026-12-01", "2026-12-02") == [
-        UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000, 4096)]
+        UsageRow("2026-12-01", "(inline)", 1, 7, 9), UsageRow("2026-12-01", "routing", 2, 800, 2000, 4096, 1850, 880)]
     assert [r.day for r in counters.usage("acme", "2026-11-30", "2026-12-03")] == ["2026-12-01"] * 2 + ["2026-12-03"]
     assert counters.usage("acme", "2026-12-02", "2026-12-02") == []
 

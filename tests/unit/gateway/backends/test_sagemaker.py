@@ -124,6 +124,7 @@ def test_an_answer_is_returned_as_bytes_and_route_and_deadline_travel_in_custom_
     assert sent["headers"]["X-Amzn-SageMaker-Custom-Attributes"] == "route=systemone;timeout_ms=24750"
     assert sent["headers"]["Content-Type"] == sent["headers"]["Accept"] == "application/json"
     assert "X-Amzn-SageMaker-Inference-Id" not in sent["headers"]
+    assert "X-Amzn-SageMaker-Prefix-Aware-Id" not in sent["headers"]  # no tenant: no routing hint
     # Signed for SageMaker in the endpoint's region, every header that carries a member signed
     authorization = sent["headers"]["Authorization"]
     assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
@@ -405,6 +406,9 @@ def test_whose_work_it_is_travels_in_the_custom_attributes_as_the_scorer_reads_t
         assert (request_id_of(pairs), tenant_of(pairs), work_of(pairs), weight_of(pairs)) == (
             "r-1", caller.tenant_tag, "long", 2.5)
         assert "acme" not in header
+        # The routing hint of a prefix-aware endpoint: requests about one state of one tenant
+        # go to the instance that keeps it.
+        assert sent["headers"]["X-Amzn-SageMaker-Prefix-Aware-Id"] == caller.tenant_tag
 
 
 def _refusal(state: str, retry_after: int = 3) -> dict:

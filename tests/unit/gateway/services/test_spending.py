@@ -27,6 +27,8 @@ ACME = {**PRINCIPAL, "scopes": "decide chat catalogs:read"}
 GLOBEX = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
 DECISION = {"model": "jev-latest", "state": "I was charged twice.",
             "questions": {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}}
+OPENAI_DECISION = {"model": "jev-latest", "input": "I was charged twice.",
+                   "questions": [{"type": "predicate", "name": "refund", "instructions": "Does the customer ask for a refund?"}]}
 CHAT = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 DEADLINE_S = 2.0
 USD_PER_HOUR = 360.0  # ten cents a second: figures easy to read
@@ -100,6 +102,29 @@ def test_a_decision_settles_what_it_spent_and_the_usage_report_shows_it(path):
     assert report["by_entry"][1]["cost_usd"] == pytest.approx(answer["usage"]["x_cost_usd"], abs=1e-8)
     assert report["budget"] == {"monthly_usd": 10.0, "month": time.strftime("%Y-%m", time.gmtime()),
                                 "month_spent_usd": pytest.approx(spent, abs=1e-8), "endpoint_seconds_per_minute": None}
+
+
+class CachingBackend(SlowBackend):
+    """Reads 1,200 tokens a decision, of which the scorer restored 1,000 from the state it kept."""
+
+    def invoke(self, endpoint, body, route, caller=ANONYMOUS):
+        answer = json.loads(super().invoke(endpoint, body, route, caller))
+        answer["usage"] = {"input_tokens": 1200, "output_tokens": 0, "x_cached_tokens": 1000}
+        return json.dumps(answer).encode()
+
+
+def test_the_tokens_read_and_those_restored_are_in_the_record_and_the_usage_by_entry(path, tmp_path):
+    # Given a scorer that restored most of a state, when a decision asks an inline question,
+    # then its answer, its record and the tenant's usage (total and entry) carry the cached tokens.
+    handler = function(path, CachingBackend(0.0))
+    status, _, answer = call(event("POST", "/v1/decisions", OPENAI_DECISION), handler)
+    assert status == 200, answer
+    assert answer["usage"]["input_tokens"] == 1200 and answer["usage"]["input_tokens_details"]["cached_tokens"] == 1000
+    record = call(event("GET", f"/v1/records/{answer['id']}", principal=ACME), handler)[2]
+    assert record["usage"]["cached_tokens"] == 1000 and record["usage"]["input_tokens"] == 1200
+    report = call(event("GET", "/v1/usage", principal=ACME), handler)[2]
+    assert (report["total"]["input_tokens"], report["total"]["cached_tokens"]) == (1200, 1000)
+    assert [(e["entry"], e["cached_tokens"]) for e in report["by_entry"]] == [("(inline)", 1000)]
 
 
 def test_what_a_tenant_stores_is_in_its_usage_records_in_the_total_catalog_versions_under_their_entry(path):
