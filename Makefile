@@ -13,7 +13,7 @@ MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-cache bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -108,6 +108,10 @@ bench-long: setup  ## a decision needing about 40 s of scorer time: refused buff
 bench-tenants: setup  ## two tenants through make up FAST=1's stack: long chats or a flood of one beside the other's steady decisions; 200s, latency against alone, the scorer's time per tenant
 	@$(PY) -m bench.tenants --model $(MODEL)
 	@$(PY) scripts/docs_pages.py bench-tenants
+
+bench-cache: setup  ## a state read once serves the next question: repeats and a growing transcript through make up FAST=1's stack, a 20-step agent run on MODEL with and without reuse, 500 distinct states against the cache's bound
+	@$(PY) -m bench.cache --model $(MODEL)
+	@$(PY) scripts/docs_pages.py bench-cache
 
 bench-stream: setup  ## a 200-token chat streamed through the gateway with the OpenAI SDK: first chunk and gaps against the whole stream
 	@$(PY) -m bench.stream --model $(MODEL)

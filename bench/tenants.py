@@ -95,14 +95,14 @@ class Stack:
         except subprocess.TimeoutExpired:
             self.process.kill()
 
-    def tenant(self, name: str) -> str:
-        """A tenant with default limits, and an API key of its (decide and chat)."""
+    def tenant(self, name: str, scopes: tuple[str, ...] = ("decide", "chat")) -> str:
+        """A tenant with default limits, and an API key of its (decide and chat, unless told)."""
         from gateway.auth.tenants import create_tenant, issue_api_key
         from gateway.stores.sqlite import open_sqlite
 
         store = open_sqlite(self.state / "gateway.db").tenants
         create_tenant(store, name)
-        return issue_api_key(store, name, ["decide", "chat"]).secret
+        return issue_api_key(store, name, list(scopes)).secret
 
     def busy(self) -> dict[str, float]:
         import httpx

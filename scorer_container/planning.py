@@ -158,9 +158,9 @@ class Planner:
         state = self._shown(shared, settings)
         counter = shared.counter
         head, frame = counter.frame(settings.framing)
+        state_tokens = head + counter(framed_state(state.text, settings.framing).rstrip())  # 413 past the context
         stem, reuse = self._stem(shared, settings, state, head)
-        tally = Tally(head + counter(framed_state(state.text, settings.framing).rstrip()),
-                      head + counter(CONTENT_FREE_STATE), counter.capacity, frame,
+        tally = Tally(state_tokens, head + counter(CONTENT_FREE_STATE), counter.capacity, frame,
                       cached=reuse.hit.matched if reuse is not None and reuse.hit is not None else 0)
         asked: list[Asked] = []
         for question, own in self._questions(shared, settings):

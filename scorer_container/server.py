@@ -56,7 +56,7 @@ from scorer_container.errors import (
 from scorer_container.planning import Plan
 from scorer_container.prefix_tree import cells_for
 from scorer_container.prompts import PROMPT_VERSIONS
-from scorer_container.scheduler import Job
+from scorer_container.scheduler import UNTAGGED, Job
 from scorer_container.schema import ChatRequest, DecisionRequest, parse
 from scorer_container.service import Loaded, ScorerService
 from scorer_container.settings import ScorerSettings
@@ -131,12 +131,13 @@ async def _ping(request: Request) -> Response:
 
 async def _stats(request: Request) -> Response:
     """The scheduler's figures: the model's busy seconds by tenant tag and kind of work in the last
-    minute, and the line now (for benchmarks and operators; SageMaker routes only /ping and
+    minute, and the line now; the state cache's (for benchmarks and operators; SageMaker routes only /ping and
     /invocations, so it is reachable only beside the container)."""
     loaded = _service(request).loaded
     if loaded is None:  # still loading, or refused its model: /ping says why
         return error_response(ModelNotReady(_service(request).reason), "systemone")
-    return JSONResponse(loaded.scheduler.figures())
+    states = loaded.engine.states
+    return JSONResponse({**loaded.scheduler.figures(), "state_cache": states.figures() if states is not None else None})
 
 
 async def _models(request: Request) -> Response:
@@ -295,7 +296,9 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
         async with job.planning():
             planning = time.perf_counter()
             try:
-                plan = await asyncio.to_thread(_fit, loaded, request, deadline, job.tenant)
+                # Untagged calls (direct callers of the container) are no tenant: nothing is kept for them.
+                tenant = job.tenant if job.tenant != UNTAGGED else None
+                plan = await asyncio.to_thread(_fit, loaded, request, deadline, tenant)
             except DeadlineExceeded as exc:
                 raise exc if deadline.gone else job.timed_out() from None
             busy_s = time.perf_counter() - planning
@@ -333,7 +336,7 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
     return JSONResponse(result)
 
 
-def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline, tenant: str) -> Plan:
+def _fit(loaded: Loaded, request: DecisionRequest, deadline: Deadline, tenant: str | None) -> Plan:
     """The request's plan inside the budget for the caller's whole deadline, or a refusal:
     413 when it does not fit, or 503 when it would at the rate measured at load (decisions
     here ran slower of late: a passing load, which a retry can outlast). The state's tokens

@@ -81,6 +81,7 @@ class StateCache:
         self._entries: dict[str, OrderedDict[tuple[CacheKey, bytes], tuple[Saved, float]]] = {}
         self._held: dict[str, int] = {}
         self.evictions = 0
+        self.hits = self.misses = 0
 
     @property
     def held_bytes(self) -> int:
@@ -99,6 +100,7 @@ class StateCache:
                 matched = _common_prefix(saved.tokens, wanted)
                 if matched >= min_tokens and (best is None or matched > best.matched):
                     best = Hit(saved, matched)
+            self.hits, self.misses = self.hits + (best is not None), self.misses + (best is None)
             if best is not None:
                 found = (key, best.saved.tokens.tobytes())
                 entries[found] = (best.saved, self.clock())
@@ -127,8 +129,8 @@ class StateCache:
             self._held[key.tenant] = self._held.get(key.tenant, 0) + saved.size
             while self._held.get(key.tenant, 0) > self.tenant_bytes:  # its own share first
                 self._evict(key.tenant)
-            while self.held_bytes > self.max_bytes:  # then the largest holder's
-                self._evict(max(self._held, key=self._held.__getitem__))
+            while self.held_bytes > self.max_bytes:  # then the largest holder's, this tenant's on a tie
+                self._evict(max(self._held, key=lambda t: (self._held[t], t == key.tenant)))
         return True
 
     def forget(self, key: CacheKey, tokens: Sequence[int], min_tokens: int = 1) -> int:
@@ -145,14 +147,24 @@ class StateCache:
             self._tidy(key.tenant)
         return len(gone)
 
+    def figures(self) -> dict[str, int]:
+        """What it holds and has done, for /stats and the benchmarks (no tenant named)."""
+        with self._lock:
+            return {"max_bytes": self.max_bytes, "held_bytes": self.held_bytes, "tenants": len(self._entries),
+                    "entries": sum(len(e) for e in self._entries.values()), "hits": self.hits, "misses": self.misses,
+                    "evictions": self.evictions}
+
     def _live(self, tenant: str) -> OrderedDict[tuple[CacheKey, bytes], tuple[Saved, float]]:
-        """The tenant's entries, the expired ones dropped (the caller holds the lock)."""
-        entries = self._entries.setdefault(tenant, OrderedDict())
-        self._held.setdefault(tenant, 0)
+        """The tenant's entries; every tenant's expired ones dropped first, so that a state unused
+        for the TTL is gone whether its tenant comes back or not (the caller holds the lock)."""
         oldest = self.clock() - self.ttl_s
-        while entries and next(iter(entries.values()))[1] < oldest:  # least recently used first
-            self._remove(tenant, next(iter(entries)))
-        return entries
+        for other in list(self._entries):
+            held = self._entries[other]
+            while held and next(iter(held.values()))[1] < oldest:  # least recently used first
+                self._remove(other, next(iter(held)))
+            self._tidy(other)
+        self._held.setdefault(tenant, 0)
+        return self._entries.setdefault(tenant, OrderedDict())
 
     def _tidy(self, tenant: str) -> None:
         """A tenant with nothing kept is forgotten: tags are anyone's to choose."""

@@ -416,6 +416,37 @@ def render_bench_tenants(report: dict) -> list[str]:
     return lines + image("bench-tenants.png", "steady's answers and latency beside heavy, and the scorer's time per tenant")
 
 
+def render_bench_cache(report: dict) -> list[str]:
+    stack, agent, churn = report["stack"], report["agent"], report["churn"]
+    cached = stack["cached_tokens"]
+    lines = [f"Through `make up FAST=1`'s stack (`{stack['model']}`), a {stack['state_tokens']}-token transcript and"
+             f" three questions, medians of {stack['repeats']}:", ""]
+    lines += table(["request", "seconds", "against fresh", "cached tokens"], [
+        ["fresh (`x_cache: false`)", num(stack["fresh_s"]), "1.00x", str(max(cached["fresh"]))],
+        ["the same again", num(stack["repeat_s"]), f"{stack['repeat_vs_fresh']:.2f}x", str(min(cached["repeat"]))],
+        ["one tool call longer", num(stack["extended_s"]), f"{stack['extended_vs_fresh']:.2f}x"
+         f" (of {num(stack['extended_fresh_s'])} s fresh)", str(min(cached["extended"]))],
+        ["another tenant, the same state", num(stack["other_tenant_s"]), f"{stack['other_vs_fresh']:.2f}x",
+         str(cached["other_tenant"])]])
+    agent_usage, fresh_usage = stack["usage"]["agent"], stack["usage"]["fresh"]
+    lines += [f"`GET /v1/usage`: the reusing tenant read {agent_usage['input_tokens']} tokens,"
+              f" {agent_usage['cached_tokens']} of them restored; the fresh tenant {fresh_usage['input_tokens']},"
+              f" {fresh_usage['cached_tokens']} restored.", ""]
+    lines += [f"An agent run on `{agent['model']}`: {agent['steps']} steps, one tool call more each (the first"
+              f" {agent['first_state_tokens']} tokens), three questions a step:", ""]
+    lines += table(["", "scorer seconds in all", "first step (s)", "20th step (s)", "tokens evaluated"], [
+        [name, num(agent["total_s"][name], 1), num(agent["first_step_s"][name]), num(agent["last_step_s"][name]),
+         str(agent["evaluated_tokens"][name])] for name in ("fresh", "reuse")])
+    lines += [f"Reuse takes {agent['reuse_vs_fresh']:.2f}x the scorer's time (and so the endpoint time billed);"
+              f" RSS at the end {agent['rss_mb']:.0f} MB.", ""]
+    lines += [f"{churn['states']} distinct states from {churn['tenants']} tenants on `{churn['model']}`, the cache"
+              f" bounded at {churn['bound_mib']} MiB: {churn['evictions']} evictions, at most {churn['held_max_mib']:.1f} MiB"
+              f" held; RSS moved {num(churn['rss_growth_once_full_mb'], 1)} MB once the cache was full.", ""]
+    lines += [f"- {'met' if ok else '**not met**'}: {check}" for check, ok in report["checks"].items()] + [""]
+    return lines + image("bench-cache.png", "the agent run's seconds per step with and without reuse; RSS and the"
+                         " cache's bytes over 500 distinct states")
+
+
 def render_eval_stack(report: dict) -> list[str]:
     served = report["served"]
     nll, brier = report["nll_vs_uniform"], report["brier_vs_uniform"]
@@ -514,6 +545,8 @@ FRAGMENTS = {f.name: f for f in (
     Fragment("bench-long", "bench_long.json", "make bench-long", render_bench_long),
     Fragment("bench-tenants", "bench_tenants.json", "make bench-tenants", render_bench_tenants,
              (("bench_tenants.png", "bench-tenants.png"),)),
+    Fragment("bench-cache", "bench_cache.json", "make bench-cache", render_bench_cache,
+             (("bench_cache.png", "bench-cache.png"),)),
     Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),

@@ -101,7 +101,7 @@ def render(result: DecisionResult, decision_id: str | None = None) -> dict[str, 
         "model": result.model,
         "answers": answers,
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens,
-                  **cost_fields(result.cost)},
+                  "x_cached_tokens": result.usage.cached_tokens, **cost_fields(result.cost)},
         **result.extensions,
     }
     if decision_id:

@@ -4,12 +4,14 @@ llama.cpp and through the decision engine."""
 
 import math
 
+import httpx
 import numpy as np
 import pytest
 
 from scorer_container.llama import Batch
 from scorer_container.schema import DecisionRequest, parse
 from scorer_container.state_cache import StateCache
+from systemone.sidechannel import attributes
 from tests.conftest import make_engine
 
 pytestmark = pytest.mark.model
@@ -150,3 +152,25 @@ def test_the_plan_counts_only_what_it_evaluates_and_holds_its_hit(smollm2_llama)
     assert warm.cost.tokens == cold.cost.tokens - warm.cost.cached and warm.cost.cells == cold.cost.cells
     engine.states.forget(warm.reuse.key, warm.stem)  # evicted after planning: the plan still holds its cells
     assert engine.decide(warm)["usage"]["x_cached_tokens"] == warm.cost.cached
+
+
+# -- over HTTP: the scorer reports what it restored, per tenant tag ---------------------------
+
+def test_the_scorer_reports_cached_tokens_per_tenant_and_its_figures_count_the_hits(scorer_url):
+    body = {"model": "m", "state": agent_request(12).state, "questions": QUESTIONS, "x_prior": False}
+
+    def ask(tenant: str, **extra) -> dict:
+        answer = httpx.post(f"{scorer_url}/invocations", json={**body, **extra}, timeout=120, headers={
+            "X-Amzn-SageMaker-Custom-Attributes": attributes("systemone", 60_000, tenant=tenant)})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["usage"]
+
+    before = httpx.get(f"{scorer_url}/stats").json()["state_cache"]
+    first, again = ask("a" * 16), ask("a" * 16)
+    assert first["x_cached_tokens"] == 0 < again["x_cached_tokens"] <= again["input_tokens"] == first["input_tokens"]
+    assert again["x_busy_ms"] < first["x_busy_ms"]  # the time the scorer worked, and so the charge, falls
+    assert ask("b" * 16)["x_cached_tokens"] == 0  # another tenant's identical state: read afresh
+    assert ask("a" * 16, x_cache=False)["x_cached_tokens"] == 0
+    assert ask("a" * 16)["x_cached_tokens"] == 0  # forgotten
+    after = httpx.get(f"{scorer_url}/stats").json()["state_cache"]
+    assert after["hits"] - before["hits"] == 1 and after["max_bytes"] > 0 and after["held_bytes"] > 0

@@ -98,3 +98,43 @@ def test_lookups_of_tenants_with_nothing_kept_leave_nothing_behind():
 def test_a_cache_is_built_with_sensible_bounds(bad):
     with pytest.raises(ValueError):
         StateCache(**{"max_bytes": 1000, **bad})
+
+
+def test_a_transcript_one_step_longer_replaces_the_shorter_despite_a_seam_at_its_end():
+    # The saved state ends with the few tokens after the state ("\n\n" before the question), which
+    # the next step's text replaces: within SUPERSEDED tokens of its end, the longer one replaces it.
+    cache = StateCache(10_000_000)
+    cache.put(ACME, [*state(100), 901, 902], b"x" * 1000)
+    cache.put(ACME, [*state(170), 901, 902], b"y" * 1700)
+    assert cache.figures()["entries"] == 1 and cache.longest(ACME, state(100)).saved.data == b"y" * 1700
+    cache.put(ACME, [*state(50), 777, *state(60, start=50)], b"z")  # differs half way: another state, both kept
+    assert cache.figures()["entries"] == 2
+
+
+def test_forgetting_reaches_only_states_that_share_at_least_the_given_tokens():
+    # Every state shares the template's head: forgetting one state must not drop the others.
+    cache = StateCache(10_000_000)
+    head = state(30, start=1000)
+    cache.put(ACME, [*head, *state(80)], b"x")
+    cache.put(ACME, [*head, *state(80, start=500)], b"y")
+    assert cache.forget(ACME, [*head, *state(90)], min_tokens=len(head) + 64) == 1
+    assert cache.longest(ACME, [*head, *state(80, start=500)]) is not None
+
+
+def test_an_expired_entry_is_gone_even_if_its_tenant_never_comes_back():
+    clock = Clock()
+    cache = StateCache(10_000_000, ttl_s=60, clock=clock)
+    cache.put(GLOBEX, state(100), b"g" * 100)
+    clock.now = 61
+    cache.longest(ACME, state(5))  # anyone's use sweeps every tenant's expired entries
+    assert cache.held_bytes == 0 and cache.figures()["tenants"] == 0
+
+
+def test_when_the_whole_is_full_a_tie_evicts_the_tenant_that_is_adding():
+    cache = StateCache(10_000, tenant_share=0.6)  # 6,000 bytes a tenant: two of them overfill the whole
+    cache.put(GLOBEX, state(10), b"g" * 5000)  # 5,040 bytes with its tokens
+    cache.put(ACME, state(10, start=100), b"a" * 4900)  # 4,940
+    cache.put(ACME, state(10, start=200), b"a" * 60)  # 100 more: 5,040 each, 10,080 in all
+    assert cache.longest(GLOBEX, state(10)) is not None and cache.longest(ACME, state(10, start=100)) is None
+    figures = cache.figures()
+    assert figures["evictions"] == 1 and figures["held_bytes"] <= 10_000 and figures["hits"] == 1

@@ -122,9 +122,11 @@ def test_the_tokens_read_and_those_restored_are_in_the_record_and_the_usage_by_e
     assert answer["usage"]["input_tokens"] == 1200 and answer["usage"]["input_tokens_details"]["cached_tokens"] == 1000
     record = call(event("GET", f"/v1/records/{answer['id']}", principal=ACME), handler)[2]
     assert record["usage"]["cached_tokens"] == 1000 and record["usage"]["input_tokens"] == 1200
+    status, _, systemone = call(event("POST", "/v1/systemone", DECISION), handler)
+    assert status == 200 and systemone["usage"]["x_cached_tokens"] == 1000
     report = call(event("GET", "/v1/usage", principal=ACME), handler)[2]
-    assert (report["total"]["input_tokens"], report["total"]["cached_tokens"]) == (1200, 1000)
-    assert [(e["entry"], e["cached_tokens"]) for e in report["by_entry"]] == [("(inline)", 1000)]
+    assert (report["total"]["input_tokens"], report["total"]["cached_tokens"]) == (2400, 2000)
+    assert [(e["entry"], e["cached_tokens"]) for e in report["by_entry"]] == [("(inline)", 2000)]
 
 
 def test_what_a_tenant_stores_is_in_its_usage_records_in_the_total_catalog_versions_under_their_entry(path):
