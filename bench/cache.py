@@ -85,38 +85,41 @@ def stack_part(model: Path, steps: int, repeats: int) -> dict[str, Any]:
         return time.perf_counter() - started, reply.json()["usage"]
 
     with Stack(model) as stack:
-        keys = {name: stack.tenant(name, ("decide", "catalogs:read")) for name in ("agent", "fresh", "other")}
+        others = [f"other-{i}" for i in range(repeats)]
+        keys = {name: stack.tenant(name, ("decide", "catalogs:read")) for name in ("agent", "fresh", *others)}
         base, longer = transcript(steps), transcript(steps + 1)
         decide(keys["fresh"], "warm-up: " + transcript(2), x_cache=False)  # priors computed, code paths warm
-        fresh, repeat, extended, extended_fresh = [], [], [], []
-        for _ in range(repeats):
-            fresh.append(decide(keys["fresh"], base, x_cache=False))
+        fresh, repeat, extended, extended_fresh, other = [], [], [], [], []
         first = decide(keys["agent"], base)
-        for _ in range(repeats):
+        for name in others:  # interleaved, so that a drift of the machine's speed favours neither
+            fresh.append(decide(keys["fresh"], base, x_cache=False))
             repeat.append(decide(keys["agent"], base))
-        other = decide(keys["other"], base)  # the same state, another tenant
+            other.append(decide(keys[name], base))  # the same state, from a tenant that never asked it
         for i in range(repeats):  # each round: the longer transcript fresh, then from the base's saved state
             extended_fresh.append(decide(keys["fresh"], longer, x_cache=False))
             if i:  # the longer one kept last round replaced the base: forget it, and read the base again
                 decide(keys["agent"], base, x_cache=False)
                 decide(keys["agent"], base)
             extended.append(decide(keys["agent"], longer))
-        usage = {name: httpx.get(f"{stack.gateway}/v1/usage", headers={"Authorization": f"Bearer {key}"},
-                                 timeout=30).json()["total"] for name, key in keys.items()}
+        usage = {name: httpx.get(f"{stack.gateway}/v1/usage", headers={"Authorization": f"Bearer {keys[name]}"},
+                                 timeout=30).json()["total"] for name in ("agent", "fresh", others[0])}
         scorer = httpx.get(f"{stack.scorer}/stats", timeout=10).json()["state_cache"]
 
     def median(pairs: list[tuple[float, dict[str, Any]]]) -> float:
         return statistics.median(seconds for seconds, _ in pairs)
 
-    figures = {"model": model.name, "state_tokens": first[1]["input_tokens"], "repeats": repeats,
+    figures = {"model": model.name, "repeats": repeats,
+               # The state's part of the prompt (what a repeat restores); the request reads its questions too.
+               "state_tokens": repeat[0][1]["x_cached_tokens"], "input_tokens": first[1]["input_tokens"],
                "fresh_s": median(fresh), "first_s": first[0], "repeat_s": median(repeat),
-               "extended_fresh_s": median(extended_fresh), "extended_s": median(extended), "other_tenant_s": other[0],
+               "extended_fresh_s": median(extended_fresh), "extended_s": median(extended), "other_tenant_s": median(other),
                "cached_tokens": {"fresh": [u["x_cached_tokens"] for _, u in fresh],
                                  "first": first[1]["x_cached_tokens"],
                                  "repeat": [u["x_cached_tokens"] for _, u in repeat],
                                  "extended": [u["x_cached_tokens"] for _, u in extended],
-                                 "other_tenant": other[1]["x_cached_tokens"]},
-               "usage": usage, "scorer_cache": scorer}
+                                 "other_tenant": [u["x_cached_tokens"] for _, u in other]},
+               "usage": {"agent": usage["agent"], "fresh": usage["fresh"], "other": usage[others[0]]},
+               "scorer_cache": scorer}
     figures["repeat_vs_fresh"] = figures["repeat_s"] / figures["fresh_s"]
     figures["extended_vs_fresh"] = figures["extended_s"] / figures["extended_fresh_s"]
     figures["other_vs_fresh"] = figures["other_tenant_s"] / figures["fresh_s"]
@@ -124,7 +127,7 @@ def stack_part(model: Path, steps: int, repeats: int) -> dict[str, Any]:
              f" {figures['repeat_s']:.2f} s ({figures['repeat_vs_fresh']:.2f}x); one step longer"
              f" {figures['extended_s']:.2f} s against {figures['extended_fresh_s']:.2f} s fresh"
              f" ({figures['extended_vs_fresh']:.2f}x); another tenant {figures['other_tenant_s']:.2f} s"
-             f" ({figures['other_tenant_s'] / figures['fresh_s']:.2f}x, {other[1]['x_cached_tokens']} cached)")
+             f" ({figures['other_vs_fresh']:.2f}x, {max(figures['cached_tokens']['other_tenant'])} cached)")
     return figures
 
 
@@ -137,7 +140,7 @@ def engine_for(model: Path, cache_mib: int):
     from scorer_container.prompts import PromptFormat
     from scorer_container.state_cache import StateCache
 
-    path = locate_model(str(model), None)
+    path = locate_model(None, str(model))  # a model's folder: its .gguf and manifest
     manifest = verify_model(path, None, None)
     llama = LlamaModel(path, LlamaSettings(n_ctx=4096, n_threads=2))
     return DecisionEngine.for_manifest(llama, PromptFormat.for_model(llama), manifest, model_name=manifest.name,
@@ -156,6 +159,19 @@ def decide(engine, tenant: str, state: str, questions: dict[str, Any] = QUESTION
             "answers": answer["answers"]}
 
 
+def top(answer: dict[str, Any]) -> Any:
+    """An answer's top option: a choice, a yes/no, the most likely level."""
+    if "noul" in answer:
+        return answer["noul"] > 0.5
+    return answer.get("choice") or max(answer["probabilities"], key=answer["probabilities"].get)
+
+
+def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
+    if "noul" in a:
+        return abs(a["noul"] - b["noul"])
+    return max(abs(p - b["probabilities"][key]) for key, p in a["probabilities"].items())
+
+
 def agent_part(model: Path, first_steps: int, steps: int) -> dict[str, Any]:
     engine = engine_for(model, 1024)
     decide(engine, "warm", "warm-up: " + transcript(2), x_cache=False)  # the priors, computed once
@@ -165,12 +181,11 @@ def agent_part(model: Path, first_steps: int, steps: int) -> dict[str, Any]:
         for name, extra in (("fresh", {"x_cache": False}), ("reuse", {})):
             runs[name].append(decide(engine, name, state, **extra))
         fresh, reuse = runs["fresh"][-1], runs["reuse"][-1]
-        agree = all(fresh["answers"][q].get("choice", fresh["answers"][q].get("noul")) ==
-                    reuse["answers"][q].get("choice", reuse["answers"][q].get("noul")) or q == "done"
-                    for q in QUESTIONS)
+        reuse["same_top_answers"] = all(top(fresh["answers"][q]) == top(reuse["answers"][q]) for q in QUESTIONS)
+        reuse["largest_difference"] = max(largest_difference(fresh["answers"][q], reuse["answers"][q]) for q in QUESTIONS)
         progress(f"  agent step {step + 1:2d}/{steps}: {fresh['input_tokens']} tokens; fresh {fresh['seconds']:.2f} s,"
-                 f" reuse {reuse['seconds']:.2f} s ({reuse['cached_tokens']} restored); RSS {rss_mb():.0f} MB")
-        reuse["same_top_answer"] = agree
+                 f" reuse {reuse['seconds']:.2f} s ({reuse['cached_tokens']} restored; probabilities within"
+                 f" {reuse['largest_difference']:.4f} of fresh); RSS {rss_mb():.0f} MB")
     total = {name: sum(r["seconds"] for r in run) for name, run in runs.items()}
     figures = {"model": model.name, "steps": steps, "first_state_tokens": runs["fresh"][0]["input_tokens"],
                "seconds": {name: [round(r["seconds"], 3) for r in run] for name, run in runs.items()},
@@ -178,7 +193,9 @@ def agent_part(model: Path, first_steps: int, steps: int) -> dict[str, Any]:
                "total_s": total, "reuse_vs_fresh": total["reuse"] / total["fresh"],
                "first_step_s": {name: run[0]["seconds"] for name, run in runs.items()},
                "last_step_s": {name: run[-1]["seconds"] for name, run in runs.items()},
-               "cache": engine.states.figures(), "rss_mb": rss_mb()}
+               "cache": engine.states.figures(), "rss_mb": rss_mb(),
+               "same_top_answers": all(r["same_top_answers"] for r in runs["reuse"]),
+               "largest_difference": max(r["largest_difference"] for r in runs["reuse"])}
     progress(f"  agent: {steps} steps took {total['fresh']:.1f} s fresh, {total['reuse']:.1f} s with reuse"
              f" ({figures['reuse_vs_fresh']:.2f}x); tokens evaluated {figures['evaluated_tokens']['fresh']} against"
              f" {figures['evaluated_tokens']['reuse']}")
@@ -247,10 +264,11 @@ def checks(report: dict[str, Any]) -> dict[str, bool]:
         "a transcript one step longer takes at most 0.35x its fresh time": stack["extended_vs_fresh"] <= 0.35,
         "cached tokens on every reused request, 0 on every fresh one": (
             min(cached["repeat"] + cached["extended"]) > 0 and max(cached["fresh"]) == 0),
-        "another tenant's identical state is read fresh": cached["other_tenant"] == 0,
+        "another tenant's identical state is read fresh": max(cached["other_tenant"]) == 0,
         "the tenants' usage: cached tokens for the reusing tenant, 0 for the fresh one": (
             stack["usage"]["agent"]["cached_tokens"] > 0 and stack["usage"]["fresh"]["cached_tokens"] == 0),
         "the agent run takes at most a fifth of the scorer's time without reuse": agent["reuse_vs_fresh"] <= 0.2,
+        "every step's reused answers have the fresh ones' top answers": agent["same_top_answers"],
         "evictions are counted and the cache never holds more than its bound": (
             churn["evictions"] > 0 and churn["held_max_mib"] <= churn["bound_mib"]),
     }
@@ -269,17 +287,21 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     REPORTS.mkdir(exist_ok=True)
     out = REPORTS / "bench_cache.json"
-    report: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     parts = args.parts.split(",")
-    if "stack" in parts:
-        progress(f"bench-cache: the stack on {args.fast_model.name} (make up FAST=1)")
-        report["stack"] = stack_part(args.fast_model, args.first_steps, args.repeats)
-    if "agent" in parts:
-        progress(f"bench-cache: an agent run of {args.steps} steps on {args.model.name}, with and without reuse")
-        report["agent"] = agent_part(args.model, args.first_steps, args.steps)
-    if "churn" in parts:
-        progress(f"bench-cache: {args.states} distinct states from 5 tenants on {args.fast_model.name}")
-        report["churn"] = churn_part(args.fast_model, args.states, 5)
+    # A run of some parts keeps the others' last figures (they are the same run's only when all run).
+    report: dict[str, Any] = json.loads(out.read_text()) if out.exists() and len(parts) < 3 else {}
+    report.pop("checks", None)
+    runs = {"stack": (f"the stack on {args.fast_model.name} (make up FAST=1)",
+                      lambda: stack_part(args.fast_model, args.first_steps, args.repeats)),
+            "agent": (f"an agent run of {args.steps} steps on {args.model.name}, with and without reuse",
+                      lambda: agent_part(args.model, args.first_steps, args.steps)),
+            "churn": (f"{args.states} distinct states from 5 tenants on {args.fast_model.name}",
+                      lambda: churn_part(args.fast_model, args.states, 5))}
+    for name, (what, run) in runs.items():
+        if name in parts:
+            progress(f"bench-cache: {what}")
+            report[name] = run()
+            out.write_text(json.dumps(report, indent=2) + "\n")  # a later part's failure keeps this one's figures
     if all(part in report for part in ("stack", "agent", "churn")):
         report["checks"] = checks(report)
         plot(report, REPORTS / "bench_cache.png")

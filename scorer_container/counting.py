@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from scorer_container.errors import ContextOverflow
 from scorer_container.llama import LlamaModel
-from scorer_container.prefix_tree import common_prefix, context_capacity
+from scorer_container.prefix_tree import context_capacity
 from scorer_container.prompts import PromptFormat
+from scorer_container.state_cache import common_prefix
 
 if TYPE_CHECKING:
     from scorer_container.probes import Listing, Probe
@@ -36,12 +37,14 @@ class Cost:
     longest_prompt: int  # the longest single probe prompt: it must fit the context
     probes: int
     complete: bool = True  # False: counting stopped once past the limit (a lower bound, already over it)
-    cached: int = 0  # the state's tokens restored from the state cache: held in cells, not evaluated
+    cached: int = 0  # the state's tokens restored from the state cache, in every tree that reads the state
+    restored_cells: int = 0  # the saved state's whole length: a restore holds it before cutting it
 
     @property
     def cells(self) -> int:
-        """Tokens the request's trees hold in the context: evaluated or restored."""
-        return self.tokens + self.cached
+        """Tokens the request's trees hold in the context at most: evaluated, restored, and the
+        rest of a saved state while it is cut to the shared part."""
+        return self.tokens + self.cached + max(0, self.restored_cells - self.cached)
 
     def units(self, row_cost: float) -> float:
         """The work in tokens' worth: a logits row costs `row_cost` tokens (see budget.py)."""
@@ -97,6 +100,7 @@ class Tally:
     capacity: int
     frame: int
     cached: int = 0  # of the state's tokens, those restored in each tree that reads the state
+    restored_cells: int = 0  # the saved state's whole length (Cost.restored_cells)
     tokens: int = 0
     rows: int = 0
     longest: int = 0
@@ -130,7 +134,7 @@ class Tally:
         trees = 2 if self.grouped else 1  # a final round reads the state again
         cached = min(self.cached, self.state_tokens) * trees
         tokens = self.tokens + (self.state_tokens if self.grouped else 0) - cached
-        return Cost(tokens, self.rows, self.longest, self.probes, complete, cached)
+        return Cost(tokens, self.rows, self.longest, self.probes, complete, cached, self.restored_cells)
 
 
 def over_budget(cost: Cost, row_cost: float, max_units: float, seconds_per_unit: float) -> str:

@@ -26,12 +26,12 @@ from scorer_container.deadline import Deadline
 from scorer_container.decision_settings import READOUTS, DecisionSettings, Defaults
 from scorer_container.llama import LlamaModel, ModelShare
 from scorer_container.planning import Asked, Plan, Planner
-from scorer_container.prefix_tree import Branch, Read, Sketch, Stem, common_prefix, evaluate
+from scorer_container.prefix_tree import Branch, Read, Sketch, Stem, evaluate
 from scorer_container.priors import PriorCache
 from scorer_container.probes import LETTERS, Listing, Probe, probe_for
 from scorer_container.prompts import ANSWER_CUE, CONTENT_FREE_STATE, PromptFormat
 from scorer_container.schema import DecisionRequest
-from scorer_container.state_cache import StateCache
+from scorer_container.state_cache import StateCache, common_prefix
 from systemone.limits import STATE_FEATURE_DIMS
 
 Scores = dict[Probe, np.ndarray]
@@ -139,7 +139,9 @@ class DecisionEngine:
                  framing: str = "plain", share: ModelShare | None = None) -> tuple[list[np.ndarray], int]:
         """Raw scores over each probe's listed options with `state_text` as the state, in one
         prefix tree, and the tokens decoded (the evals score probes through this)."""
-        scores, _, (evaluated, _) = self._tree(state_text, probes, deadline, framing, share=share)
+        # The stem decoded in pieces of its own, as a decision's is: the evals score what is served.
+        stem = Stem(self.planner.stem_tokens(state_text, framing))
+        scores, _, (evaluated, _) = self._tree(state_text, probes, deadline, framing, share=share, stem=stem)
         return scores, evaluated
 
     @property
@@ -293,7 +295,8 @@ class _Stems:
         if reuse is None or self.states is None:
             return Stem(self.plan.stem)
         hit = reuse.hit
-        return Stem(self.plan.stem, hit.saved.data if hit else None, hit.matched if hit else 0, self._keep)
+        return Stem(self.plan.stem, hit.saved.data if hit else None, hit.matched if hit else 0, self._keep,
+                    self.states.tenant_bytes)
 
     def again(self) -> Stem | None:
         if self.kept is None:
@@ -303,7 +306,7 @@ class _Stems:
 
     def _keep(self, tokens: tuple[int, ...], data: bytes) -> None:
         self.kept = tokens, data
-        self.states.put(self.plan.reuse.key, tokens, data)
+        self.states.put(self.plan.reuse.key, tokens, data, self.plan.reuse.since)
 
 
 def _declared_prior(asked: Asked, priors: Scores) -> np.ndarray | None:

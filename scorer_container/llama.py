@@ -254,9 +254,12 @@ class LlamaModel:
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
 
-    def save_sequence(self, seq_id: int) -> bytes:
-        """The cells of sequence `seq_id` as llama.cpp saves them (scorer_container.state_cache)."""
+    def save_sequence(self, seq_id: int, max_bytes: int | None = None) -> bytes | None:
+        """The cells of sequence `seq_id` as llama.cpp saves them (scorer_container.state_cache);
+        None, without copying anything, when they take more than `max_bytes`."""
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
+        if max_bytes is not None and size > max_bytes:
+            return None
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq_id)
         if written != size:
@@ -271,8 +274,11 @@ class LlamaModel:
         if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), seq_id) != len(data):
             llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
             raise EngineFailure("llama.cpp could not restore a saved sequence")
-        if keep is not None:
-            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, keep, -1)
+        # A memory that cannot drop a sequence's tail (recurrent models) would keep stale cells:
+        # refused, never answered from.
+        if keep is not None and not llama_cpp.llama_memory_seq_rm(self._memory, seq_id, keep, -1):
+            llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            raise EngineFailure("llama.cpp could not cut a restored sequence to its shared part")
 
     # -- sampling (chat) ----------------------------------------------------------------
 

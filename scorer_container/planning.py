@@ -62,6 +62,7 @@ class Reuse:
 
     key: CacheKey
     hit: Hit | None
+    since: int  # the cache's forgets when it was looked up (StateCache.mark): a later forget refuses the save
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,10 @@ class Planner:
         head, frame = counter.frame(settings.framing)
         state_tokens = head + counter(framed_state(state.text, settings.framing).rstrip())  # 413 past the context
         stem, reuse = self._stem(shared, settings, state, head)
+        hit = reuse.hit if reuse is not None else None
+        # A restore places the whole saved state before cutting it to the shared part: its cells count.
         tally = Tally(state_tokens, head + counter(CONTENT_FREE_STATE), counter.capacity, frame,
-                      cached=reuse.hit.matched if reuse is not None and reuse.hit is not None else 0)
+                      cached=hit.matched if hit else 0, restored_cells=len(hit.saved.tokens) if hit else 0)
         asked: list[Asked] = []
         for question, own in self._questions(shared, settings):
             listings = []
@@ -192,10 +195,14 @@ class Planner:
         every budget candidate)."""
         place = (settings.framing, settings.quarantine)
         if place not in shared.stems:
-            text = self.prompts.stem(state.text, settings.framing)
-            tokens = tuple(self.llama.tokenize(text, add_bos=self.llama.adds_bos and not self.prompts.starts_with_bos(text)))
+            tokens = self.stem_tokens(state.text, settings.framing)
             shared.stems[place] = tokens, self._reuse(shared, settings.framing, tokens, head)
         return shared.stems[place]
+
+    def stem_tokens(self, state_text: str, framing: str) -> tuple[int, ...]:
+        """The stem (prefix_tree.Stem) of every prompt about `state_text` (as the model reads it), in tokens."""
+        text = self.prompts.stem(state_text, framing)
+        return tuple(self.llama.tokenize(text, add_bos=self.llama.adds_bos and not self.prompts.starts_with_bos(text)))
 
     def _reuse(self, shared: _Request, framing: str, stem: tuple[int, ...], head: int) -> Reuse | None:
         """The tenant's saved cells of the stem, or None where nothing is read or kept: no tenant or
@@ -210,7 +217,8 @@ class Planner:
             return None
         if len(stem) < least:
             return None
-        return Reuse(key, self.states.longest(key, stem, least))
+        since = self.states.mark()
+        return Reuse(key, self.states.longest(key, stem, least), since)
 
     def _shown(self, shared: _Request, settings: DecisionSettings) -> untrusted.Shown:
         key = (settings.framing, settings.quarantine)  # the same for every budget candidate

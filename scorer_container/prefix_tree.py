@@ -21,6 +21,7 @@ tests/integration/test_engine.py holds both.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scorer_container.deadline import Deadline, never
-from scorer_container.errors import ContextOverflow, EngineFailure
+from scorer_container.errors import ContextOverflow, EngineFailure, Overloaded
 from scorer_container.llama import Batch, LlamaModel, ModelShare, WholeModel
+from scorer_container.state_cache import common_prefix
 
+log = logging.getLogger("scorer")
 # llama.cpp sizes its output buffer by the most logits rows one decode asked for; with a
 # 256k vocabulary each row is 1 MiB, so rows per decode are capped to keep memory flat.
 MAX_LOGITS_ROWS_PER_DECODE = 32
@@ -118,6 +121,7 @@ class Stem:
     saved: bytes | None = None
     matched: int = 0
     keep: Callable[[tuple[int, ...], bytes], None] | None = None
+    keep_limit: int | None = None  # cells larger than this are not saved (they could never be kept)
 
 
 @dataclass
@@ -298,8 +302,10 @@ def _decode_stem(llama: LlamaModel, share: ModelShare, root: _Node, stem: Stem, 
                  deadline: Deadline, step_tokens: int) -> int:
     """Decode the root with its stem first: restored from the saved cells as far as they match
     (a turn: a few milliseconds), the rest of the stem decoded, its cells kept, then the rest of
-    the root. How many tokens were restored; none when llama.cpp has no room for them (the
-    stem is then decoded like any other, which the plan's cells always allow)."""
+    the root; how many tokens were restored. A restore llama.cpp finds no room for (it places
+    the saved cells in one run of free cells, then cuts them to the shared part) is 503: the
+    request was admitted for the work left after it, and decoding the state instead could take
+    twice that; on a retry the context is less crowded."""
     boundary = common_prefix(stem.tokens, root.tokens)
     matched = min(stem.matched, boundary) if stem.saved is not None else 0
     if matched:
@@ -307,16 +313,27 @@ def _decode_stem(llama: LlamaModel, share: ModelShare, root: _Node, stem: Stem, 
             with share.step():
                 llama.restore_sequence(stem.saved, root.seq_id, keep=matched)
         except EngineFailure:
-            matched = 0
+            raise Overloaded("the model's memory is too crowded to restore this state now; retry later", 1) from None
     if matched < boundary:
         _decode_node(llama, share, root, results, deadline, step_tokens, first=matched, last=boundary)
         if stem.keep is not None:
-            with share.step():
-                saved = llama.save_sequence(root.seq_id)
-            stem.keep(tuple(root.tokens[:boundary]), saved)
+            _keep(llama, share, root, stem, boundary)
     if boundary < len(root.tokens):
         _decode_node(llama, share, root, results, deadline, step_tokens, first=boundary)
     return matched
+
+
+def _keep(llama: LlamaModel, share: ModelShare, root: _Node, stem: Stem, boundary: int) -> None:
+    """Save the stem's cells for the next request (a turn: milliseconds); a failure to save costs
+    the next request its head start, never this one its answer."""
+    try:
+        with share.step():
+            saved = llama.save_sequence(root.seq_id, stem.keep_limit)
+    except EngineFailure:
+        log.warning("a state's cells could not be saved for reuse", exc_info=True)
+        return
+    if saved is not None:
+        stem.keep(tuple(root.tokens[:boundary]), saved)
 
 
 def _batched_leaves(llama: LlamaModel, share: ModelShare, node: _Node, ready: list[_Node], free_seqs: deque[int],
@@ -433,11 +450,3 @@ def log_probs(logits: np.ndarray, candidates: tuple[int, ...]) -> np.ndarray:
     peak = row.max()
     log_norm = peak + np.log(np.exp(row - peak).sum())
     return row[list(candidates)] - log_norm
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

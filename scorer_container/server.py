@@ -125,6 +125,8 @@ async def _ping(request: Request) -> Response:
     service = _service(request)
     loaded = service.loaded
     if service.status == "ready" and loaded is not None:
+        if loaded.engine.states is not None:  # SageMaker asks every few seconds: an idle instance forgets too
+            loaded.engine.states.sweep()
         return JSONResponse({"status": "ready", "model": loaded.model_name, **loaded.budget.figures()})
     return JSONResponse({"status": service.status, "reason": service.reason}, status_code=503)
 

@@ -67,7 +67,7 @@ class ScorerService:
             llama = LlamaModel(path, self.settings.llama)
             prompts = PromptFormat.for_model(llama)
             name = self.settings.alias or manifest.name
-            states = self.state_cache()
+            states = self.state_cache(path.stat().st_size)
             engine = DecisionEngine.for_manifest(
                 llama, prompts, manifest, model_name=name,
                 # The manifest's readout and fitted temperatures unless the deployment sets them.
@@ -90,11 +90,13 @@ class ScorerService:
             self.status, self.reason = "failed", "the model could not be loaded (see the container log)"
             log.exception("model load failed")
 
-    def state_cache(self) -> StateCache | None:
+    def state_cache(self, model_bytes: int) -> StateCache | None:
         """The states kept between requests (state_cache.py), sized once the model is loaded: the
-        deployment's SCORER_STATE_CACHE_MB, else a part of the memory left (None: off)."""
+        deployment's SCORER_STATE_CACHE_MB, else a part of the memory left (None: off). The model
+        file counts whole beside what the process holds: mapped pages count once they are read."""
         s = self.settings
-        size = s.state_cache_mb * MIB if s.state_cache_mb is not None else state_cache_bytes(memory_limit(), rss())
+        used = rss() + model_bytes
+        size = s.state_cache_mb * MIB if s.state_cache_mb is not None else state_cache_bytes(memory_limit(), used)
         if size <= 0:
             return None
         return StateCache(size, tenant_share=s.state_cache_share, ttl_s=s.state_cache_ttl_s)

@@ -16,8 +16,11 @@ Bounded, per tenant, forgettable:
 - at most `max_bytes` in all, each tenant at most `tenant_share` of it: a tenant's stream
   of distinct states evicts its own least recently used entries, never another tenant's,
   until the whole is full, and then the largest holder's go first;
-- an entry unused for `ttl_s` is gone; nothing is ever written to disk;
-- `forget` drops what a tenant kept of a state (a request with `x_cache: false`).
+- an entry unused for `ttl_s` is gone (`sweep`, on every use and every health check); nothing
+  is ever written to disk;
+- `forget` drops what a tenant kept of a state (a request with `x_cache: false`), and a save
+  planned before it (`mark`) is refused after it, so a request that was running then cannot
+  put the state back.
 
 Entries are keyed by the tokens themselves, never by a hash of the raw state: the state's
 text depends on the request's options (the quarantine's framing), and only the evaluated
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SUPERSEDED = 16  # tokens at a saved state's end (a quarter of it at most) a longer one may differ in and still replace it
+MAX_FORGETS = 4096  # tenants whose last forget is remembered; a save planned before an older one is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,11 @@ class StateCache:
         self._held: dict[str, int] = {}
         self.evictions = 0
         self.hits = self.misses = 0
+        # Forgets, numbered: the last of each recent tenant, and below `_forgot_floor` those no
+        # longer remembered (a save marked before the floor is refused, whoever it is for).
+        self._forgets = 0
+        self._forgot: OrderedDict[str, int] = OrderedDict()
+        self._forgot_floor = 0
 
     @property
     def held_bytes(self) -> int:
@@ -97,7 +106,7 @@ class StateCache:
             for (entry_key, _raw), (saved, _) in entries.items():
                 if entry_key != key:
                     continue
-                matched = _common_prefix(saved.tokens, wanted)
+                matched = common_prefix(saved.tokens, wanted)
                 if matched >= min_tokens and (best is None or matched > best.matched):
                     best = Hit(saved, matched)
             self.hits, self.misses = self.hits + (best is not None), self.misses + (best is None)
@@ -108,9 +117,15 @@ class StateCache:
             self._tidy(key.tenant)
         return best
 
-    def put(self, key: CacheKey, tokens: Sequence[int], data: bytes) -> bool:
+    def mark(self) -> int:
+        """Where the forgets stand now: a save planned now passes this to `put`."""
+        with self._lock:
+            return self._forgets
+
+    def put(self, key: CacheKey, tokens: Sequence[int], data: bytes, since: int | None = None) -> bool:
         """Keep `data` (a saved sequence holding `tokens`); False when it can never fit the
-        tenant's share. A saved state the new one holds all of, but for its last `SUPERSEDED`
+        tenant's share, or when the tenant forgot a state after `since` (`mark`, taken when the
+        save was planned). A saved state the new one holds all of, but for its last `SUPERSEDED`
         tokens at most, is replaced: an agent's transcript one step longer serves every request
         the shorter one served (the few tokens at the old state's end, which the tokenizer may
         have merged with what followed it, are decoded again), and a tenant keeps one entry for
@@ -119,11 +134,13 @@ class StateCache:
         if saved.size > self.tenant_bytes:
             return False
         with self._lock:
+            if since is not None and (since < self._forgot_floor or self._forgot.get(key.tenant, 0) > since):
+                return False
             entries = self._live(key.tenant)
             for entry_key, raw in list(entries):
                 held = entries[(entry_key, raw)][0]
                 slack = min(SUPERSEDED, len(held.tokens) // 4)
-                if entry_key == key and _common_prefix(held.tokens, saved.tokens) >= len(held.tokens) - slack:
+                if entry_key == key and common_prefix(held.tokens, saved.tokens) >= len(held.tokens) - slack:
                     self._remove(key.tenant, (entry_key, raw))
             entries[(key, saved.tokens.tobytes())] = (saved, self.clock())
             self._held[key.tenant] = self._held.get(key.tenant, 0) + saved.size
@@ -139,9 +156,14 @@ class StateCache:
         `min_tokens` reaches into the state); how many were dropped."""
         wanted = np.asarray(tokens, dtype=np.int32)
         with self._lock:
+            self._forgets += 1
+            self._forgot[key.tenant] = self._forgets
+            self._forgot.move_to_end(key.tenant)
+            while len(self._forgot) > MAX_FORGETS:
+                self._forgot_floor = self._forgot.popitem(last=False)[1]
             entries = self._live(key.tenant)
             gone = [found for found in entries
-                    if found[0] == key and _common_prefix(entries[found][0].tokens, wanted) >= max(1, min_tokens)]
+                    if found[0] == key and common_prefix(entries[found][0].tokens, wanted) >= max(1, min_tokens)]
             for found in gone:
                 self._remove(key.tenant, found)
             self._tidy(key.tenant)
@@ -154,17 +176,25 @@ class StateCache:
                     "entries": sum(len(e) for e in self._entries.values()), "hits": self.hits, "misses": self.misses,
                     "evictions": self.evictions}
 
+    def sweep(self) -> None:
+        """Drop every tenant's entries unused for the TTL (the server calls it on each health
+        check, so an idle instance forgets too)."""
+        with self._lock:
+            self._expire()
+
     def _live(self, tenant: str) -> OrderedDict[tuple[CacheKey, bytes], tuple[Saved, float]]:
-        """The tenant's entries; every tenant's expired ones dropped first, so that a state unused
-        for the TTL is gone whether its tenant comes back or not (the caller holds the lock)."""
-        oldest = self.clock() - self.ttl_s
-        for other in list(self._entries):
-            held = self._entries[other]
-            while held and next(iter(held.values()))[1] < oldest:  # least recently used first
-                self._remove(other, next(iter(held)))
-            self._tidy(other)
+        """The tenant's entries, every tenant's expired ones dropped first (the caller holds the lock)."""
+        self._expire()
         self._held.setdefault(tenant, 0)
         return self._entries.setdefault(tenant, OrderedDict())
+
+    def _expire(self) -> None:
+        oldest = self.clock() - self.ttl_s
+        for tenant in list(self._entries):
+            held = self._entries[tenant]
+            while held and next(iter(held.values()))[1] < oldest:  # least recently used first
+                self._remove(tenant, next(iter(held)))
+            self._tidy(tenant)
 
     def _tidy(self, tenant: str) -> None:
         """A tenant with nothing kept is forgotten: tags are anyone's to choose."""
@@ -182,7 +212,9 @@ class StateCache:
         self._held[tenant] -= saved.size
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+def common_prefix(a: Sequence[int] | np.ndarray, b: Sequence[int] | np.ndarray) -> int:
+    """How many leading tokens `a` and `b` share."""
+    a, b = np.asarray(a), np.asarray(b)
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if len(differ) else n

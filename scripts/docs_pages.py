@@ -420,24 +420,26 @@ def render_bench_cache(report: dict) -> list[str]:
     stack, agent, churn = report["stack"], report["agent"], report["churn"]
     cached = stack["cached_tokens"]
     lines = [f"Through `make up FAST=1`'s stack (`{stack['model']}`), a {stack['state_tokens']}-token transcript and"
-             f" three questions, medians of {stack['repeats']}:", ""]
+             f" three questions ({stack['input_tokens']} tokens read in all), medians of {stack['repeats']}:", ""]
     lines += table(["request", "seconds", "against fresh", "cached tokens"], [
         ["fresh (`x_cache: false`)", num(stack["fresh_s"]), "1.00x", str(max(cached["fresh"]))],
         ["the same again", num(stack["repeat_s"]), f"{stack['repeat_vs_fresh']:.2f}x", str(min(cached["repeat"]))],
         ["one tool call longer", num(stack["extended_s"]), f"{stack['extended_vs_fresh']:.2f}x"
          f" (of {num(stack['extended_fresh_s'])} s fresh)", str(min(cached["extended"]))],
         ["another tenant, the same state", num(stack["other_tenant_s"]), f"{stack['other_vs_fresh']:.2f}x",
-         str(cached["other_tenant"])]])
+         str(max(cached["other_tenant"]))]])
     agent_usage, fresh_usage = stack["usage"]["agent"], stack["usage"]["fresh"]
     lines += [f"`GET /v1/usage`: the reusing tenant read {agent_usage['input_tokens']} tokens,"
               f" {agent_usage['cached_tokens']} of them restored; the fresh tenant {fresh_usage['input_tokens']},"
               f" {fresh_usage['cached_tokens']} restored.", ""]
     lines += [f"An agent run on `{agent['model']}`: {agent['steps']} steps, one tool call more each (the first"
               f" {agent['first_state_tokens']} tokens), three questions a step:", ""]
-    lines += table(["", "scorer seconds in all", "first step (s)", "20th step (s)", "tokens evaluated"], [
+    lines += table(["", "scorer seconds in all", "first step (s)", "last step (s)", "tokens evaluated"], [
         [name, num(agent["total_s"][name], 1), num(agent["first_step_s"][name]), num(agent["last_step_s"][name]),
          str(agent["evaluated_tokens"][name])] for name in ("fresh", "reuse")])
     lines += [f"Reuse takes {agent['reuse_vs_fresh']:.2f}x the scorer's time (and so the endpoint time billed);"
+              f" every step's answers within {agent['largest_difference']:.4f} of the fresh ones"
+              f" ({'the same' if agent['same_top_answers'] else '**not always the same**'} top answers);"
               f" RSS at the end {agent['rss_mb']:.0f} MB.", ""]
     lines += [f"{churn['states']} distinct states from {churn['tenants']} tenants on `{churn['model']}`, the cache"
               f" bounded at {churn['bound_mib']} MiB: {churn['evictions']} evictions, at most {churn['held_max_mib']:.1f} MiB"

@@ -160,12 +160,8 @@ class Spending:
             weights[MORE_ENTRIES] = len(names) - len(kept)
         for position, (entry, weight) in enumerate(weights.items()):
             first = position == 0  # what an even split leaves over goes to the first entry
-
-            def part(total: int) -> int:
-                return total * weight // len(names) + (total % len(names) if first else 0)  # noqa: B023 (used at once)
-
-            share = UsageRow(day, entry, 1, part(whole.cost_nano_usd), part(whole.endpoint_ms),
-                             input_tokens=part(whole.input_tokens), cached_tokens=part(whole.cached_tokens))
+            share = UsageRow(day, entry, 1, **{figure: _part(getattr(whole, figure), weight, len(names), first)
+                                               for figure in SHARED_FIGURES})
             self.counters.add_usage(tenant_id, share, kept_until)
 
     def count_stored(self, tenant_id: str, size: int, entry: str) -> None:
@@ -197,6 +193,15 @@ class Spending:
                 "budget": {"monthly_usd": limits.monthly_budget_usd, "month": _month(self.clock()),
                            "month_spent_usd": round(self.month_spent_usd(tenant_id), 9),
                            "endpoint_seconds_per_minute": limits.endpoint_seconds_per_minute}}
+
+
+# The figures a request's entries share evenly (its stored bytes are its record's: the whole's only).
+SHARED_FIGURES = ("cost_nano_usd", "endpoint_ms", "input_tokens", "cached_tokens")
+
+
+def _part(total: int, weight: int, among: int, first: bool) -> int:
+    """`weight` of `among` even shares of a whole figure; what the split leaves over goes to the first."""
+    return total * weight // among + (total % among if first else 0)
 
 
 def _figures(rows: Sequence[UsageRow]) -> dict[str, Any]:

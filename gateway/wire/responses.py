@@ -71,6 +71,8 @@ class Usage(CostFields):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     input_tokens: int
     output_tokens: int
+    x_cached_tokens: int = Field(default=0, description="Of the input tokens, those the scorer restored from the state"
+                                                        " it kept for this tenant instead of reading them again.")
 
 
 class InjectionSignal(contract.InjectionSignal):

@@ -110,6 +110,14 @@ def test_every_role_is_least_privilege(template):
                         or leading == ["USAGE#*"]), (role, statement)
     assert not any("by_tenant" in json.dumps(s["Resource"]) and "KeysTable" in json.dumps(s["Resource"])
                    for r in ("GatewayFunction", "AuthorizerFunction") for s in roles[r])
+    # Whoever writes a tenant's usage may write every figure the code adds up (one list: a figure
+    # the IAM list lacked would be denied at run time, and settling never fails a request).
+    from gateway.auth.store import USAGE_FIGURES
+
+    usage = [s for r in roles for s in roles[r] if s.get("Condition", {}).get("ForAllValues:StringLike", {})
+             .get("dynamodb:LeadingKeys") == ["USAGE#*"]]
+    assert usage and all(set(USAGE_FIGURES) | {"pk", "sk", "ttl"} == set(
+        s["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]) for s in usage)
     # ECR pull rights name the scorer's repositories, never repository/*.
     pull = [s for s in roles["ScorerExecutionRole"] if "ecr:BatchGetImage" in as_list(s["Action"])]
     assert len(pull) == 1 and "repository/*" not in json.dumps(pull[0]["Resource"])
@@ -500,7 +508,7 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
         (variant,) = template["Resources"][f"{flavor}EndpointConfig"]["Properties"]["ProductionVariants"]
         # by the state's first bytes, to the instance that keeps it, until it runs all it can at once
         assert variant["RoutingConfig"] == {"RoutingStrategy": "PREFIX_AWARE", "PrefixAwareRoutingConfig": {
-            "PrefixLength": 4096, "ConcurrencyThreshold": 4}}
+            "PrefixLength": 4096, "ConcurrencyThreshold": {"Ref": "RoutingConcurrencyThreshold"}}}
         image = template["Parameters"][f"{flavor}ImageUri"]["AllowedPattern"]
         assert "@sha256:[0-9a-f]{64}" in image  # images are pinned by digest
     gpu = template["Resources"]["GpuEndpointConfig"]["Properties"]["ProductionVariants"][0]
@@ -513,6 +521,9 @@ def test_both_endpoints_and_their_autoscaling_exist_behind_their_parameters(temp
     # new instance loads; the Serverless variant has neither a routing nor a scaling policy
     target = template["Parameters"]["TargetConcurrentRequestsPerInstance"]
     assert 1 <= target["MinValue"] <= target["Default"] < 8
+    # prefix routing keeps its affinity at the target, and spills before the line is full
+    threshold = template["Parameters"]["RoutingConcurrencyThreshold"]
+    assert target["Default"] < threshold["Default"] < 8
     (quiet,) = template["Resources"]["ServerlessEndpointConfig"]["Properties"]["ProductionVariants"]
     assert "RoutingConfig" not in quiet and "ServerlessConfig" in quiet
     serverless = template["Resources"]["ServerlessModel"]["Properties"]["PrimaryContainer"]["Environment"]

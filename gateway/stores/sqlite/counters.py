@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS places (
 """
 
 
-ADDED_FIGURES = ("stored_bytes", "input_tokens", "cached_tokens")  # columns since the first schema: an older file gets them
+# The figures added since the first schema (every one from stored_bytes on): an older file gets their columns.
+ADDED_FIGURES = USAGE_FIGURES[USAGE_FIGURES.index("stored_bytes"):]
 # Built once from the figures' names (constants of the code, never input), so a figure added to
 # UsageRow is written and read without another copy of the list here.
 _ADD_USAGE = (f"INSERT INTO usage (tenant_id, day, entry, {', '.join(USAGE_FIGURES)}, expires_at)"  # noqa: S608

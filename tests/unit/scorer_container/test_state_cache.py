@@ -138,3 +138,35 @@ def test_when_the_whole_is_full_a_tie_evicts_the_tenant_that_is_adding():
     assert cache.longest(GLOBEX, state(10)) is not None and cache.longest(ACME, state(10, start=100)) is None
     figures = cache.figures()
     assert figures["evictions"] == 1 and figures["held_bytes"] <= 10_000 and figures["hits"] == 1
+
+
+def test_a_save_planned_before_a_forget_is_refused_after_it():
+    # A request running when its tenant said x_cache: false must not put the state back.
+    cache = StateCache(10_000_000)
+    planned = cache.mark()
+    cache.forget(ACME, state(100))
+    assert cache.put(ACME, state(100), b"x", since=planned) is False and cache.held_bytes == 0
+    assert cache.put(GLOBEX, state(100), b"g", since=planned) is True  # another tenant's forget is not its
+    assert cache.put(ACME, state(100), b"x", since=cache.mark()) is True  # planned after it
+
+
+def test_forgets_too_old_to_be_remembered_refuse_every_save_planned_before_them(monkeypatch):
+    monkeypatch.setattr("scorer_container.state_cache.MAX_FORGETS", 2)
+    cache = StateCache(10_000_000)
+    planned = cache.mark()
+    for tenant in ("a", "b", "c"):  # "a"'s forget is no longer remembered by name
+        cache.forget(CacheKey(tenant, "ab" * 32, "p1"), state(10))
+    assert cache.put(CacheKey("a", "ab" * 32, "p1"), state(10), b"x", since=planned) is False
+    assert cache.put(GLOBEX, state(10), b"g", since=planned) is False  # conservative: anyone's, before the floor
+
+
+def test_an_idle_cache_forgets_at_its_ttl_when_swept():
+    clock = Clock()
+    cache = StateCache(10_000_000, ttl_s=60, clock=clock)
+    cache.put(ACME, state(100), b"x")
+    clock.now = 59
+    cache.sweep()
+    assert cache.held_bytes > 0
+    clock.now = 61
+    cache.sweep()
+    assert cache.held_bytes == 0 and cache.figures()["entries"] == 0
