@@ -4,7 +4,8 @@ Exact up to the few tokens a tokenizer merges across the seams between state, bl
 option text; the final round of a grouped question is estimated from its groups' mean
 option cost. No text longer than the context could hold is ever tokenized, so refusing
 a huge request is cheap, and a probe that cannot fit the context is refused (413) as
-soon as it is counted.
+soon as it is counted. The state's tokens a tenant's saved cells hold are restored, not
+evaluated (`Cost.cached`): they take cells but are no work.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
 """The decision engine: a probability for every declared option, read from logits.
 
 A request is planned once (`planning.Planner.fit`: settings, the state as the model
-reads it, probes, cost) and the engine runs that plan (`decide`). Every probe of a
-request shares the state's tokens: they are evaluated once, in a prefix tree
-(`prefix_tree.py`); a probe's content-free prior is evaluated alone, in a tree of its
-own, and cached (`priors.py`). A question with more options than one probe lists is
-answered in two rounds: its groups, then a final round of the group winners.
+reads it, probes, cost, the state's saved cells its tenant has) and the engine runs that
+plan (`decide`). Every probe of a request shares the state's tokens: they are evaluated
+once, in a prefix tree (`prefix_tree.py`), or restored from the cells an earlier request
+of the tenant saved, and saved for the next (`state_cache.py`); a probe's content-free
+prior is evaluated alone, in a tree of its own, and cached (`priors.py`). A question with
+more options than one probe lists is answered in two rounds: its groups, then a final
+round of the group winners, which starts from the state's cells the first round saved.
 
 The `Deadline` is checked between decodes, so a job nobody waits for stops.
 
-    server -> engine -> planning (questions, decision_settings, counting, priors)
+    server -> engine -> planning (questions, decision_settings, counting, priors, state_cache)
                      -> prefix_tree -> llama
                      -> answers
 """
@@ -17,6 +19,7 @@ The `Deadline` is checked between decodes, so a job nobody waits for stops.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,17 @@ from scorer_container.state_cache import StateCache, common_prefix
 from systemone.limits import STATE_FEATURE_DIMS
 
 Scores = dict[Probe, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TokensRead:
+    """What the model read for a request: tokens decoded, and the state's tokens restored instead."""
+
+    decoded: int
+    restored: int = 0
+
+    def __add__(self, other: TokensRead) -> TokensRead:
+        return TokensRead(self.decoded + other.decoded, self.restored + other.restored)
 
 
 class DecisionEngine:
@@ -127,8 +141,8 @@ class DecisionEngine:
         no lock). Raises DeadlineExceeded (its sequences freed) when `deadline` passes."""
         if not plan.cost.complete:
             raise ValueError("a plan counted only up to its limit is over it: it is refused, never run")
-        distributions, (evaluated, cached), features = self._distributions(plan, deadline, share)
-        return answers.response(plan, distributions, evaluated, self.model_name, features, cached)
+        distributions, read, features = self._distributions(plan, deadline, share)
+        return answers.response(plan, distributions, read.decoded, self.model_name, features, read.restored)
 
     def answer(self, request: DecisionRequest, settings: DecisionSettings | None = None,
                deadline: Deadline | None = None) -> dict[str, Any]:
@@ -141,8 +155,8 @@ class DecisionEngine:
         prefix tree, and the tokens decoded (the evals score probes through this)."""
         # The stem decoded in pieces of its own, as a decision's is: the evals score what is served.
         stem = Stem(self.planner.stem_tokens(state_text, framing))
-        scores, _, (evaluated, _) = self._tree(state_text, probes, deadline, framing, share=share, stem=stem)
-        return scores, evaluated
+        scores, _, read = self._tree(state_text, probes, deadline, framing, share=share, stem=stem)
+        return scores, read.decoded
 
     @property
     def sketch(self) -> Sketch:
@@ -153,9 +167,9 @@ class DecisionEngine:
 
     def _tree(self, state_text: str, probes: Sequence[Probe], deadline: Deadline | None, framing: str,
               sketched: frozenset[Probe] = frozenset(), share: ModelShare | None = None, stem: Stem | None = None
-              ) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], tuple[int, int]]:
+              ) -> tuple[list[np.ndarray], dict[Probe, np.ndarray], TokensRead]:
         """(raw scores of each probe, the sketch of the answer position of those in `sketched`,
-        (tokens decoded, tokens restored)): one prefix tree. A sketch is read from the row the
+        the tokens it read): one prefix tree. A sketch is read from the row the
         probe's first read uses (a branch ending there joins the tree on the same tokens: no token
         is decoded twice)."""
         branches: list[Branch] = []
@@ -181,15 +195,15 @@ class DecisionEngine:
                 # Per-token mean log-probability of each option's text: length-aware, so
                 # a long option is not punished for having more tokens to predict.
                 scores.append(np.array([np.concatenate(r).mean() for r in reads]))
-        return scores, sketches, (result.evaluated_tokens, result.cached_tokens)
+        return scores, sketches, TokensRead(result.evaluated_tokens, result.cached_tokens)
 
     # -- rounds ------------------------------------------------------------------------
 
     def _distributions(self, plan: Plan, deadline: Deadline | None, share: ModelShare | None = None
-                       ) -> tuple[list[np.ndarray], tuple[int, int], list[answers.Features] | None]:
+                       ) -> tuple[list[np.ndarray], TokensRead, list[answers.Features] | None]:
         """Each question's distribution over its declared options: the first round of every
-        listing in one tree, then the final rounds of grouped questions in another; (tokens
-        decoded, tokens restored); and, when the request asks for them (`x_features`), what each
+        listing in one tree, then the final rounds of grouped questions in another; the tokens
+        they read; and, when the request asks for them (`x_features`), what each
         question's answer was read from. Both trees start from the state's saved cells where the
         plan holds them; the first keeps its own, which the final round starts from."""
         state_text, framing = plan.state.text, plan.settings.framing
@@ -197,8 +211,8 @@ class DecisionEngine:
         with_prior = {p for a in plan.asked if a.settings.prior for listing in a.listings for p in listing.groups}
         first_round = [p for a in plan.asked for listing in a.listings for p in listing.groups]
         sketched = frozenset(a.listings[0].groups[0] for a in plan.asked) if plan.request.x_features else frozenset()
-        raw, priors, sketches, evaluated = self._score(state_text, first_round, with_prior, framing, deadline, share,
-                                                       sketched, stems.first())
+        raw, priors, sketches, read = self._score(state_text, first_round, with_prior, framing, deadline, share,
+                                                  sketched, stems.first())
         finals: dict[tuple[int, int], Probe] = {}
         for i, a in enumerate(plan.asked):
             for j, listing in enumerate(a.listings):
@@ -213,7 +227,7 @@ class DecisionEngine:
                                                            deadline, share, stem=stems.again())
             raw.update(final_raw)
             priors.update(final_priors)
-            evaluated = (evaluated[0] + more[0], evaluated[1] + more[1])
+            read += more
         per_order = [self._per_order(a, i, raw, priors, finals) for i, a in enumerate(plan.asked)]
         distributions = [scoring.with_temperature(scoring.average(orders), a.settings.temperature)
                          for a, orders in zip(plan.asked, per_order, strict=True)]
@@ -221,7 +235,7 @@ class DecisionEngine:
         if sketched:
             features = [answers.Features(orders, _declared_prior(a, priors), sketches[a.listings[0].groups[0]])
                         for a, orders in zip(plan.asked, per_order, strict=True)]
-        return distributions, evaluated, features
+        return distributions, read, features
 
     @staticmethod
     def _per_order(asked: Asked, i: int, raw: Scores, priors: Scores,
@@ -235,17 +249,17 @@ class DecisionEngine:
 
     def _score(self, state_text: str, probes: Sequence[Probe], with_prior: set[Probe], framing: str,
                deadline: Deadline | None, share: ModelShare | None, sketched: frozenset[Probe] = frozenset(),
-               stem: Stem | None = None) -> tuple[Scores, Scores, dict[Probe, np.ndarray], tuple[int, int]]:
+               stem: Stem | None = None) -> tuple[Scores, Scores, dict[Probe, np.ndarray], TokensRead]:
         """Raw scores over each probe's shown options, the priors of those in `with_prior`, the
-        sketches of those in `sketched`, (tokens decoded, tokens restored)."""
+        sketches of those in `sketched`, the tokens read."""
         unique = list(dict.fromkeys(probes))
-        raw, sketches, (evaluated, cached) = self._tree(state_text, unique, deadline, framing, sketched, share, stem)
+        raw, sketches, read = self._tree(state_text, unique, deadline, framing, sketched, share, stem)
         priors = {}
         for probe in unique:
             if probe in with_prior:
                 priors[probe], cost = self._prior(probe, deadline, framing, share)
-                evaluated += cost
-        return dict(zip(unique, raw, strict=True)), priors, sketches, (evaluated, cached)
+                read += TokensRead(cost)
+        return dict(zip(unique, raw, strict=True)), priors, sketches, read
 
     def _prior(self, probe: Probe, deadline: Deadline | None, framing: str,
                share: ModelShare | None = None) -> tuple[np.ndarray, int]:

@@ -2,7 +2,8 @@
 
 `Planner.fit` turns a validated request into a `Plan`: the settings it is answered
 with, the state as the model reads it, the request's option wordings, every question
-with its listings and their probes, and what all of that costs. The server checks the
+with its listings and their probes, the saved cells of the state its tenant has (held
+by the plan until it runs: `state_cache.py`), and what all of that costs. The server checks the
 cost against the budget before the request takes a place in line, and the engine runs
 the same plan (`DecisionEngine.decide`): nothing is rebuilt between the check that
 admits a request and the code that answers it.
@@ -40,7 +41,8 @@ from scorer_container.questions import (
 from scorer_container.schema import DecisionRequest
 from scorer_container.state_cache import CacheKey, Hit, StateCache
 
-# A state shorter than this, past the template's head, is not kept: restoring it would save
+# A stem shorter than this past the template's head (the state and the few tokens after it) is
+# not kept, and a saved state sharing fewer with a request is not used: restoring it would save
 # less time than it costs, and it would hold a place in the tenant's share.
 MIN_KEPT_TOKENS = 64
 

@@ -17,6 +17,13 @@ continuations in one batch come out bit-identical; against its prompt evaluated 
 a continuation's log-probabilities move by rounding only, because llama.cpp's CPU
 kernels round differently for different batch shapes.
 tests/integration/test_engine.py holds both.
+
+The root starts with the state (a `Stem`: every prompt of a decision starts with the template's
+head and the state). Its first tokens are decoded as pieces of their own, split where the
+state ends, whether they are decoded or, when a tenant's earlier request saved them
+(`state_cache.py`), restored from their saved cells: either way the cells hold the same
+numbers, so a request answers the same whether its state was read now or before.
+tests/integration/test_state_reuse.py holds that.
 """
 
 from __future__ import annotations

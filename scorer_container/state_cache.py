@@ -8,9 +8,9 @@ holds; the next request of the same tenant, model file and prompt that starts wi
 tokens restores the longest such prefix into its own sequence and evaluates only the rest.
 
 Why saved, and not kept in the context: the context's cells are what live jobs need, and a
-kept sequence would hold them; a saved one is bytes, bounded on their own. Measured on the
-three shipped models, 1,500 tokens on 2 cores: 8 to 28 KiB a token, a save in 9 to 28 ms
-and a restore in 2 to 5 ms, against a prefill of 3.3 s (Gemma 270M) to 21.7 s (Qwen 1.5B).
+kept sequence would hold them; a saved one is bytes, bounded on their own, and a save or a
+restore takes milliseconds against seconds of prefill (`make bench-cache` measures both on
+the shipped models).
 
 Bounded, per tenant, forgettable:
 - at most `max_bytes` in all, each tenant at most `tenant_share` of it: a tenant's stream

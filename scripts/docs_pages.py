@@ -437,13 +437,21 @@ def render_bench_cache(report: dict) -> list[str]:
     lines += table(["", "scorer seconds in all", "first step (s)", "last step (s)", "tokens evaluated"], [
         [name, num(agent["total_s"][name], 1), num(agent["first_step_s"][name]), num(agent["last_step_s"][name]),
          str(agent["evaluated_tokens"][name])] for name in ("fresh", "reuse")])
+    flips = agent["flips"]
+    changed = ("the same top answers at every step" if not flips else f"the top answer changed {len(flips)} time(s) of"
+               f" {3 * agent['steps']}, where the fresh answer's lead was "
+               + ", ".join(f"{f['fresh_margin']:.3f} ({f['question']}, step {f['step']})" for f in flips))
     lines += [f"Reuse takes {agent['reuse_vs_fresh']:.2f}x the scorer's time (and so the endpoint time billed);"
-              f" every step's answers within {agent['largest_difference']:.4f} of the fresh ones"
-              f" ({'the same' if agent['same_top_answers'] else '**not always the same**'} top answers);"
+              f" every step's probabilities within {agent['largest_difference']:.3f} of the fresh ones, {changed};"
               f" RSS at the end {agent['rss_mb']:.0f} MB.", ""]
     lines += [f"{churn['states']} distinct states from {churn['tenants']} tenants on `{churn['model']}`, the cache"
               f" bounded at {churn['bound_mib']} MiB: {churn['evictions']} evictions, at most {churn['held_max_mib']:.1f} MiB"
               f" held; RSS moved {num(churn['rss_growth_once_full_mb'], 1)} MB once the cache was full.", ""]
+    if "saving" in report:
+        lines += ["What keeping a state costs (a first step's transcript, medians of 5):", ""]
+        lines += table(["model", "tokens", "read afresh (s)", "saved (KiB a token)", "save (ms)", "restore (ms)"], [
+            [f"`{name}`", str(f["tokens"]), num(f["prefill_s"]), num(f["kib_per_token"], 1), num(f["save_ms"], 1),
+             num(f["restore_ms"], 1)] for name, f in report["saving"].items()])
     lines += [f"- {'met' if ok else '**not met**'}: {check}" for check, ok in report["checks"].items()] + [""]
     return lines + image("bench-cache.png", "the agent run's seconds per step with and without reuse; RSS and the"
                          " cache's bytes over 500 distinct states")

@@ -16,9 +16,10 @@ class CatalogQuestion(Wire):
     version: int | None = Field(default=None, ge=1, le=MAX_VERSION, description="A version; the latest when absent.")
 
 
-X_CACHE = ("false: the scorer reads the state afresh, keeps nothing of it, and forgets what it kept of it for this"
-           " tenant. Absent or true: it may keep the state it read, for this tenant, in memory for minutes, and start"
-           " from it the next time (usage.cached_tokens says how much it did).")
+X_CACHE = ("false: the scorer reads the state afresh, keeps nothing of it, and forgets what the instance answering"
+           " kept of it for this tenant (others forget at their TTL, 10 minutes). Absent or true: it may keep the"
+           " state it read, for this tenant, in memory for minutes, and start from it the next time (the usage's cached"
+           " tokens say how much it did).")
 
 
 def cache_option(x_cache: bool | None) -> dict[str, Any]:

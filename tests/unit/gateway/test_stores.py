@@ -438,3 +438,23 @@ def test_a_sqlite_file_written_before_versions_expired_gains_the_columns_and_its
     assert catalogs.due_refits("acme", "", 10) == ["a"]
     assert catalogs.latest_catalog_version("acme", "a").expires_at is None
     assert catalogs.get_catalog_version("acme", "a", 1).expires_at is not None  # replaced before: it expires too
+
+
+def test_a_sqlite_file_from_before_the_token_figures_reads_and_adds_them(tmp_path):
+    # A gateway.db written before usage counted stored bytes and tokens: its rows read with 0
+    # for them, and new additions count them.
+    import sqlite3
+
+    from gateway.auth.store import UsageRow
+    from gateway.stores.sqlite import open_sqlite
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE usage (tenant_id TEXT NOT NULL, day TEXT NOT NULL, entry TEXT NOT NULL,"
+                   " requests INTEGER NOT NULL, cost_nano_usd INTEGER NOT NULL, endpoint_ms INTEGER NOT NULL,"
+                   " expires_at REAL NOT NULL, PRIMARY KEY (tenant_id, day, entry))")
+        db.execute("INSERT INTO usage VALUES ('acme', '2026-12-01', 'routing', 3, 30, 300, 4e9)")
+    counters = open_sqlite(path).counters
+    counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 5, 50, 7, 1200, 1000), 4e9)
+    assert counters.usage("acme", "2026-12-01", "2026-12-01") == [UsageRow("2026-12-01", "routing", 4, 35, 350, 7,
+                                                                            1200, 1000)]
