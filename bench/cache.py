@@ -1,6 +1,6 @@
 """`make bench-cache`: a state read once serves the next question about it (scorer_container/state_cache.py).
 
-Three parts, each printing its figures as it goes:
+Five parts, each printing its figures as it goes (`--parts` picks some):
 
     stack    through `make up FAST=1`'s stack (the fast model, the SQLite store, tenant tags), after a
              warm-up: questions about a ~1,500-token transcript asked again, against the same
@@ -10,9 +10,12 @@ Three parts, each printing its figures as it goes:
     agent    the decision engine on MODEL (the quality model by default): an agent run of 20 steps,
              each adding one tool call and asking three questions, with and without reuse: the
              scorer's seconds per step (what the endpoint is busy, and billed), tokens evaluated,
-             the first and the 20th step, RSS.
+             the first and the 20th step, RSS; the top answers against the fresh ones.
+    agent_fast  the same agent run on the fast model.
     churn    500 distinct states from 5 tenants on the fast model, the cache bounded at 32 MiB:
              evictions counted, the bytes held never past the bound, RSS flat once it is full.
+    saving   what keeping a state costs on each model: bytes a token, a save, a restore, against
+             reading it afresh (why saved cells, and not sequences kept in the context).
 
 Writes reports/bench_cache.json and reports/bench_cache.png.
 """
@@ -334,7 +337,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--states", type=int, default=500)
-    parser.add_argument("--parts", default="stack,agent,churn,saving", help="which parts to run (comma-separated)")
+    parser.add_argument("--parts", default="stack,agent,agent_fast,churn,saving",
+                        help="which parts to run (comma-separated)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     REPORTS.mkdir(exist_ok=True)
@@ -344,6 +348,8 @@ def main() -> int:
                       lambda: stack_part(args.fast_model, args.first_steps, args.repeats)),
             "agent": (f"an agent run of {args.steps} steps on {args.model.name}, with and without reuse",
                       lambda: agent_part(args.model, args.first_steps, args.steps)),
+            "agent_fast": (f"the same agent run on {args.fast_model.name}",
+                           lambda: agent_part(args.fast_model, args.first_steps, args.steps)),
             "churn": (f"{args.states} distinct states from 5 tenants on {args.fast_model.name}",
                       lambda: churn_part(args.fast_model, args.states, 5)),
             "saving": ("what saving and restoring a state costs on each model",

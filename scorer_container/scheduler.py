@@ -63,6 +63,7 @@ IDLE_CREDIT_S = 1.0
 MAX_LANES = 1024  # idle lanes remembered (what each saved), the least recently active forgotten first
 _ORDER = {work: rank for rank, work in enumerate(WORKS)}  # ties go to ordinary, then long, then bulk
 _POLL_S = 0.25  # a job waiting for its turn notices a caller that left within this
+MAX_TURN_RESERVE_S = 2.0  # the most of a job's deadline kept back for a turn it could not finish (twice a step)
 
 
 @dataclass
@@ -189,6 +190,10 @@ class Scheduler:
         self._planner: Job | None = None
         self._free_seqs = collections.deque(range(seqs))
         self._mean_job_s = 1.0
+        # The longest of the recent turns: a job whose deadline is nearer than that does not start
+        # (or wait for) another, since it could not end before its deadline, and its caller stops
+        # listening at it. Cut before it instead, the job's 503 reaches the caller in time.
+        self._turns_s: collections.deque[float] = collections.deque(maxlen=16)
         self._busy: collections.deque[tuple[float, str, Work, float]] = collections.deque(maxlen=20_000)
 
     # -- the line ---------------------------------------------------------------------
@@ -444,22 +449,30 @@ class Scheduler:
             self._join(job)
             self._ready.append(job)
             try:
-                while self._holder is not None or self._next(self._ready) is not job:
+                while True:
                     if job.abandoned:
                         raise CallerGone("the caller closed the connection; the job was abandoned")
-                    remaining = job.deadline.remaining()
-                    if job.deadline.expired():
+                    left = job.deadline.remaining() - self._turn_reserve()
+                    if job.deadline.expired() or left <= 0:  # no time for a turn before its deadline
                         job.deadline.check()
                         raise DeadlineExceeded("the request's deadline passed before the model finished")
-                    self._turns.wait(min(_POLL_S, max(0.0, remaining)))
+                    if self._holder is None and self._next(self._ready) is job:
+                        break
+                    self._turns.wait(min(_POLL_S, left))
             finally:
                 self._ready.remove(job)
             self._holder = job
         job.waited_s += self.clock() - asked
 
+    def _turn_reserve(self) -> float:
+        """The time a turn may take: the longest of the recent ones, at most MAX_TURN_RESERVE_S (a
+        turn is sized to about SCORER_STEP_S; one a hiccup made longer must not cut everyone early)."""
+        return min(MAX_TURN_RESERVE_S, max(self._turns_s, default=0.0))
+
     def _end_turn(self, job: Job, seconds: float) -> None:
         with self._turns:
             self._holder = None
+            self._turns_s.append(seconds)
             self._charge(job, seconds)
             self._turns.notify_all()
 

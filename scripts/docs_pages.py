@@ -432,18 +432,9 @@ def render_bench_cache(report: dict) -> list[str]:
     lines += [f"`GET /v1/usage`: the reusing tenant read {agent_usage['input_tokens']} tokens,"
               f" {agent_usage['cached_tokens']} of them restored; the fresh tenant {fresh_usage['input_tokens']},"
               f" {fresh_usage['cached_tokens']} restored.", ""]
-    lines += [f"An agent run on `{agent['model']}`: {agent['steps']} steps, one tool call more each (the first"
-              f" {agent['first_state_tokens']} tokens), three questions a step:", ""]
-    lines += table(["", "scorer seconds in all", "first step (s)", "last step (s)", "tokens evaluated"], [
-        [name, num(agent["total_s"][name], 1), num(agent["first_step_s"][name]), num(agent["last_step_s"][name]),
-         str(agent["evaluated_tokens"][name])] for name in ("fresh", "reuse")])
-    flips = agent["flips"]
-    changed = ("the same top answers at every step" if not flips else f"the top answer changed {len(flips)} time(s) of"
-               f" {3 * agent['steps']}, where the fresh answer's lead was "
-               + ", ".join(f"{f['fresh_margin']:.3f} ({f['question']}, step {f['step']})" for f in flips))
-    lines += [f"Reuse takes {agent['reuse_vs_fresh']:.2f}x the scorer's time (and so the endpoint time billed);"
-              f" every step's probabilities within {agent['largest_difference']:.3f} of the fresh ones, {changed};"
-              f" RSS at the end {agent['rss_mb']:.0f} MB.", ""]
+    for run in (agent, report.get("agent_fast")):
+        if run is not None:
+            lines += _agent_run(run)
     lines += [f"{churn['states']} distinct states from {churn['tenants']} tenants on `{churn['model']}`, the cache"
               f" bounded at {churn['bound_mib']} MiB: {churn['evictions']} evictions, at most {churn['held_max_mib']:.1f} MiB"
               f" held; RSS moved {num(churn['rss_growth_once_full_mb'], 1)} MB once the cache was full.", ""]
@@ -455,6 +446,21 @@ def render_bench_cache(report: dict) -> list[str]:
     lines += [f"- {'met' if ok else '**not met**'}: {check}" for check, ok in report["checks"].items()] + [""]
     return lines + image("bench-cache.png", "the agent run's seconds per step with and without reuse; RSS and the"
                          " cache's bytes over 500 distinct states")
+
+
+def _agent_run(agent: dict) -> list[str]:
+    lines = [f"An agent run on `{agent['model']}`: {agent['steps']} steps, one tool call more each (the first"
+             f" {agent['first_state_tokens']} tokens), three questions a step:", ""]
+    lines += table(["", "scorer seconds in all", "first step (s)", "last step (s)", "tokens evaluated"], [
+        [name, num(agent["total_s"][name], 1), num(agent["first_step_s"][name]), num(agent["last_step_s"][name]),
+         str(agent["evaluated_tokens"][name])] for name in ("fresh", "reuse")])
+    flips = agent["flips"]
+    changed = ("the same top answers at every step" if not flips else f"the top answer changed {len(flips)} time(s) of"
+               f" {3 * agent['steps']}, where the fresh answer's lead was "
+               + ", ".join(f"{f['fresh_margin']:.3f} ({f['question']}, step {f['step']})" for f in flips))
+    return [*lines, f"Reuse takes {agent['reuse_vs_fresh']:.2f}x the scorer's time (and so the endpoint time billed);"
+                    f" every step's probabilities within {agent['largest_difference']:.3f} of the fresh ones, {changed};"
+                    f" RSS at the end {agent['rss_mb']:.0f} MB.", ""]
 
 
 def render_eval_stack(report: dict) -> list[str]:

@@ -452,3 +452,23 @@ def test_a_job_whose_caller_is_cancelled_before_its_thread_starts_is_still_relea
         assert queued.released and line.admitted == 0
 
     asyncio.run(scenario())
+
+
+def test_a_job_does_not_start_a_turn_it_could_not_finish_before_its_deadline():
+    # Given turns of about 0.3 s, a job with less of its deadline left than that is cut before
+    # its turn, so its 503 reaches the caller before the caller stops listening, not a turn late.
+    line = scheduler()
+    holder = resident(line, "a")
+    with holder.step():
+        time.sleep(0.3)
+    near = line.admit("b", "ordinary", Deadline(0.25))
+    asyncio.run(near.resident(100, 1))
+    started = time.monotonic()
+    with pytest.raises(Exception) as cut:
+        with near.step():
+            pass
+    assert type(cut.value).__name__ == "DeadlineExceeded" and time.monotonic() - started < 0.2
+    roomy = line.admit("c", "ordinary", Deadline(30.0))
+    asyncio.run(roomy.resident(100, 1))
+    with roomy.step():  # plenty of time: the turn is taken
+        pass
