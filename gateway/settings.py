@@ -130,6 +130,20 @@ class ModelSettings(_Settings):
         return [i if e.tier is None else e.tier for i, e in enumerate(self.endpoints)]
 
 
+class BatchSettings(_Settings):
+    """The Batch API (gateway.batches): what a batch line is charged, and what bounds a batch."""
+
+    # A batch line's endpoint time is charged at this share of the pool's price: bulk work runs
+    # at the lowest priority, in time the pool is paid for whether it is used or not.
+    price_factor: float = Field(default=0.5, gt=0, le=1)
+    # What one instance of a model's first tier reads, in tokens a second, for the estimate a
+    # batch is refused by at creation (its work cannot finish within its window). The figure is
+    # the fast model's on a 2-core CPU scorer (make bench-batch); set your pool's own.
+    tokens_per_second: float = Field(default=400.0, gt=0, le=1e7)
+    # What one tenant's files (inputs, outputs, uploads' parts) may take at once.
+    max_tenant_bytes: int = Field(default=2 * 1024**3, ge=1024, le=1024**4)
+
+
 class AuthSettings(_Settings):
     """Where tenants, credentials, catalogs and decision records live, and the token
     signing keys. Read by the gateway function and by the authorizer alike.
@@ -185,6 +199,7 @@ class GatewaySettings(_Settings):
     models: tuple[ModelSettings, ...] = Field(min_length=1)
     routing: RoutingSettings = RoutingSettings()
     auth: AuthSettings = AuthSettings()
+    batches: BatchSettings = BatchSettings()
     region: str | None = None
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, gt=0, le=MAX_BODY_BYTES)
     service_name: str = "decision-gateway"

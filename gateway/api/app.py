@@ -13,7 +13,7 @@ import logging
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from gateway.api import catalogs, chat, decisions, operations, records, tokens, usage
+from gateway.api import batches, catalogs, chat, decisions, operations, records, tokens, usage
 from gateway.api.docs import ResponseDocs
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
@@ -38,6 +38,8 @@ def build_app(services: InstanceServices) -> APIGatewayRestResolver:
     app.include_router(catalogs.router(services.catalogs, services.learning, doc))
     app.include_router(chat.router(services.decide))
     app.include_router(tokens.router(services.authenticator, doc))
+    if services.files is not None and services.batches is not None:
+        app.include_router(batches.router(services.files, services.batches))
     if services.spending is not None:
         app.include_router(usage.router(services.spending, services.decide.limits, doc=doc))
     if services.settings.openapi:

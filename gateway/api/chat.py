@@ -10,10 +10,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from gateway.api.context import caller, request_id, streaming, wait_preference
+from gateway.api.context import batch_line, caller, request_id, streaming, wait_preference
 from gateway.api.responses import json_response, served_by
 from gateway.observability import counters
-from gateway.services.decide import DecideService
+from gateway.services.decide import BulkWork, DecideService
 from gateway.streaming.response import EVENT_STREAM, EventStream
 from gateway.wire.openai_chat import ChatRequest, as_event_stream
 
@@ -29,9 +29,11 @@ def router(service: DecideService) -> Router:
             events, invocation = service.chat_stream(principal, request.backend_body(), request_id=request_id(routes),
                                                      metrics=counters(), wait_s=wait_preference(routes))
             return EventStream(events, served_by(invocation.endpoint, invocation.attempts))
+        line = batch_line(routes)
+        bulk = None if line is None else BulkWork("", lambda completion: line.keep(200, completion))
         completion, invocation = service.chat(principal, request.backend_body(), request_id=request_id(routes),
                                               metrics=counters(), streaming=streaming(routes),
-                                              wait_s=wait_preference(routes))
+                                              wait_s=wait_preference(routes), bulk=bulk)
         headers = served_by(invocation.endpoint, invocation.attempts)
         if request.stream:
             text = as_event_stream(completion, request.include_usage())

@@ -40,3 +40,8 @@ def wait_preference(router: Any) -> float | None:
         if name.strip().lower() == "wait" and value.strip().isdigit() and 0 < int(value.strip()) <= 86400:
             return float(value.strip())
     return None
+
+
+def batch_line(router: Any) -> Any:
+    """The batch line this request is (`gateway.batches.worker.LineCall`), or None for a caller's own request."""
+    return router.context.get("batch_line")

@@ -15,12 +15,12 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header
 
-from gateway.api.context import caller, request_id, streaming, wait_preference
+from gateway.api.context import batch_line, caller, request_id, streaming, wait_preference
 from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response, served_by
 from gateway.decisions.model import DecisionResult
 from gateway.observability import counters
-from gateway.services.decide import DecideService
+from gateway.services.decide import BulkWork, DecideService
 from gateway.services.idempotency import HEADER, MAX_KEY_CHARS, Idempotency, Reply
 from gateway.wire import openai_decisions, responses, systemone
 
@@ -35,15 +35,22 @@ def router(service: DecideService, idempotency: Idempotency | None = None, doc: 
 
     def decided(route: str, request: Any, render: Callable[[DecisionResult, str], dict[str, Any]], key: str | None):
         principal = caller(routes, "decide")
+        line = batch_line(routes)
+        rendered: dict[str, Any] = {}
+
+        def keep(result: DecisionResult) -> None:  # a batch line's answer, kept before its record is written
+            rendered["body"] = render(result, line.decision_id)
+            line.keep(200, rendered["body"])
 
         def work() -> Reply:
             result, decision_id = service.decide(principal, request.to_decision(), route=route,
                                                   request_id=request_id(routes), metrics=counters(),
-                                                  streaming=streaming(routes), wait_s=wait_preference(routes))
+                                                  streaming=streaming(routes), wait_s=wait_preference(routes),
+                                                  bulk=None if line is None else BulkWork(line.decision_id, keep))
             headers = {**served_by(result.endpoint, result.attempts), "x-decision-id": decision_id}
-            return Reply(200, render(result, decision_id), headers)
+            return Reply(200, rendered.get("body") or render(result, decision_id), headers)
 
-        if idempotency is None:
+        if idempotency is None or line is not None:
             reply = work()
         else:
             reply = idempotency.respond(principal, key, route, request.model_dump(mode="json"), work,

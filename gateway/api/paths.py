@@ -9,9 +9,13 @@ OPENAPI_PATH = "/v1/openapi"  # the OpenAPI document (?format=json) and Swagger 
 IAM_PREFIX = "/iam"  # the same routes for SigV4 callers (API Gateway's AWS_IAM authorization)
 SYSTEM_ONE_PATHS = ("/v1/systemone",)
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
+# OpenAI's Files, Uploads and Batch APIs: every path under these.
+OPENAI_PREFIXES = ("/v1/files", "/v1/uploads", "/v1/batches")
 # The routes API Gateway streams (template.yaml: StreamingFunction's events, for both prefixes):
 # chat, which streams its completions, and the decisions, which may take the longer deadline.
 STREAMING_ROUTES = (("POST", "/v1/chat/completions"), ("POST", "/v1/systemone"), ("POST", "/v1/decisions"))
+# A file's content streams too: a batch's output may be larger than a buffered Lambda response.
+FILE_CONTENT = ("/v1/files/", "/content")
 
 def route_path(path: str) -> str:
     return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
@@ -22,11 +26,14 @@ def flavor_of(path: str) -> Flavor | None:
     path = route_path(path)
     if path in SYSTEM_ONE_PATHS or path in PUBLIC_PATHS:
         return "systemone"
-    if path in OPENAI_PATHS:
+    if path in OPENAI_PATHS or any(path == p or path.startswith(p + "/") for p in OPENAI_PREFIXES):
         return "openai"
     return None
 
 
 def streams(method: str, path: str) -> bool:
     """Whether API Gateway sends this request to the streaming integration."""
-    return (method.upper(), route_path(path)) in STREAMING_ROUTES
+    path = route_path(path)
+    if method.upper() == "GET" and path.startswith(FILE_CONTENT[0]) and path.endswith(FILE_CONTENT[1]):
+        return path.count("/") == 4  # /v1/files/{id}/content
+    return (method.upper(), path) in STREAMING_ROUTES

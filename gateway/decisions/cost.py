@@ -71,6 +71,9 @@ class Meter:
     stored_bytes: int = 0
     input_tokens: int = 0  # what the model read for the request, as the endpoint that answered says
     cached_tokens: int = 0  # of those, the tokens it restored from the state it kept
+    # What the endpoints' time is charged at, as a share of their price: 1, or the batch price
+    # factor for a batch line (bulk work fills time the pool is paid for anyway).
+    price_factor: float = 1.0
 
     def add(self, endpoint: str, seconds: float, usd_per_second: float, by_duration: bool = False) -> None:
         self.attempts.append(Attempt(endpoint, seconds, usd_per_second, by_duration, seconds))
@@ -100,7 +103,7 @@ class Meter:
     def cost(self) -> Cost:
         """The endpoints' charged time at their prices; the gateway's share on the whole wait
         (its Lambda is billed for every second it waited, the line included)."""
-        return Cost(self.seconds, sum(a.seconds * a.usd_per_second for a in self.attempts),
+        return Cost(self.seconds, sum(a.seconds * a.usd_per_second for a in self.attempts) * self.price_factor,
                     gateway_usd(sum(a.waited for a in self.attempts)))
 
 

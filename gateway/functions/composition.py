@@ -23,6 +23,7 @@ from gateway.catalogs.service import CatalogService
 from gateway.decisions.cost import endpoint_usd_per_second
 from gateway.decisions.records import DecisionRecorder
 from gateway.observability import counters
+from gateway.services.batches import BatchService, FileService
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
 from gateway.services.instance import InstanceServices
@@ -71,13 +72,19 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
     recorder = DecisionRecorder(records, record_keys, settings.auth.record_retention_days,
                                 on_failure=_count_record_failure)
     idempotency = Idempotency(stores.idempotency, hold_s=longest_request_s(settings)) if stores is not None else None
+    batch_store = stores.batches if stores is not None else None
     return InstanceServices(
         settings=settings, registry=registry,
         decide=DecideService(registry, backend, recorder, catalogs=catalogs, tenants=tenants, throttle=throttle,
-                             spending=spending, tags=TenantTags(record_keys)),
+                             spending=spending, tags=TenantTags(record_keys),
+                             bulk_price_factor=settings.batches.price_factor),
         records=RecordsService(records, stores.catalogs if stores is not None else None),
         catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending,
-        learning=LearningService(catalogs, records, throttle=throttle))
+        learning=LearningService(catalogs, records, throttle=throttle),
+        files=None if batch_store is None else FileService(
+            batch_store, settings.batches, settings.max_body_bytes,
+            count_stored=spending.count_stored if spending is not None else None),
+        batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches))
 
 
 def longest_request_s(settings: GatewaySettings) -> float:

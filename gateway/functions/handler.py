@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import logging
 import os
 import random
@@ -27,6 +28,8 @@ from gateway.streaming.response import StreamedBody, streamed_body
 from systemone import body as body_reader
 
 if TYPE_CHECKING:
+    from gateway.auth.credentials import Principal
+    from gateway.batches.worker import LineCall
     from gateway.services.instance import InstanceServices
 
 log = logging.getLogger("gateway.functions.handler")
@@ -92,6 +95,31 @@ class GatewayFunction:
                                    "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
         _count_request(status)
         return result, body
+
+    def run_line(self, principal: Principal, call: LineCall) -> tuple[int, dict[str, str], Any]:
+        """A batch line (`gateway.batches.worker`) through its route, as `principal`, as a request
+        with its body runs (the same validation, services, records and errors), as bulk work: its
+        status, headers and JSON body."""
+        event = line_event(call)
+        try:
+            prepared = prepare_event(event, self.services.settings.max_body_bytes)
+        except ServiceError as exc:
+            from gateway.api.responses import proxy_error
+
+            result = proxy_error(exc, call.url)
+        else:
+            self.app.append_context(request_id=call.request_id, principal=principal, streaming=False, batch_line=call)
+            result = self.app.resolve(prepared, None)
+        headers = {**(result.get("headers") or {}),
+                   **{k: v[-1] for k, v in (result.get("multiValueHeaders") or {}).items() if v}}
+        text = result.get("body") or ""
+        if result.get("isBase64Encoded"):
+            text = base64.b64decode(text).decode("utf-8", "replace")
+        try:
+            body = json.loads(text) if text else None
+        except ValueError:
+            body = {"error": {"message": "the route answered something that is not JSON", "type": "server_error"}}
+        return int(result.get("statusCode", 500)), headers, body
 
     def is_public(self, path: str) -> bool:
         path = route_path(path)
@@ -236,6 +264,8 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
     encoding = headers.get("content-encoding", "").strip().lower()
     if body is None or (event.get("httpMethod") or "GET").upper() in ("GET", "HEAD", "OPTIONS"):
         return event
+    if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        return _form_event(event, body, encoding, max_body_bytes)
     if event.get("isBase64Encoded"):
         try:
             raw = base64.b64decode(body, validate=True)
@@ -252,6 +282,29 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
     multi = {k: v for k, v in (event.get("multiValueHeaders") or {}).items() if k.lower() not in replaced}
     multi["content-type"] = ["application/json"]
     return {**event, "body": text, "isBase64Encoded": False, "headers": new_headers, "multiValueHeaders": multi}
+
+
+def line_event(call: LineCall) -> dict[str, Any]:
+    """The proxy event of a batch line: a POST of its body to its endpoint, JSON."""
+    headers = {"content-type": "application/json"}
+    return {"resource": "/{proxy+}", "path": call.url, "httpMethod": "POST", "headers": headers,
+            "multiValueHeaders": {k: [v] for k, v in headers.items()}, "queryStringParameters": None,
+            "multiValueQueryStringParameters": None, "pathParameters": {"proxy": call.url.lstrip("/")},
+            "requestContext": {"requestId": call.request_id, "httpMethod": "POST", "path": call.url,
+                               "resourcePath": "/{proxy+}", "identity": {}},
+            "body": call.body, "isBase64Encoded": False}
+
+
+def _form_event(event: dict[str, Any], body: str, encoding: str, max_body_bytes: int) -> dict[str, Any]:
+    """A multipart body (a file, an upload's part) stays the bytes API Gateway sent (base64), for
+    its route to read (`gateway.api.batches`): it is not JSON, and a file's bytes need not be text."""
+    if encoding not in ("", "identity"):
+        raise RequestError("a multipart body is sent without Content-Encoding")
+    size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode("utf-8", "surrogatepass"))
+    if size > max_body_bytes:
+        raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes: send a larger file through the Uploads"
+                              f" API (POST /v1/uploads), in parts of at most {max_body_bytes} bytes")
+    return event
 
 
 def _stamp_request_id(result: dict[str, Any], request_id: str, path: str) -> None:

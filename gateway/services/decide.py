@@ -15,6 +15,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
@@ -29,7 +30,7 @@ from gateway.catalogs.policy import apply_catalogs
 from gateway.catalogs.resolve import POLICY_OVERRIDE_SCOPE, expand_references
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.cost import Meter
-from gateway.decisions.model import Decision, DecisionResult, Question
+from gateway.decisions.model import Decision, DecisionResult, Question, cost_fields
 from gateway.decisions.records import DecisionRecorder
 from gateway.decisions.work_limits import check_chat_work, check_decision_work
 from gateway.errors import BackendFailed, NotFound, PayloadTooLarge, RateLimited
@@ -76,6 +77,19 @@ def usage_entries(decision: Decision) -> list[str]:
                    for q in decision.questions})
 
 
+@dataclass(frozen=True, slots=True)
+class BulkWork:
+    """A batch line (`gateway.batches`), run as its creator's request is, but as bulk work: at the
+    scorer's lowest priority, outside the tenant's interactive rate and places in flight, and
+    charged at the batch price (`price_factor` of the pool's). `decision_id` is the id its
+    record takes (the batch's ledger chose it); `keep` is given the answer before the record is
+    written (a decision) or the spend settled (a chat), so that a worker that dies after that
+    point never runs the line again."""
+
+    decision_id: str
+    keep: Callable[[Any], None]
+
+
 class HeldWork(contextlib.ExitStack):
     """What one backend call holds until it ends (`DecideService.work`), and its meter."""
 
@@ -101,7 +115,8 @@ class DecideService:
     def __init__(self, registry: ModelRegistry, backend: InferenceBackend, recorder: DecisionRecorder, *,
                  catalogs: CatalogService | None = None, tenants: TenantCache | None = None,
                  throttle: TenantThrottle | None = None, spending: Spending | None = None,
-                 tags: TenantTags | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 tags: TenantTags | None = None, bulk_price_factor: float = 1.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.registry = registry
         self.backend = backend
         self.recorder = recorder
@@ -110,12 +125,14 @@ class DecideService:
         self.throttle = throttle
         self.spending = spending
         self.tags = tags or TenantTags(None)
+        self.bulk_price_factor = bulk_price_factor
         self.clock = clock
 
-    def in_flight(self, tenant_id: str, pool: EndpointPool) -> contextlib.AbstractContextManager[None]:
+    def in_flight(self, tenant_id: str, pool: EndpointPool, bulk: BulkWork | None = None
+                  ) -> contextlib.AbstractContextManager[None]:
         """One of the tenant's places in flight for the backend call (429 when all are held): its
-        own limit, or what the pool's scorers let one tenant hold."""
-        if self.throttle is None:
+        own limit, or what the pool's scorers let one tenant hold. A batch line takes none."""
+        if self.throttle is None or bulk is not None:
             return contextlib.nullcontext()
         return self.throttle.in_flight(tenant_id, pool.policy.tenant_in_flight())
 
@@ -135,24 +152,30 @@ class DecideService:
                               " operator can raise its endpoint_seconds_per_minute", 60)
         return per_minute
 
-    def caller(self, tenant_id: str, pool: EndpointPool, deadline_s: float, request_id: str) -> Caller:
+    def caller(self, tenant_id: str, pool: EndpointPool, deadline_s: float, request_id: str,
+               bulk: BulkWork | None = None) -> Caller:
         """Whom the backend call is for, as the scorer's scheduler reads it: the tenant's tag and
-        weight, and long work when its deadline is past the pool's ordinary one."""
-        return Caller(request_id, self.tags.tag(tenant_id), "long" if pool.is_long(deadline_s) else "ordinary",
-                      self.limits(tenant_id).share_weight)
+        weight, and the kind of work: bulk for a batch line, long when its deadline is past the
+        pool's ordinary one."""
+        work = "bulk" if bulk is not None else "long" if pool.is_long(deadline_s) else "ordinary"
+        return Caller(request_id, self.tags.tag(tenant_id), work, self.limits(tenant_id).share_weight)
 
-    def work(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str], deadline_s: float) -> HeldWork:
+    def work(self, tenant_id: str, pool: EndpointPool, body: bytes, entries: list[str], deadline_s: float,
+             bulk: BulkWork | None = None) -> HeldWork:
         """What a backend call holds: the tenant's one place for long work (a deadline past the
         ordinary one), and its spend reserved within its budgets (429 when over one: its worst
-        case within the month's, no more than the ordinary deadline within the minute's), settled
-        with the meter's figures when the stack closes. `enter_context` order: long work, spend."""
+        case within the month's, no more than the ordinary deadline within the minute's, which a
+        batch line leaves alone), settled with the meter's figures when the stack closes.
+        `enter_context` order: long work, spend."""
         held = HeldWork()
+        price_factor = self.bulk_price_factor if bulk is not None else 1.0
         try:
             if pool.is_long(deadline_s) and self.throttle is not None:
                 held.enter_context(self.throttle.long_work(tenant_id))
             held.meter = (held.enter_context(self.spending.spend(tenant_id, pool.worst_case(len(body), deadline_s),
-                                                                 entries, pool.policy.deadline_s))
-                          if self.spending is not None else Meter())
+                                                                 entries, pool.policy.deadline_s, bulk=bulk is not None,
+                                                                 price_factor=price_factor))
+                          if self.spending is not None else Meter(price_factor=price_factor))
         except BaseException:
             held.close()
             raise
@@ -166,21 +189,23 @@ class DecideService:
 
     def decide(self, principal: Principal, decision: Decision, *, route: str, request_id: str = "",
                metrics: DecisionMetrics | None = None, streaming: bool = False,
-               wait_s: float | None = None) -> tuple[DecisionResult, str]:
+               wait_s: float | None = None, bulk: BulkWork | None = None) -> tuple[DecisionResult, str]:
         """The result and the id of its record (stored before this returns). On a streaming
         route (`streaming`) the caller may ask for a longer deadline (`wait_s`) for more work."""
         require_model(principal, decision.model)
         model = self.registry.route_for(decision.model, "decisions")
         started = self.clock()
-        decision_id = self.recorder.new_id()
+        decision_id = bulk.decision_id if bulk is not None else self.recorder.new_id()
 
         def record(asked: Decision, result: DecisionResult, meter: Meter) -> None:
+            if bulk is not None:
+                bulk.keep(result)
             self.recorder.record(decision_id, principal=principal, route=route, request_id=request_id, decision=asked,
                                  result=result, latency_ms=(self.clock() - started) * 1000, meter=meter)
 
-        with self.in_flight(principal.tenant_id, model.pool):
+        with self.in_flight(principal.tenant_id, model.pool, bulk):
             result = self._ask(principal, model, decision, record, request_id=request_id, metrics=metrics,
-                               streaming=streaming, wait_s=wait_s)
+                               streaming=streaming, wait_s=wait_s, bulk=bulk)
         measure_injection(result, metrics)
         measure_cost(result, principal.tenant_id, metrics)
         return result, decision_id
@@ -201,17 +226,18 @@ class DecideService:
 
     def _ask(self, principal: Principal, model: ModelRoute, decision: Decision,
              record: Callable[[Decision, DecisionResult, Meter], None], *, request_id: str = "",
-             metrics: MetricsSink | None = None, streaming: bool = False, wait_s: float | None = None) -> DecisionResult:
+             metrics: MetricsSink | None = None, streaming: bool = False, wait_s: float | None = None,
+             bulk: BulkWork | None = None) -> DecisionResult:
         """The result, calibrated and judged, once `record` has stored it (with the decision as
         asked, catalog references resolved) before the work settles: the record's bytes are
         counted in the same usage write as its spend."""
         asked = self.admit(principal, decision)
         body = json_bytes(backend_request(asked, model.name))
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
-        with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline) as held:
+        with self.work(principal.tenant_id, model.pool, body, usage_entries(asked), deadline, bulk) as held:
             try:
                 invocation = model.pool.ask(self.backend, body, "systemone", metrics,
-                                            self.caller(principal.tenant_id, model.pool, deadline, request_id),
+                                            self.caller(principal.tenant_id, model.pool, deadline, request_id, bulk),
                                             held.meter, deadline_s=deadline)
             except PayloadTooLarge as exc:  # the scorer's "too much work for this deadline", or the pool's own
                 # "no endpoint takes a body this large" before any attempt, which no time mends
@@ -223,19 +249,23 @@ class DecideService:
 
     def chat(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",
              metrics: MetricsSink | None = None, streaming: bool = False,
-             wait_s: float | None = None) -> tuple[dict[str, Any], Invocation]:
+             wait_s: float | None = None, bulk: BulkWork | None = None) -> tuple[dict[str, Any], Invocation]:
         """One chat completion, asked of the backend whole (on a streaming route, within the
-        deadline the caller may ask for)."""
+        deadline the caller may ask for); its usage says what it cost."""
         model, body = self._chat_request(principal, request, stream=False)
         deadline = self.deadline(principal.tenant_id, model.pool, streaming, wait_s)
-        with self.in_flight(principal.tenant_id, model.pool), self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY],
-                                                            deadline) as held:
+        with (self.in_flight(principal.tenant_id, model.pool, bulk),
+              self.work(principal.tenant_id, model.pool, body, [CHAT_ENTRY], deadline, bulk) as held):
             invocation = model.pool.ask(self.backend, body, "chat", metrics,
-                                        self.caller(principal.tenant_id, model.pool, deadline, request_id), held.meter,
-                                        deadline_s=deadline)
-        completion = json_object(invocation.body)
-        if not isinstance(completion.get("choices"), list) or not completion["choices"]:
-            raise BackendFailed("the model endpoint answered without a completion")
+                                        self.caller(principal.tenant_id, model.pool, deadline, request_id, bulk),
+                                        held.meter, deadline_s=deadline)
+            completion = json_object(invocation.body)
+            if not isinstance(completion.get("choices"), list) or not completion["choices"]:
+                raise BackendFailed("the model endpoint answered without a completion")
+            if isinstance(completion.get("usage"), dict):
+                completion["usage"] = {**completion["usage"], **cost_fields(invocation.cost)}
+            if bulk is not None:
+                bulk.keep(completion)
         return completion, invocation
 
     def chat_stream(self, principal: Principal, request: dict[str, Any], *, request_id: str = "",

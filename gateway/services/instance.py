@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.auth.authenticate import Authenticator
 from gateway.backends.routing import ModelRegistry
 from gateway.catalogs.service import CatalogService
+from gateway.services.batches import BatchService, FileService
 from gateway.services.decide import DecideService
 from gateway.services.idempotency import Idempotency
 from gateway.services.learning import LearningService
@@ -29,3 +30,5 @@ class InstanceServices:
     idempotency: Idempotency | None = None  # Idempotency-Key on decisions (where a store keeps them)
     spending: Spending | None = None  # per-tenant spend: budgets and usage (where tenants are stored)
     learning: LearningService | None = None  # refitting catalog entries' adapters from their outcomes
+    files: FileService | None = None  # OpenAI's Files and Uploads APIs (where a batch store is configured)
+    batches: BatchService | None = None  # OpenAI's Batch API

@@ -79,15 +79,21 @@ class Spending:
         self.clock = clock
 
     @contextmanager
-    def spend(self, tenant_id: str, worst: Cost, entries: Sequence[str], expected_s: float | None = None) -> Iterator[Meter]:
+    def spend(self, tenant_id: str, worst: Cost, entries: Sequence[str], expected_s: float | None = None, *,
+              bulk: bool = False, price_factor: float = 1.0) -> Iterator[Meter]:
         """Reserve `worst` within the tenant's monthly budget and at most `expected_s` of endpoint
         time (None: the worst case's) within its minute (or 429), and yield the meter the work
-        adds its endpoint time to; when the work ends, settle what the meter holds."""
+        adds its endpoint time to; when the work ends, settle what the meter holds. Bulk work (a
+        batch line) reserves within the budget only: the minute's rate is the tenant's
+        interactive work's, which a batch never takes. `price_factor` scales the endpoints' price."""
         now = self.clock()
         limits = _checked(lambda: self.limits(tenant_id))
+        if bulk:
+            limits = replace(limits, endpoint_seconds_per_minute=None)
         seconds = worst.endpoint_seconds if expected_s is None else min(worst.endpoint_seconds, expected_s)
+        worst = replace(worst, endpoint_usd=worst.endpoint_usd * price_factor)
         reserved = self._reserve(tenant_id, limits, worst, seconds, now)
-        meter = Meter()
+        meter = Meter(price_factor=price_factor)
         try:
             yield meter
         finally:

@@ -3,8 +3,8 @@ and storage, in `gateway.stores.sqlite` (the embedded local store) and
 `gateway.stores.dynamodb` (AWS).
 
 `Stores` is what one deployment has: tenants, counters and idempotent requests always,
-catalogs and records where they are configured (SQLite holds them all; DynamoDB the
-ones whose table is set).
+catalogs, records and batches where they are configured (SQLite holds them all;
+DynamoDB the ones whose table is set).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.auth.store import CounterStore, TenantStore
+from gateway.batches.model import BatchStore
 from gateway.catalogs.store import CatalogStore
 from gateway.decisions.idempotency import IdempotencyStore
 from gateway.decisions.records import RecordStore
@@ -24,3 +25,4 @@ class Stores:
     idempotency: IdempotencyStore
     catalogs: CatalogStore | None = None
     records: RecordStore | None = None
+    batches: BatchStore | None = None  # batch files, uploads, batches and their ledgers

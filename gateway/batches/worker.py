@@ -1,0 +1,264 @@
+"""The batch worker: runs a batch's lines, one at a time, each exactly once, and writes its output.
+
+`BatchWorker.run(batch_id, until)` does what a batch needs next until `until` (a Lambda's
+remaining time, the local loop's slice) and says whether more is left. Any number of workers
+may be pointed at the same batches: a batch is leased to one at a time (`LEASE_S`, renewed as
+it works), and a worker that dies hands it on when its lease lapses. Each step is a ledger
+write (`gateway.batches.model`), so the next worker starts where the last one stopped.
+
+    validating    the input file read (`jsonl.read_input`): its lines into the ledger, or the
+                  batch failed with OpenAI's errors list
+    in_progress   the next runnable line, as its creator, through its route (`run_line`), at
+                  the bulk priority; before each, the creator's credential is asked again
+                  (a revoked one stops the batch: failed, with what finished kept)
+    finalizing    the output and error files written, in input order
+    cancelling    (a cancel) the lines not run are failed as batch_cancelled, then the files
+    past its window   the lines not run are failed as batch_expired, then the files
+
+A line refused for a while (503 busy, 429 the tenant's share of a scorer, a record not stored)
+runs again later, after its Retry-After, at most MAX_TRIES times within the window; every other
+answer is final, a budget exhausted included (the remaining lines fail as lines, each saying so).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.auth.credentials import Principal
+from gateway.batches.jsonl import read_input
+from gateway.batches.model import (
+    FILE_TTL_S,
+    FINAL,
+    OUTPUT_PURPOSE,
+    Batch,
+    BatchStore,
+    Line,
+    LineUsage,
+    StoredFile,
+    principal_of,
+)
+from gateway.errors import ServiceError
+
+log = logging.getLogger("gateway.batches.worker")
+LEASE_S = 30.0
+MAX_TRIES = 20
+RETRY_STATUSES = frozenset({429, 503})
+MAX_RETRY_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class LineCall:
+    """One line as its route runs it."""
+
+    url: str
+    body: str  # JSON text
+    request_id: str
+    decision_id: str  # the id its record takes (a decision line)
+    keep: Callable[[int, Any], None]  # the reply, kept before the line's record is written (or its spend settled)
+
+
+class LineRunner(Protocol):
+    def __call__(self, principal: Principal, call: LineCall) -> tuple[int, dict[str, str], Any]:
+        """The route's status, headers and JSON body for the line, as its creator."""
+        ...
+
+
+class BatchWorker:
+    def __init__(self, store: BatchStore, run_line: LineRunner, *, check_principal: Callable[[Principal], Principal],
+                 recorded: Callable[[str, str], bool], new_decision_id: Callable[[], str],
+                 model_allowed: Callable[[Principal, str, str], str | None], owner: str,
+                 clock: Callable[[], float] = time.time, lease_s: float = LEASE_S) -> None:
+        self.store = store
+        self.run_line = run_line
+        self.check_principal = check_principal  # the creator, as it stands now (Unauthenticated/Forbidden: revoked)
+        self.recorded = recorded  # (tenant, decision id): is that record stored?
+        self.new_decision_id = new_decision_id
+        self.model_allowed = model_allowed  # (principal, model, endpoint): why the batch may not run it, or None
+        self.owner = owner
+        self.clock = clock
+        self.lease_s = lease_s
+
+    def run(self, batch_id: str, tenant_id: str, until: float) -> bool:
+        """Work on the batch until `until`; True while it has more to do (now or later)."""
+        now = self.clock()
+        if not self.store.lease(batch_id, self.owner, now + self.lease_s, now):
+            return True  # another worker has it
+        batch = self.store.get_batch(tenant_id, batch_id)
+        if batch is None or batch.status in FINAL:
+            return False
+        if batch.status == "validating":
+            self.validate(batch)
+            return True
+        while True:
+            now = self.clock()
+            batch = self.store.get_batch(tenant_id, batch_id)
+            if batch is None or batch.status in FINAL:
+                return False
+            ending = self._ending(batch, now)
+            if ending is not None:
+                self.finalize(batch, *ending)
+                return False
+            if now >= until:
+                return True
+            try:
+                principal = self.check_principal(principal_of(batch.principal))
+            except ServiceError as exc:
+                log.info("batch stopped: its credential no longer stands", extra={"batch_id": batch.id})
+                self.finalize(batch, "failed", "credential_revoked",
+                              f"the credential that created this batch no longer stands ({exc.message})")
+                return False
+            lines = self.store.runnable_lines(batch.id, now, 1)
+            if not lines:
+                if next(self.store.unfinished_lines(batch.id), None) is None:
+                    self.finalize(batch, "completed", "", "")
+                    return False
+                return True  # lines wait for their retry time
+            self.run_one(batch, principal, lines[0])
+            self.store.lease(batch.id, self.owner, self.clock() + self.lease_s, self.clock())
+
+    def validate(self, batch: Batch) -> None:
+        chunks = self.store.read_file(batch.tenant_id, batch.input_file_id)
+        if chunks is None:
+            self._refuse(batch, [{"code": "file_not_found", "message": "the input file was deleted before the batch"
+                                  " ran", "param": "input_file_id", "line": None}])
+            return
+        parsed, model, errors = read_input(chunks, batch.endpoint)
+        if not errors.count and model is not None:
+            reason = self.model_allowed(principal_of(batch.principal), model, batch.endpoint)
+            if reason is not None:
+                errors.add("model_not_found", reason, param="body.model")
+        if errors.count:
+            self._refuse(batch, errors.items)
+            return
+        now = self.clock()
+        batch.status, batch.in_progress_at, batch.model, batch.total = "in_progress", now, model, len(parsed)
+        lines = [Line(batch.id, number, custom_id, body) for number, (custom_id, body) in enumerate(parsed)]
+        if not self.store.add_lines(batch, lines, "validating"):
+            log.info("batch changed while it was validated", extra={"batch_id": batch.id})
+
+    def _refuse(self, batch: Batch, errors: list[dict[str, Any]]) -> None:
+        batch.status, batch.failed_at, batch.errors = "failed", self.clock(), errors
+        self.store.update_batch(batch, "validating")
+
+    def run_one(self, batch: Batch, principal: Principal, line: Line) -> None:
+        """One line, exactly once: a reply kept before its record is written is final once that
+        record exists; a line taken and not answered runs again (it recorded nothing)."""
+        if line.state == "answered" and (line.decision_id is None or self.recorded(batch.tenant_id, line.decision_id)):
+            self._finish(line, failed=False)
+            return
+        line.state, line.tries = "running", line.tries + 1
+        line.decision_id = line.decision_id or self.new_decision_id()
+        line.reply = None
+        self.store.put_line(line)
+
+        def keep(status: int, body: Any) -> None:
+            line.state, line.reply = "answered", json.dumps({"status_code": status, "body": body})
+            self.store.put_line(line)
+
+        started = self.clock()
+        status, headers, body = self.run_line(principal, LineCall(batch.endpoint, line.body, line.request_id,
+                                                                  line.decision_id, keep))
+        wait = self._retry_wait(status, headers, body, line, batch)
+        if wait is not None:
+            line.state, line.not_before, line.reply = "pending", self.clock() + wait, None
+            self.store.put_line(line)
+            return
+        line.reply = json.dumps({"status_code": status, "body": body})
+        self._finish(line, failed=status >= 400)
+        log.info("batch line", extra={"batch_id": batch.id, "line": line.number, "status": status,
+                                      "duration_ms": round((self.clock() - started) * 1000, 2)})
+
+    def _finish(self, line: Line, *, failed: bool) -> None:
+        line.state, line.failed = "done", failed
+        self.store.finish_line(line, line_usage(line))
+
+    def _retry_wait(self, status: int, headers: dict[str, str], body: Any, line: Line, batch: Batch) -> float | None:
+        """How long to wait before the line runs again, or None when its answer is final."""
+        headers = {k.lower(): v for k, v in headers.items()}
+        # x-should-retry: false marks a refusal no wait mends (a month's budget spent, say).
+        if status not in RETRY_STATUSES or line.tries >= MAX_TRIES or headers.get("x-should-retry") == "false":
+            return None
+        retry_after = headers.get("retry-after", "")
+        wait = min(MAX_RETRY_WAIT_S, float(retry_after) if retry_after.isdigit() else 2.0 ** min(line.tries, 5))
+        return wait if self.clock() + wait < batch.expires_at else None
+
+    def _ending(self, batch: Batch, now: float) -> tuple[str, str, str] | None:
+        """How the batch ends now (its final status, and the error of each line not run), or None."""
+        if batch.status == "cancelling":
+            return "cancelled", "batch_cancelled", "the batch was cancelled before this request ran"
+        if now >= batch.expires_at:
+            return "expired", "batch_expired", "this request could not be run before the batch's completion window ended"
+        return None
+
+    def finalize(self, batch: Batch, status: str, code: str, message: str) -> None:
+        """The lines not run failed with `code`, the output and error files written, the batch
+        `status`. Each step may be done again (the files' ids are the batch's own): a worker that
+        dies here is followed by one that finishes it."""
+        was = batch.status
+        if status == "completed" and was != "finalizing":
+            batch.status, batch.finalizing_at = "finalizing", self.clock()
+            if not self.store.update_batch(batch, was):
+                return
+            was = "finalizing"
+        for line in list(self.store.unfinished_lines(batch.id)):
+            line.reply = json.dumps({"error": {"code": code, "message": message}})
+            self._finish(line, failed=True)
+        batch.output_file_id = self._write_output(batch, failed=False)
+        batch.error_file_id = self._write_output(batch, failed=True)
+        now = self.clock()
+        batch.status = status  # type: ignore[assignment]
+        setattr(batch, f"{status}_at", now)
+        if status == "failed" and code:
+            batch.errors = [{"code": code, "message": message, "param": None, "line": None}]
+        if not self.store.update_batch(batch, was):
+            log.info("batch changed while it was finalized", extra={"batch_id": batch.id})
+
+    def _write_output(self, batch: Batch, *, failed: bool) -> str | None:
+        suffix = "errors" if failed else "output"
+        file_id = f"file-{batch.id.removeprefix('batch_')}{suffix[0]}"
+        if not any(line.failed == failed for line in self.store.finished_lines(batch.id)):
+            return None
+        now = self.clock()
+        ttl = batch.output_ttl_s or FILE_TTL_S
+        file = StoredFile(file_id, batch.tenant_id, f"{batch.id}_{suffix}.jsonl", OUTPUT_PURPOSE, 0, now, now + ttl)
+        self.store.put_file(file, self._output_lines(batch, failed))
+        return file_id
+
+    def _output_lines(self, batch: Batch, failed: bool) -> Iterator[bytes]:
+        for line in self.store.finished_lines(batch.id):
+            if line.failed == failed:
+                yield (json.dumps(output_line(line), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def output_line(line: Line) -> dict[str, Any]:
+    """A line as OpenAI's output and error files show it."""
+    reply = json.loads(line.reply or "{}")
+    if "error" in reply:
+        return {"id": line.request_id, "custom_id": line.custom_id, "response": None, "error": reply["error"]}
+    return {"id": line.request_id, "custom_id": line.custom_id,
+            "response": {"status_code": reply["status_code"], "request_id": line.request_id, "body": reply["body"]},
+            "error": None}
+
+
+def line_usage(line: Line) -> LineUsage:
+    """A done line's tokens and cost, from its reply's usage (a decision's or a chat's)."""
+    reply = json.loads(line.reply or "{}")
+    body = reply.get("body")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return LineUsage()
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    return LineUsage(_count(usage.get("input_tokens", usage.get("prompt_tokens"))),
+                     _count(usage.get("output_tokens", usage.get("completion_tokens"))),
+                     _count(usage.get("x_cached_tokens", details.get("cached_tokens"))),
+                     float(usage["x_cost_usd"]) if isinstance(usage.get("x_cost_usd"), (int, float)) else 0.0)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+

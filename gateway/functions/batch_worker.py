@@ -1,0 +1,77 @@
+"""The batch worker's wiring: a `BatchWorker` on a gateway function's own services, so that each
+line runs through the routes and services its synchronous twin runs through.
+
+`build_worker` is what any host of the worker calls: the local stack's loop
+(`devkit.batch_worker`, beside `make up`'s gateway) and, in AWS, the function its queue invokes.
+`work_once` is one pass over the open batches, each given a slice in turn, oldest first, so that
+one tenant's long batch does not keep another's waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from gateway.auth.credentials import Principal
+from gateway.batches.model import BatchStore
+from gateway.batches.worker import BatchWorker
+from gateway.errors import NotFound
+from gateway.functions.handler import GatewayFunction
+
+log = logging.getLogger("gateway.batches.host")
+SLICE_S = 1.0  # a batch's turn before the next open batch has one
+
+
+def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> BatchWorker:
+    services = function.services
+    store = batch_store(function)
+    authenticator = services.authenticator
+    records = services.decide.recorder.store
+    registry = services.registry
+
+    def check_principal(principal: Principal) -> Principal:
+        """The batch's creator as it stands now: an IAM caller's mapping read again, a key's or
+        token's revocation asked (Unauthenticated or Forbidden when it no longer stands)."""
+        if authenticator is None:
+            return principal
+        if principal.kind == "iam":
+            return authenticator.authenticate_iam(principal.credential_id)
+        return authenticator.still_valid(principal)
+
+    def model_allowed(principal: Principal, model: str, endpoint: str) -> str | None:
+        if not principal.may_use(model):
+            return f"the model {model!r} does not exist for this credential; GET /v1/models lists the available models"
+        try:
+            registry.route_for(model, "chat" if endpoint == "/v1/chat/completions" else "decisions")
+        except NotFound as exc:
+            return exc.message
+        return None
+
+    extra = {} if lease_s is None else {"lease_s": lease_s}
+    return BatchWorker(store, function.run_line, check_principal=check_principal,
+                       recorded=lambda tenant_id, record_id: records is not None
+                       and records.get_record(tenant_id, record_id) is not None,
+                       new_decision_id=services.decide.recorder.new_id, model_allowed=model_allowed, owner=owner,
+                       clock=clock, **extra)
+
+
+def batch_store(function: GatewayFunction) -> BatchStore:
+    files = function.services.files
+    if files is None:
+        raise RuntimeError("this deployment has no batch store (GATEWAY_SQLITE_PATH locally)")
+    return files.store
+
+
+def work_once(worker: BatchWorker, store: BatchStore, slice_s: float = SLICE_S) -> bool:
+    """Each open batch, oldest first, works for up to `slice_s`; True when any has more to do now."""
+    busy = False
+    for batch in store.open_batches():
+        try:
+            more = worker.run(batch.id, batch.tenant_id, worker.clock() + slice_s)
+        except Exception:
+            log.exception("batch worker step failed; the batch is taken again later", extra={"batch_id": batch.id})
+            continue
+        busy = busy or more
+    return busy
