@@ -1,8 +1,8 @@
 """`make up`: the local stack in one command.
 
 Starts the scorer with the embedded model, creates the dev tenant in the embedded
-SQLite store, starts the gateway's local API Gateway runner in front of it, prints a
-curl example, and stops both cleanly on Ctrl-C, and on SIGTERM or SIGHUP (from
+SQLite store, starts the gateway's local API Gateway runner in front of it and the batch
+worker beside it, prints a curl example, and stops them all cleanly on Ctrl-C, and on SIGTERM or SIGHUP (from
 `timeout`, a supervisor, a CI runner, or make passing its own on): nothing is left
 holding the ports. If this process is killed outright, the children get SIGTERM from
 the kernel (Linux's parent-death signal). The dev API key comes from
@@ -96,6 +96,8 @@ def main() -> int:
         processes.append(gateway)
         base = f"http://127.0.0.1:{args.gateway_port}"
         wait_ready("gateway", f"{base}/health", gateway, timeout_s=60)
+        # The Batch API's worker, on the same code and store: it runs batches' lines at bulk priority.
+        processes.append(start_process("batch worker", [sys.executable, "-m", "devkit.batch_worker"], gateway_env))
 
         print("\nThe local stack is up: gateway", base, "-> scorer", f"http://127.0.0.1:{args.scorer_port}")
         if key:
@@ -111,7 +113,9 @@ def main() -> int:
         print(f"    curl -s -X POST {base}/v1/tokens -H 'X-Local-Iam-Principal: {DEV_ROLE}' -d '{{\"ttl_s\": 3600}}'")
         print(f"\nOpenAI SDK: OpenAI(base_url=\"{base}/v1\", api_key=...)   TypeSafe SDK: TYPESAFE_BASE_URL={base}")
         print(f"API reference (Swagger UI; ?format=json for the OpenAPI document): {base}/v1/openapi")
-        print("Ctrl-C stops both.\n", flush=True)
+        print(f"Batches (OpenAI's Batch API, run by the batch worker): DG_URL={base} python -m devkit.batch submit"
+              " FILE.jsonl --endpoint /v1/systemone --watch")
+        print("Ctrl-C stops them all.\n", flush=True)
         while all(p.poll() is None for p in processes):
             time.sleep(0.5)
         failed = next(p for p in processes if p.poll() is not None)

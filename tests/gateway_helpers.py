@@ -29,6 +29,17 @@ def call(ev: dict[str, Any], function: GatewayFunction | None = None) -> tuple[i
         return result["statusCode"], headers, body
 
 
+def multipart(fields: dict[str, bytes], files: dict[str, tuple[str, bytes]]) -> tuple[bytes, str]:
+    """A multipart/form-data body as the OpenAI SDK sends one (its fields, then its files), and its Content-Type."""
+    boundary = "----boundary7MA4YWxkTrZu0gW"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + value + b"\r\n"
+             for name, value in fields.items()]
+    parts += [f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+              f"Content-Type: application/octet-stream\r\n\r\n".encode() + data + b"\r\n"
+              for name, (filename, data) in files.items()]
+    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
 def register_credentials(store: Any, *contexts: dict[str, str]) -> None:
     """Store an API key record for each authorizer context's credential, so that the
     function's revocation check (which looks the key up on every request) finds it live."""

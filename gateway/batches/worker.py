@@ -83,8 +83,9 @@ class BatchWorker:
         self.clock = clock
         self.lease_s = lease_s
 
-    def run(self, batch_id: str, tenant_id: str, until: float) -> bool:
-        """Work on the batch until `until`; True while it has more to do (now or later)."""
+    def run(self, batch_id: str, tenant_id: str, until: float, max_lines: int | None = None) -> bool:
+        """Work on the batch until `until` (and at most `max_lines` lines); True while it has
+        more to do (now or later)."""
         now = self.clock()
         if not self.store.lease(batch_id, self.owner, now + self.lease_s, now):
             return True  # another worker has it
@@ -103,7 +104,7 @@ class BatchWorker:
             if ending is not None:
                 self.finalize(batch, *ending)
                 return False
-            if now >= until:
+            if now >= until or max_lines == 0:
                 return True
             try:
                 principal = self.check_principal(principal_of(batch.principal))
@@ -119,6 +120,7 @@ class BatchWorker:
                     return False
                 return True  # lines wait for their retry time
             self.run_one(batch, principal, lines[0])
+            max_lines = None if max_lines is None else max_lines - 1
             self.store.lease(batch.id, self.owner, self.clock() + self.lease_s, self.clock())
 
     def validate(self, batch: Batch) -> None:

@@ -96,8 +96,13 @@ class Spending:
         meter = Meter(price_factor=price_factor)
         try:
             yield meter
-        finally:
+        except Exception:
             self._settle(tenant_id, reserved, meter, entries, now)
+            raise
+        # Not on a BaseException (the process is ending: an interrupt, an exit): nothing more
+        # runs, as when it is killed, and a batch's worker that resumes a line it was running
+        # counts on no settlement having been made (gateway.batches.worker).
+        self._settle(tenant_id, reserved, meter, entries, now)
 
     def _reserve(self, tenant_id: str, limits: TenantLimits, worst: Cost, seconds: float,
                  now: float) -> list[Reservation]:

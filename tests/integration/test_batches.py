@@ -1,0 +1,293 @@
+"""The Batch API through the real handler and a real SQLite store: files and uploads over
+multipart, batches run by the worker on the same function (each line through its route), and
+their output as OpenAI's files show it. The backend answers uniformly (devkit.fake_backend); the
+real scorer's round trip with the OpenAI SDK is tests/e2e/test_batches.py's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import pytest
+
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, _installed_function, event, install, settings_for
+from gateway.functions.batch_worker import batch_store, build_worker, work_once
+from tests.gateway_helpers import call, multipart, register_credentials, tenant_store, unthrottled
+
+OTHER = {**PRINCIPAL, "principalId": "globex", "tenant_id": "globex", "credential_id": "k2"}
+QUESTIONS = {"refund": {"type": "noul", "instructions": "Is this a refund request?"},
+             "queue": {"type": "choice", "instructions": "Which queue?", "criteria": {"billing": None, "delivery": None}}}
+
+
+def systemone_line(i: int, **body) -> dict:
+    return {"custom_id": f"ticket-{i}", "method": "POST", "url": "/v1/systemone",
+            "body": {"model": "jev-latest", "state": f"Ticket {i}: I was charged twice.", "questions": QUESTIONS, **body}}
+
+
+def jsonl(lines: list) -> bytes:
+    return "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines).encode() + b"\n"
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    store = tenant_store(tmp_path / "gateway.db", "acme", "globex")
+    unthrottled(store, "acme", "globex")
+    register_credentials(store, PRINCIPAL, OTHER)
+    backend = UniformBackend()
+    install(backend, stores=store)
+    return store, backend, _installed_function()
+
+
+def upload(data: bytes, principal=PRINCIPAL, name: str = "in.jsonl") -> dict:
+    body, content_type = multipart({"purpose": b"batch"}, {"file": (name, data)})
+    status, _, reply = call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type},
+                                  principal=principal))
+    assert status == 200, reply
+    return reply
+
+
+def create(file_id: str, endpoint: str = "/v1/systemone", principal=PRINCIPAL, **extra) -> tuple[int, dict]:
+    status, _, reply = call(event("POST", "/v1/batches", {"input_file_id": file_id, "endpoint": endpoint,
+                                                           "completion_window": "24h", **extra}, principal=principal))
+    return status, reply
+
+
+def drain(function, clock=time.time, steps: int = 200, owner: str = "test-worker") -> None:
+    worker = build_worker(function, owner, clock=clock)
+    store = batch_store(function)
+    for _ in range(steps):
+        work_once(worker, store)
+        if not store.open_batches():
+            return
+    raise AssertionError("the batches did not finish")
+
+
+def batch(batch_id: str, principal=PRINCIPAL) -> dict:
+    status, _, reply = call(event("GET", f"/v1/batches/{batch_id}", principal=principal))
+    assert status == 200, reply
+    return reply
+
+
+def lines_of(file_id: str | None) -> list[dict]:
+    if file_id is None:
+        return []
+    status, headers, body = call(event("GET", f"/v1/files/{file_id}/content"))
+    assert status == 200 and headers["content-type"] == "application/jsonl"
+    text = body if isinstance(body, str) else json.dumps(body)
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def without_volatile(body: dict) -> dict:
+    """An answer without what differs between two runs of one request: its ids and its time's figures."""
+    body = {k: v for k, v in body.items() if k not in ("x_decision_id", "id", "created")}
+    if isinstance(body.get("usage"), dict):
+        body["usage"] = {k: v for k, v in body["usage"].items() if k not in ("x_endpoint_s", "x_cost_usd")}
+    return body
+
+
+def test_each_line_answers_as_its_synchronous_twin_with_a_record_outcomes_attach_to(gateway):
+    store, backend, function = gateway
+    lines = [systemone_line(i) for i in range(4)] + [systemone_line(4, state=7)]  # the last: not a valid request
+    created_status, created = create(upload(jsonl(lines))["id"])
+    assert created_status == 200 and created["status"] == "validating" and created["object"] == "batch"
+    drain(function)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["model"] == "jev-latest"
+    assert done["request_counts"] == {"total": 5, "completed": 4, "failed": 1}
+    output, errors = lines_of(done["output_file_id"]), lines_of(done["error_file_id"])
+    assert [line["custom_id"] for line in output] == [f"ticket-{i}" for i in range(4)]
+    for line, asked in zip(output, lines, strict=False):
+        status, _, sync = call(event("POST", "/v1/systemone", asked["body"]))
+        assert line["response"]["status_code"] == status == 200 and line["error"] is None
+        assert without_volatile(line["response"]["body"]) == without_volatile(sync)
+        record_id = line["response"]["body"]["x_decision_id"]
+        record_status, _, record = call(event("GET", f"/v1/records/{record_id}"))
+        assert record_status == 200 and record["request_id"] == line["id"] == line["response"]["request_id"]
+        outcome, _, _ = call(event("POST", f"/v1/decisions/{record_id}/outcome", {"answers": {"refund": True}}))
+        assert outcome == 200
+    status, _, sync_error = call(event("POST", "/v1/systemone", lines[4]["body"]))
+    assert errors[0]["custom_id"] == "ticket-4" and errors[0]["response"]["status_code"] == status == 422
+    assert errors[0]["response"]["body"] == sync_error
+    bulk = [c for c in backend.callers if c.request_id.startswith("batch_req_")]
+    assert len(bulk) == 4 and {c.work for c in bulk} == {"bulk"}
+    assert done["usage"]["input_tokens"] > 0 and done["x_cost_usd"] > 0
+
+
+def test_decisions_and_chat_batches_answer_in_their_own_shapes(gateway):
+    _, _, function = gateway
+    decision = {"model": "decision-default", "input": [{"role": "user", "content": "charged twice"}],
+                "questions": [{"type": "predicate", "name": "refund", "instructions": "asks for a refund"}]}
+    chat = {"model": "chat-default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    ids = []
+    for endpoint, body in (("/v1/decisions", decision), ("/v1/chat/completions", chat)):
+        line = {"custom_id": "one", "method": "POST", "url": endpoint, "body": body}
+        ids.append((endpoint, body, create(upload(jsonl([line]))["id"], endpoint)[1]["id"]))
+    drain(function)
+    for endpoint, body, batch_id in ids:
+        done = batch(batch_id)
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == 1, done
+        [line] = lines_of(done["output_file_id"])
+        _, _, sync = call(event("POST", endpoint, body))
+        assert without_volatile(line["response"]["body"]) == without_volatile(sync)
+        assert line["response"]["body"]["usage"]["x_cost_usd"] >= 0
+
+
+@pytest.mark.parametrize(("lines", "code", "line"), [
+    (["not json"], "invalid_json_line", 1),
+    ([systemone_line(1), systemone_line(1)], "duplicate_custom_id", 2),
+    ([systemone_line(1), {**systemone_line(2), "url": "/v1/decisions"}], "mismatched_endpoint", 2),
+    ([systemone_line(1, stream=True)], "streaming_unsupported", 1),
+    ([systemone_line(1), systemone_line(2, model="decision-default")], "mismatched_model", None),
+    ([{**systemone_line(1), "method": "GET"}], "invalid_method", 1),
+    ([systemone_line(1, model="no-such-model")], "model_not_found", None),
+    ([], "empty_file", None),
+])
+def test_a_file_that_is_not_a_batch_of_its_endpoint_fails_validation_with_openais_errors(gateway, lines, code, line):
+    _, backend, function = gateway
+    _, created = create(upload(jsonl(lines) if lines else b"\n")["id"])
+    drain(function)
+    failed = batch(created["id"])
+    assert failed["status"] == "failed" and failed["failed_at"] is not None
+    assert failed["errors"]["object"] == "list"
+    assert (failed["errors"]["data"][0]["code"], failed["errors"]["data"][0]["line"]) == (code, line)
+    assert failed["output_file_id"] is None and not backend.calls
+
+
+def test_files_and_batches_are_the_tenants_own(gateway):
+    file_id = upload(jsonl([systemone_line(1)]))["id"]
+    _, created = create(file_id)
+    for method, path in (("GET", f"/v1/files/{file_id}"), ("GET", f"/v1/files/{file_id}/content"),
+                         ("DELETE", f"/v1/files/{file_id}"), ("GET", f"/v1/batches/{created['id']}"),
+                         ("POST", f"/v1/batches/{created['id']}/cancel")):
+        status, _, body = call(event(method, path, principal=OTHER))
+        assert status == 404 and body["error"]["type"] == "invalid_request_error", (path, body)
+    assert create(file_id, principal=OTHER)[0] == 404
+    assert call(event("GET", "/v1/files", principal=OTHER))[2]["data"] == []
+    assert call(event("GET", "/v1/batches", principal=OTHER))[2]["data"] == []
+    assert call(event("GET", f"/v1/files/{file_id}"))[0] == 200
+
+
+def test_creation_refuses_what_can_never_run_at_once(gateway, tmp_path):
+    file_id = upload(jsonl([systemone_line(1)]))["id"]
+    assert create(file_id, endpoint="/v1/embeddings")[0] == 400
+    assert create(file_id, completion_window="1h")[0] == 400
+    assert create(file_id, metadata={f"k{i}": "v" for i in range(17)})[0] == 400
+    assert create("file-nope")[0] == 404
+    read_only = {**PRINCIPAL, "scopes": "chat"}
+    status, body = create(file_id, principal=read_only)
+    assert status == 403 and "decide" in body["error"]["message"]
+
+
+def test_a_batch_whose_work_cannot_fit_its_window_is_refused_with_the_figures(tmp_path):
+    store = tenant_store(tmp_path / "gateway.db", "acme")
+    register_credentials(store, PRINCIPAL)
+    install(UniformBackend(), stores=store, settings=settings_for(batches={"tokens_per_second": 0.0001}))
+    status, body = create(upload(jsonl([systemone_line(i) for i in range(20)]))["id"])
+    assert status == 413 and "tokens a second" in body["error"]["message"] and "s of model time" in body["error"]["message"]
+
+
+def test_cancel_keeps_what_finished_and_fails_the_rest_as_cancelled(gateway):
+    store, _, function = gateway
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(6)]))["id"])
+    worker = build_worker(function, "w")
+    worker.run(created["id"], "acme", time.time() + 60)  # validates
+    worker.run(created["id"], "acme", time.time() + 60, max_lines=2)
+    status, _, cancelling = call(event("POST", f"/v1/batches/{created['id']}/cancel"))
+    assert status == 200 and cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
+    assert call(event("POST", f"/v1/batches/{created['id']}/cancel"))[2]["status"] == "cancelling"
+    drain(function, owner="w")  # the worker that holds the batch's lease
+    cancelled = batch(created["id"])
+    assert cancelled["status"] == "cancelled" and cancelled["request_counts"] == {"total": 6, "completed": 2, "failed": 4}
+    assert len(lines_of(cancelled["output_file_id"])) == 2
+    assert {line["error"]["code"] for line in lines_of(cancelled["error_file_id"])} == {"batch_cancelled"}
+    status, _, body = call(event("POST", f"/v1/batches/{created['id']}/cancel"))
+    assert status == 200 and body["status"] == "cancelled"
+
+
+def records_and_requests(store) -> tuple[int, int]:
+    """The tenant's stored records, and the requests its usage counts (spend settled)."""
+    records = sum(1 for _ in store.records.scan_records("acme"))
+    status, _, usage = call(event("GET", "/v1/usage", principal={**PRINCIPAL, "scopes": "catalogs:read"}))
+    assert status == 200, usage
+    return records, usage["total"]["requests"]
+
+
+class Died(BaseException):
+    """The worker's process ending mid-line (nothing above the worker catches it)."""
+
+
+@pytest.mark.parametrize("dies", ["before_its_record", "after_its_record"])
+def test_a_worker_that_dies_mid_line_is_resumed_without_a_second_record_or_charge(gateway, dies):
+    store, backend, function = gateway
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])
+    worker = build_worker(function, "first")
+    worker.run(created["id"], "acme", time.time() + 60)  # validates
+    real = function.run_line
+
+    def dying(principal, call):
+        if dies == "after_its_record":  # answered, recorded and charged; the ledger never hears of it
+            real(principal, call)
+            raise Died
+        return real(principal, type(call)(call.url, call.body, call.request_id, call.decision_id,
+                                          lambda status, body: (call.keep(status, body), _raise(Died()))))
+
+    worker.run_line = dying
+    with pytest.raises(Died):
+        worker.run(created["id"], "acme", time.time() + 60, max_lines=1)
+    assert records_and_requests(store)[0] == (1 if dies == "after_its_record" else 0)
+    drain(function, clock=lambda: time.time() + 60)  # another worker, once the first one's lease has lapsed
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    assert records_and_requests(store) == (3, 3)
+    output = lines_of(done["output_file_id"])
+    assert [line["custom_id"] for line in output] == ["ticket-0", "ticket-1", "ticket-2"]
+    assert len({line["response"]["body"]["x_decision_id"] for line in output}) == 3
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def test_a_batch_past_its_window_expires_with_its_partial_output(gateway):
+    _, _, function = gateway
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(4)]))["id"])
+    worker = build_worker(function, "w")
+    worker.run(created["id"], "acme", time.time() + 60)
+    worker.run(created["id"], "acme", time.time() + 60, max_lines=1)
+    drain(function, clock=lambda: time.time() + 86_401, owner="w")
+    expired = batch(created["id"])
+    assert expired["status"] == "expired" and expired["expired_at"] and expired["completed_at"] is None
+    assert expired["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
+    assert {line["error"]["code"] for line in lines_of(expired["error_file_id"])} == {"batch_expired"}
+    assert lines_of(expired["error_file_id"])[0]["response"] is None
+
+
+def test_a_revoked_key_stops_its_batch_and_keeps_what_finished(gateway):
+    store, _, function = gateway
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(4)]))["id"])
+    worker = build_worker(function, "w")
+    worker.run(created["id"], "acme", time.time() + 60)
+    worker.run(created["id"], "acme", time.time() + 60, max_lines=2)
+    store.tenants.revoke_api_key(PRINCIPAL["credential_id"], time.time())
+    function.services.authenticator.revocations.forget(f"apikey:{PRINCIPAL['credential_id']}")  # its 10 s passed
+    worker.run(created["id"], "acme", time.time() + 60)
+    stopped = batch_store(function).get_batch("acme", created["id"])
+    assert stopped.status == "failed" and stopped.errors[0]["code"] == "credential_revoked"
+    assert (stopped.completed, stopped.failed) == (2, 2)
+
+
+def test_a_budget_spent_mid_batch_fails_the_remaining_lines_as_lines(gateway):
+    from gateway.auth.tenants import set_limits
+
+    store, backend, _ = gateway
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])
+    set_limits(store.tenants, "acme", monthly_budget_usd=0.0)
+    install(backend, stores=store)  # a function instance that reads the tenant's limits anew
+    drain(_installed_function())
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+    errors = lines_of(done["error_file_id"])
+    assert {line["response"]["status_code"] for line in errors} == {429}
+    assert {line["response"]["body"]["detail"]["error_type"] for line in errors} == {"budget_exhausted"}
