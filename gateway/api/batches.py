@@ -25,7 +25,8 @@ from gateway.services.batches import BATCH_LIST_LIMIT, FILE_LIST_LIMIT, BatchSer
 from gateway.wire.batches import BatchCreate, UploadComplete, UploadCreate, form_fields
 
 ID = r"^[A-Za-z0-9_-]{1,128}$"
-JSONL = "application/jsonl"
+# A file's bytes as they were stored: never "application/json..." (Powertools would serialize the body).
+CONTENT_TYPE = "application/octet-stream"
 
 
 def router(files: FileService, batches: BatchService) -> Router:
@@ -68,12 +69,12 @@ def _file_routes(routes: Router, files: FileService) -> None:
         file, chunks = files.content(caller(routes, None), file_id)
         headers = {"content-disposition": f'attachment; filename="{file.filename}"'}
         if streaming(routes):
-            return Response(200, JSONL, chunks, headers)
+            return Response(200, CONTENT_TYPE, chunks, headers)
         with contextlib.closing(chunks):
             if file.bytes > files.max_part_bytes:
                 raise PayloadTooLarge(f"this file has {file.bytes} bytes, more than a buffered response carries"
                                       f" ({files.max_part_bytes}); it is served on the streaming integration")
-            return Response(200, JSONL, b"".join(chunks), headers)
+            return Response(200, CONTENT_TYPE, b"".join(chunks), headers)
 
 
 def _upload_routes(routes: Router, files: FileService) -> None:

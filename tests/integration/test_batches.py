@@ -74,7 +74,7 @@ def lines_of(file_id: str | None) -> list[dict]:
     if file_id is None:
         return []
     status, headers, body = call(event("GET", f"/v1/files/{file_id}/content"))
-    assert status == 200 and headers["content-type"] == "application/jsonl"
+    assert status == 200 and headers["content-type"] == "application/octet-stream"
     text = body if isinstance(body, str) else json.dumps(body)
     return [json.loads(line) for line in text.splitlines() if line]
 
@@ -291,3 +291,96 @@ def test_a_budget_spent_mid_batch_fails_the_remaining_lines_as_lines(gateway):
     errors = lines_of(done["error_file_id"])
     assert {line["response"]["status_code"] for line in errors} == {429}
     assert {line["response"]["body"]["detail"]["error_type"] for line in errors} == {"budget_exhausted"}
+
+
+def post_part(upload_id: str, data: bytes) -> tuple[int, dict]:
+    body, content_type = multipart({}, {"data": ("blob", data)})
+    status, _, reply = call(event("POST", f"/v1/uploads/{upload_id}/parts", raw=body,
+                                  headers={"Content-Type": content_type}))
+    return status, reply
+
+
+def start_upload(size: int) -> dict:
+    status, _, upload_object = call(event("POST", "/v1/uploads", {"bytes": size, "filename": "big.jsonl",
+                                                                   "mime_type": "application/jsonl", "purpose": "batch"}))
+    assert status == 200 and upload_object["status"] == "pending", upload_object
+    return upload_object
+
+
+def test_an_upload_in_parts_becomes_one_file_and_checks_what_it_was_told(gateway):
+    data = jsonl([systemone_line(i) for i in range(40)])
+    first, second = data[:1000], data[1000:]
+    pending = start_upload(len(data))
+    part_ids = [post_part(pending["id"], piece)[1]["id"] for piece in (first, second)]
+    assert post_part(pending["id"], b"x")[0] == 400  # more than the upload was created for
+    status, _, refused = call(event("POST", f"/v1/uploads/{pending['id']}/complete",
+                                    {"part_ids": part_ids, "md5": "0" * 32}))
+    assert status == 400 and "md5" in refused["error"]["message"]
+    assert call(event("POST", f"/v1/uploads/{pending['id']}/complete", {"part_ids": part_ids[:1]}))[0] == 400
+    status, _, done = call(event("POST", f"/v1/uploads/{pending['id']}/complete",
+                                 {"part_ids": part_ids, "md5": hashlib.md5(data).hexdigest()}))
+    assert status == 200 and done["status"] == "completed" and done["file"]["bytes"] == len(data)
+    status, _, content = call(event("GET", f"/v1/files/{done['file']['id']}/content"))
+    assert status == 200 and content.encode() == data
+    assert post_part(pending["id"], b"x")[0] == 400  # a completed upload takes no more parts
+    cancelled = start_upload(10)
+    status, _, body = call(event("POST", f"/v1/uploads/{cancelled['id']}/cancel"))
+    assert status == 200 and body["status"] == "cancelled"
+    assert call(event("POST", f"/v1/uploads/{cancelled['id']}/cancel", principal=OTHER))[0] == 404
+
+
+def test_what_one_request_cannot_carry_is_refused_with_the_figures(gateway):
+    from gateway.settings import MAX_BODY_BYTES
+
+    too_big = b"x" * (MAX_BODY_BYTES + 1)
+    body, content_type = multipart({"purpose": b"batch"}, {"file": ("in.jsonl", too_big)})
+    status, _, reply = call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type}))
+    assert status == 413 and "/v1/uploads" in reply["error"]["message"]
+    status, _, reply = call(event("POST", "/v1/uploads", {"bytes": 300 * 1024 * 1024, "filename": "x.jsonl",
+                                                           "mime_type": "application/jsonl", "purpose": "batch"}))
+    assert status == 413 and str(200 * 1024 * 1024) in reply["error"]["message"]
+    body, content_type = multipart({"purpose": b"fine-tune"}, {"file": ("in.jsonl", b"{}")})
+    assert call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type}))[0] == 400
+    assert call(event("POST", "/v1/files", raw=b"{}"))[0] == 422  # not multipart
+
+
+@pytest.mark.slow
+def test_fifty_thousand_lines_travel_through_the_uploads_api_into_one_batch(gateway):
+    _, _, function = gateway
+    data = jsonl([systemone_line(i) for i in range(50_000)])
+    part = 4 * 1024 * 1024  # the OpenAI SDK's upload_file_chunked(part_size=...) as the docs say
+    pending = start_upload(len(data))
+    part_ids = []
+    for start in range(0, len(data), part):
+        status, reply = post_part(pending["id"], data[start:start + part])
+        assert status == 200, reply
+        part_ids.append(reply["id"])
+    status, _, done = call(event("POST", f"/v1/uploads/{pending['id']}/complete", {"part_ids": part_ids}))
+    assert status == 200 and done["file"]["bytes"] == len(data) > 10 * 1024 * 1024
+    _, created = create(done["file"]["id"])
+    build_worker(function, "w").run(created["id"], "acme", time.time() + 60)  # validates
+    assert batch(created["id"])["request_counts"]["total"] == 50_000
+    call(event("POST", f"/v1/batches/{created['id']}/cancel"))
+    drain(function, owner="w")
+    cancelled = batch(created["id"])
+    assert cancelled["status"] == "cancelled" and cancelled["request_counts"]["failed"] == 50_000
+
+
+def test_an_output_larger_than_a_lambda_response_streams_and_is_refused_buffered(gateway):
+    _, _, function = gateway
+    # four questions of 250 short options: each answer gives every option its probability
+    many = {f"q{i}": {"type": "choice", "instructions": "Which?", "criteria": {f"o{j}": None for j in range(250)}}
+            for i in range(4)}
+    _, created = create(upload(jsonl([systemone_line(i, questions=many) for i in range(220)]))["id"])
+    drain(function)
+    done = batch(created["id"])
+    assert done["request_counts"]["completed"] == 220, done
+    size = call(event("GET", f"/v1/files/{done['output_file_id']}"))[2]["bytes"]
+    assert size > 6 * 1024 * 1024
+    assert call(event("GET", f"/v1/files/{done['output_file_id']}/content"))[0] == 413  # the buffered integration
+    streamed = b"".join(function.stream(event("GET", f"/v1/files/{done['output_file_id']}/content"), None))
+    from gateway.streaming.integration import read_prelude
+
+    meta, body = read_prelude(streamed)
+    assert meta["statusCode"] == 200 and len(body) == size
+    assert [json.loads(line)["custom_id"] for line in body.splitlines()] == [f"ticket-{i}" for i in range(220)]
