@@ -1,0 +1,94 @@
+"""The SQLite batch store: bytes whole or absent and private, leases, and a ledger that counts each line once."""
+
+import stat
+
+import pytest
+
+from gateway.batches.model import Batch, Line, LineUsage, StoredFile, Upload, UploadPart
+from gateway.stores.sqlite.batches import SQLiteBatches
+from gateway.stores.sqlite.database import Database
+
+
+@pytest.fixture
+def store(tmp_path):
+    return SQLiteBatches(Database(tmp_path / "gateway.db"))
+
+
+def file(file_id: str, tenant: str = "acme", created_at: float = 1.0, purpose: str = "batch") -> StoredFile:
+    return StoredFile(file_id, tenant, "in.jsonl", purpose, 0, created_at)
+
+
+def test_a_files_bytes_are_private_to_this_user_and_named_by_no_tenant(store):
+    stored = store.put_file(file("file-a"), [b"one\n", b"two\n"])
+    assert stored.bytes == 8 and b"".join(store.read_file("acme", "file-a")) == b"one\ntwo\n"
+    [path] = [p for p in store.folder.rglob("*") if p.is_file()]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and "acme" not in str(path)
+    assert store.read_file("globex", "file-a") is None and store.get_file("globex", "file-a") is None
+
+
+def test_a_write_that_fails_leaves_no_file(store):
+    def failing():
+        yield b"part"
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        store.put_file(file("file-a"), failing())
+    assert store.get_file("acme", "file-a") is None and not [p for p in store.folder.rglob("*") if p.is_file()]
+
+
+def test_files_list_newest_first_a_page_at_a_time_and_by_purpose(store):
+    for i in range(5):
+        store.put_file(file(f"file-{i}", created_at=float(i), purpose="batch" if i % 2 else "batch_output"), [b"x"])
+    assert [f.id for f in store.list_files("acme", None, None, 2, True)] == ["file-4", "file-3"]
+    assert [f.id for f in store.list_files("acme", None, "file-3", 2, True)] == ["file-2", "file-1"]
+    assert [f.id for f in store.list_files("acme", "batch", None, 10, False)] == ["file-1", "file-3"]
+    assert store.stored_bytes("acme") == 5 and store.stored_bytes("globex") == 0
+
+
+def test_expired_files_and_uploads_are_removed(store):
+    store.put_file(StoredFile("file-old", "acme", "x", "batch", 0, 1.0, 10.0), [b"x"])
+    upload = Upload("upload_a", "acme", "x", "batch", 4, "text/plain", 1.0, 10.0)
+    store.put_upload(upload)
+    store.add_part(upload, UploadPart("part_a", "upload_a", 2, 1.0), b"ab")
+    assert store.delete_expired(11.0) == 2
+    assert store.get_file("acme", "file-old") is None and store.get_upload("acme", "upload_a").status == "expired"
+    assert store.stored_bytes("acme") == 0
+
+
+def batch(batch_id: str = "batch_a") -> Batch:
+    return Batch(batch_id, "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
+
+
+def test_a_lease_is_one_owners_until_it_lapses(store):
+    store.put_batch(batch())
+    assert store.lease("batch_a", "one", 10.0, 0.0) and store.lease("batch_a", "one", 20.0, 5.0)
+    assert not store.lease("batch_a", "two", 30.0, 19.0)
+    assert store.lease("batch_a", "two", 30.0, 20.0)
+
+
+def test_a_batch_changes_only_from_the_status_it_was_read_with(store):
+    store.put_batch(batch())
+    changed = batch()
+    changed.status = "cancelling"
+    assert store.update_batch(changed, "validating") and not store.update_batch(changed, "validating")
+    assert not store.add_lines(changed, [Line("batch_a", 0, "c", "{}")], "validating")
+    assert list(store.unfinished_lines("batch_a")) == []
+
+
+def test_a_line_is_counted_once_however_often_it_is_finished(store):
+    started = batch()
+    store.put_batch(started)
+    started.status = "in_progress"
+    assert store.add_lines(started, [Line("batch_a", n, f"c{n}", "{}") for n in range(3)], "validating")
+    line = store.runnable_lines("batch_a", 0.0, 1)[0]
+    line.state, line.reply = "done", '{"status_code": 200, "body": {}}'
+    for _ in range(2):
+        store.finish_line(line, LineUsage(10, 2, 4, 0.5))
+    again = store.get_batch("acme", "batch_a")
+    assert (again.completed, again.failed, again.usage["input_tokens"], again.cost_usd) == (1, 0, 10, 0.5)
+    assert [ln.number for ln in store.unfinished_lines("batch_a")] == [1, 2]
+    assert [ln.number for ln in store.finished_lines("batch_a")] == [0]
+    waiting = store.runnable_lines("batch_a", 0.0, 1)[0]
+    waiting.not_before = 50.0
+    store.put_line(waiting)
+    assert [ln.number for ln in store.runnable_lines("batch_a", 10.0, 5)] == [2]
