@@ -182,6 +182,7 @@ def _local_stack(scorer_url, tmp_path_factory) -> Iterator[LocalStack]:
                             record_keys=file_key_ring(folder / "record-keys.json"))
     # The stack's own function and authorizer (in Lambda's terms: one warm instance of each).
     stack = LocalStack("", key.secret, GatewayFunction(services), authenticator, store)
+    stack.folder, stack.settings = folder, services.settings  # what a worker process beside it is given
     gateway = LocalApiGateway(InProcessFunction(stack.function), authorizer=Authorizer(authenticator))
     server = make_server("127.0.0.1", 0, gateway)
     stack.url = f"http://127.0.0.1:{server.server_address[1]}"
