@@ -27,10 +27,23 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def batch_workers(state_dir: Path) -> list[int]:
+    """The batch worker processes on this state folder's store (found by their environment)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"devkit.batch_worker" in (entry / "cmdline").read_bytes() \
+                    and str(state_dir).encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours
+    return found
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
-def test_stopping_make_up_stops_the_scorer_and_the_gateway(tmp_path, stop):
+def test_stopping_make_up_stops_the_scorer_the_gateway_and_the_batch_worker(tmp_path, stop):
     # Given the local stack up, when its runner gets SIGTERM (timeout, a supervisor) or is
-    # killed outright, then the scorer and the gateway stop too and free their ports.
+    # killed outright, then the scorer, the gateway and the batch worker stop too and free their ports.
     scorer_port, gateway_port = free_port(), free_port()
     up = subprocess.Popen([sys.executable, "scripts/up.py", "--model", "models/smollm2-135m-instruct-q4_1",
                            "--scorer-port", str(scorer_port), "--gateway-port", str(gateway_port),
@@ -42,12 +55,13 @@ def test_stopping_make_up_stops_the_scorer_and_the_gateway(tmp_path, stop):
         if "The local stack is up" in line:
             break
     assert listening(scorer_port) and listening(gateway_port), "".join(lines)
+    assert len(batch_workers(tmp_path)) == 1
     up.send_signal(stop)
     up.wait(timeout=60)
     deadline = time.monotonic() + 30
-    while (listening(scorer_port) or listening(gateway_port)) and time.monotonic() < deadline:
+    while (listening(scorer_port) or listening(gateway_port) or batch_workers(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not listening(scorer_port) and not listening(gateway_port)
+    assert not listening(scorer_port) and not listening(gateway_port) and not batch_workers(tmp_path)
 
 
 def test_make_up_pins_an_embedded_model_and_its_manifest_as_a_deployment_does():
