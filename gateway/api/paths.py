@@ -12,10 +12,10 @@ OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
 # OpenAI's Files, Uploads and Batch APIs: every path under these.
 OPENAI_PREFIXES = ("/v1/files", "/v1/uploads", "/v1/batches")
 # The routes API Gateway streams (template.yaml: StreamingFunction's events, for both prefixes):
-# chat, which streams its completions, and the decisions, which may take the longer deadline.
-STREAMING_ROUTES = (("POST", "/v1/chat/completions"), ("POST", "/v1/systemone"), ("POST", "/v1/decisions"))
-# A file's content streams too: a batch's output may be larger than a buffered Lambda response.
-FILE_CONTENT = ("/v1/files/", "/content")
+# chat, which streams its completions, the decisions, which may take the longer deadline, and a
+# file's content (a batch's output may be larger than a buffered Lambda response's 6 MB).
+STREAMING_ROUTES = (("POST", "/v1/chat/completions"), ("POST", "/v1/systemone"), ("POST", "/v1/decisions"),
+                    ("GET", "/v1/files/{file_id}/content"))
 
 def route_path(path: str) -> str:
     return path[len(IAM_PREFIX):] if path == IAM_PREFIX or path.startswith(IAM_PREFIX + "/") else path
@@ -33,7 +33,12 @@ def flavor_of(path: str) -> Flavor | None:
 
 def streams(method: str, path: str) -> bool:
     """Whether API Gateway sends this request to the streaming integration."""
-    path = route_path(path)
-    if method.upper() == "GET" and path.startswith(FILE_CONTENT[0]) and path.endswith(FILE_CONTENT[1]):
-        return path.count("/") == 4  # /v1/files/{id}/content
-    return (method.upper(), path) in STREAMING_ROUTES
+    segments = route_path(path).split("/")
+    return any(method.upper() == route_method and _matches(segments, route.split("/"))
+               for route_method, route in STREAMING_ROUTES)
+
+
+def _matches(segments: list[str], template: list[str]) -> bool:
+    """A path's segments against an API Gateway path template's (`{name}` takes one segment)."""
+    return len(segments) == len(template) and all(
+        t == s or (t.startswith("{") and t.endswith("}") and s != "") for s, t in zip(segments, template, strict=True))

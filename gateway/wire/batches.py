@@ -2,8 +2,6 @@
 are `gateway.batches.model`'s `as_openai()`), and the multipart form `POST /v1/files` and an
 upload's parts arrive in."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -17,6 +17,7 @@ LAYERS = (
     ("decisions",),  # the decision model, work limits, cost, records
     ("catalogs",),  # named, versioned questions; policies and calibration
     ("backends",),  # endpoint pools and the scorer's protocol
+    ("batches",),  # files, uploads, batches, their ledger, and the worker that runs their lines
     ("stores",),  # SQLite and DynamoDB adapters of the store interfaces
     ("streaming",),  # a response that streams: its type, the relay of a backend's events, the integration's bytes
     ("services",),  # the use cases the routes call
