@@ -10,10 +10,10 @@ SCORER_PORT ?= 8080
 FAST_MODEL := models/gemma-3-270m-q4_k_m
 QUALITY_MODEL := models/qwen2.5-coder-1.5b-instruct-q4_k_m
 MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
-test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants \
+test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants bench-batch \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-cache bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
+.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-cache bench-batch bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -112,6 +112,10 @@ bench-tenants: setup  ## two tenants through make up FAST=1's stack: long chats 
 bench-cache: setup  ## a state read once serves the next question: repeats and a growing transcript through make up FAST=1's stack, a 20-step agent run on MODEL with and without reuse, 500 distinct states against the cache's bound
 	@$(PY) -m bench.cache --model $(MODEL)
 	@$(PY) scripts/docs_pages.py bench-cache
+
+bench-batch: setup  ## 1,000 decisions as one batch against the same sent one by one through make up FAST=1's stack, then beside interactive decisions: wall time, the scorer's seconds, cost per 1,000, interactive p50/p95 against alone
+	@$(PY) -m bench.batch
+	@$(PY) scripts/docs_pages.py bench-batch
 
 bench-stream: setup  ## a 200-token chat streamed through the gateway with the OpenAI SDK: first chunk and gaps against the whole stream
 	@$(PY) -m bench.stream --model $(MODEL)

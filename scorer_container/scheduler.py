@@ -132,9 +132,10 @@ class Job:
             try:
                 return func(*args)
             finally:
-                with self.scheduler._lock:
+                with self.scheduler._turns:
                     self.working = False
                     abandoned = self.abandoned
+                    self.scheduler._turns.notify_all()  # bulk work held back for it may go on
                 if abandoned:
                     self.release()
 
@@ -195,6 +196,9 @@ class Scheduler:
         # listening at it. Cut before it instead, the job's 503 reaches the caller in time.
         self._turns_s: collections.deque[float] = collections.deque(maxlen=16)
         self._busy: collections.deque[tuple[float, str, Work, float]] = collections.deque(maxlen=20_000)
+        # The model's seconds by kind of work since the scorer started: counters that only grow,
+        # so that any span's share of interactive and bulk work is the difference of two readings.
+        self._busy_total: dict[Work, float] = {work: 0.0 for work in WORKS}
 
     # -- the line ---------------------------------------------------------------------
 
@@ -327,6 +331,7 @@ class Scheduler:
         if model:  # a plan's seconds count in the order, not as the model's busy time
             job.own_s += seconds
             self._busy.append((self.clock(), job.tenant, job.work, seconds))
+            self._busy_total[job.work] += seconds
 
     # -- planning ----------------------------------------------------------------------
 
@@ -456,13 +461,24 @@ class Scheduler:
                     if job.deadline.expired() or left <= 0:  # no time for a turn before its deadline
                         job.deadline.check()
                         raise DeadlineExceeded("the request's deadline passed before the model finished")
-                    if self._holder is None and self._next(self._ready) is job:
+                    if self._holder is None and self._next(self._ready) is job and not self._held_back(job):
                         break
                     self._turns.wait(min(_POLL_S, left))
             finally:
                 self._ready.remove(job)
             self._holder = job
         job.waited_s += self.clock() - asked
+
+    def _held_back(self, job: Job) -> bool:
+        """Bulk work (batch lines) does not take the model from a job of another kind that is
+        between two of its steps (its thread works on it: reading what the last step gave, making
+        the next), unless bulk is owed its share (`bulk_share`): else each of an interactive
+        decision's steps would wait behind one of the batch's, and batches are to use the time
+        interactive work leaves, not to slow it. The job's thread ending wakes the waiters."""
+        if job.work != "bulk":
+            return False
+        owed = self._classes["bulk"].vtime
+        return any(j.working and j.work != "bulk" and self._classes[j.work].vtime <= owed for j in self._jobs)
 
     def _turn_reserve(self) -> float:
         """The time a turn may take: the longest of the recent ones, at most MAX_TURN_RESERVE_S (a
@@ -494,7 +510,8 @@ class Scheduler:
             by_work[work] += seconds
         return {"window_s": self.window_s, "busy_s": round(sum(by_work.values()), 3),
                 "busy_s_by_tenant": {t: round(s, 3) for t, s in by_tenant.items()},
-                "busy_s_by_work": {w: round(s, 3) for w, s in by_work.items()}, "line": line}
+                "busy_s_by_work": {w: round(s, 3) for w, s in by_work.items()},
+                "busy_s_total_by_work": {w: round(s, 3) for w, s in self._busy_total.items()}, "line": line}
 
     def _late(self, job: Job) -> Exception:
         """Its deadline passed before it got what it waited for: the caller left, or busy (503)."""

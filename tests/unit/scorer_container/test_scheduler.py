@@ -239,6 +239,7 @@ def test_long_work_yields_between_steps_and_gets_its_share_while_ordinary_work_w
     assert 0.15 <= long_s / (long_s + 24 * 0.25) <= 0.4
     figures = line.figures()
     assert figures["busy_s_by_work"] == {"long": 12.0, "ordinary": 6.0}
+    assert figures["busy_s_total_by_work"] == {"ordinary": 6.0, "long": 12.0, "bulk": 0.0}
 
 
 def test_tenants_of_one_kind_share_the_model_by_their_weights():
@@ -472,3 +473,38 @@ def test_a_job_does_not_start_a_turn_it_could_not_finish_before_its_deadline():
     asyncio.run(roomy.resident(100, 1))
     with roomy.step():  # plenty of time: the turn is taken
         pass
+
+
+def test_bulk_work_waits_for_an_interactive_job_between_its_steps_beyond_its_own_share():
+    # Given a batch line (bulk, 0.25 s steps) always ready, and an interactive decision whose
+    # thread works a little between its steps (reading the last step's logits, as the engine does)
+    clock = Clock()
+    line = scheduler(clock=clock)
+    bulk, decision = resident(line, "a", "bulk"), resident(line, "b")
+    order: list[str] = []
+
+    def steps(job, name, count, between_s):
+        for _ in range(count):
+            time.sleep(between_s)
+            with job.step():
+                order.append(name)
+                clock.spend(0.25)
+                time.sleep(0.002)
+        with line._turns:  # its thread is done with it (Job.run's end)
+            job.working = False
+            line._turns.notify_all()
+
+    bulk.working = decision.working = True
+    threads = [threading.Thread(target=steps, args=(decision, "decision", 24, 0.01)),
+               threading.Thread(target=steps, args=(bulk, "bulk", 40, 0.0))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    # Then until the decision is done, bulk runs little more than its share (5%: a step in 20),
+    # where without the rule it would take a step in each of the decision's gaps
+    done_decision = max(i for i, name in enumerate(order) if name == "decision")
+    # (1 s of idle credit is 4 of its steps, and its share one in 20 of the decision's 24)
+    assert order[:done_decision].count("bulk") <= 6
+    # And once the decision is done, bulk has the model to itself (work-conserving)
+    assert len(order) == 64 and set(order[done_decision + 1:]) == {"bulk"}
