@@ -448,6 +448,30 @@ def render_bench_cache(report: dict) -> list[str]:
                          " cache's bytes over 500 distinct states")
 
 
+def render_bench_batch(report: dict) -> list[str]:
+    reference = report["reference"]
+    lines = [f"{report['lines']} decisions (distinct tickets, two questions) on `{report['model']}` through"
+             f" `make up FAST=1`'s stack; cost at `{reference['instance']}`'s {reference['usd_per_hour']:.3f} USD an"
+             f" hour, a batch line at {reference['batch_price_factor']:g} of it:", ""]
+    rows = [[name, f"{report[key]['ok']}/{report['lines']}", num(report[key]["wall_s"], 1),
+             num(report[key]["endpoint_s"], 1), f"{report[key]['usd_per_1000']:.4f}"]
+            for name, key in (("one by one", "one_by_one"), ("one batch, idle stack", "batch_idle"),
+                              ("one batch beside interactive decisions", "batch_loaded"))]
+    lines += table(["run", "answered", "wall (s)", "the scorer's seconds", "USD per 1,000"], rows)
+    alone, beside, used = report["alone"], report["interactive_beside_batch"], report["model_s"]
+    lines += table(["interactive decisions", "p50 (s)", "p95 (s)", "answered"], [
+        ["alone", num(alone["p50_s"], 3), num(alone["p95_s"], 3), f"{alone['ok']}/{alone['sent']}"],
+        ["beside the batch", num(beside["p50_s"], 3), num(beside["p95_s"], 3), f"{beside['ok']}/{beside['sent']}"]])
+    lines += [f"Beside the interactive decisions, the model ran them {num(used['ordinary'], 1)} s and batch lines"
+              f" {num(used['bulk'], 1)} s of {num(report['batch_loaded']['wall_s'], 1)} s: the batch used"
+              f" {pct(report['batch_share_of_idle'])} of the time interactive work left, and made"
+              f" {pct(report['batch_progress_in_idle'])} of its idle-stack progress in it (two cores shared by the"
+              " scorer, the gateway, the worker and the clients make each step slower under load).", ""]
+    lines += [f"- {'met' if ok else '**not met**'}: {check}" for check, ok in report["checks"].items()] + [""]
+    return lines + image("bench-batch.png", "wall time and cost per 1,000 one by one and as a batch; interactive"
+                         " latency alone and beside a batch")
+
+
 def _agent_run(agent: dict) -> list[str]:
     lines = [f"An agent run on `{agent['model']}`: {agent['steps']} steps, one tool call more each (the first"
              f" {agent['first_state_tokens']} tokens), three questions a step:", ""]
@@ -563,6 +587,8 @@ FRAGMENTS = {f.name: f for f in (
              (("bench_tenants.png", "bench-tenants.png"),)),
     Fragment("bench-cache", "bench_cache.json", "make bench-cache", render_bench_cache,
              (("bench_cache.png", "bench-cache.png"),)),
+    Fragment("bench-batch", "bench_batch.json", "make bench-batch", render_bench_batch,
+             (("bench_batch.png", "bench-batch.png"),)),
     Fragment("bench-gateway", "bench_gateway.json", "make bench-gateway", render_bench_gateway,
              (("bench_gateway.png", "bench-gateway.png"),)),
     Fragment("bench-load", "bench_load.json", "make bench-load", render_bench_load, (("bench_load.png", "bench-load.png"),)),

@@ -167,3 +167,15 @@ def test_a_worker_killed_mid_batch_is_resumed_by_the_next_without_a_line_twice(l
 def requests_charged(client) -> int:
     """The requests the tenant's usage counts today (each settles its spend once)."""
     return client.get("/usage", cast_to=object)["total"]["requests"]
+
+
+def test_the_batches_pages_example_runs_as_written(local_stack, worker):
+    # The concept page's example, unchanged, with DG_URL and DG_API_KEY set as the README says
+    from tests.e2e.test_readme import ROOT, environment, fenced_blocks
+
+    [code] = fenced_blocks(ROOT / "docs" / "concepts" / "batches.md", "python")
+    done = subprocess.run([sys.executable, "-c", code], env=environment(local_stack), cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert [line.split()[0] for line in printed] == ["ticket-0", "ticket-1", "ticket-2"]

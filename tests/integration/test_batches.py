@@ -384,3 +384,21 @@ def test_an_output_larger_than_a_lambda_response_streams_and_is_refused_buffered
     meta, body = read_prelude(streamed)
     assert meta["statusCode"] == 200 and len(body) == size
     assert [json.loads(line)["custom_id"] for line in body.splitlines()] == [f"ticket-{i}" for i in range(220)]
+
+
+def test_batch_lines_take_none_of_the_tenants_minute_of_endpoint_time(gateway):
+    from gateway.auth.tenants import set_limits
+
+    store, backend, _ = gateway
+    set_limits(store.tenants, "acme", endpoint_seconds_per_minute=5.0)
+    install(backend, stores=store)
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])
+    drain(_installed_function())
+    assert batch(created["id"])["request_counts"]["completed"] == 3
+    def minute_tallies() -> int:  # this minute's and the last (the batch may have run across one)
+        minute = int(time.time() // 60 * 60)
+        return sum(store.counters.tally(f"work:acme:{m}") for m in (minute - 60, minute))
+
+    assert minute_tallies() == 0  # the interactive rate's tally: untouched
+    assert call(event("POST", "/v1/systemone", systemone_line(9)["body"]))[0] == 200
+    assert minute_tallies() > 0  # an interactive request reserves on it
