@@ -22,10 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-FINAL = ("completed", "failed", "expired", "cancelled")
-# What one request carries to the gateway (gateway.settings.MAX_BODY_BYTES, less a multipart
-# form's own bytes): a larger file goes through the Uploads API in parts of this size.
-PART_BYTES = 4 * 1024 * 1024
+from gateway.batches.model import ENDPOINTS, FINAL, MAX_PART_BYTES
+
 BAR = 30
 
 
@@ -36,13 +34,13 @@ def client(url: str, api_key: str) -> Any:
 
 
 def upload(openai: Any, path: Path) -> str:
-    """The id of FILE uploaded with purpose batch: whole, or in parts when it is larger than PART_BYTES."""
+    """The id of FILE uploaded with purpose batch: whole, or in parts when it is larger than MAX_PART_BYTES."""
     size = path.stat().st_size
-    if size <= PART_BYTES:
+    if size <= MAX_PART_BYTES:  # what one request carries; a larger file goes up in parts of that size
         with path.open("rb") as data:
             return openai.files.create(file=(path.name, data), purpose="batch").id
     done = openai.uploads.upload_file_chunked(file=path, mime_type="application/jsonl", purpose="batch",
-                                              part_size=PART_BYTES)
+                                              part_size=MAX_PART_BYTES)
     return done.file.id
 
 
@@ -71,7 +69,8 @@ def save_files(openai: Any, batch: Any, folder: Path, out: TextIO) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for kind, file_id in (("output", batch.output_file_id), ("errors", batch.error_file_id)):
         if file_id:
-            target = folder / f"{batch.id}_{kind}.jsonl"
+            safe = "".join(c for c in batch.id if c.isascii() and (c.isalnum() or c in "_-"))  # a name, never a path
+            target = folder / f"{safe}_{kind}.jsonl"
             openai.files.content(file_id).write_to_file(target)
             out.write(f"{kind}: {target}\n")
     if batch.errors and batch.errors.data:
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None, o
     commands = parser.add_subparsers(dest="command", required=True)
     submit = commands.add_parser("submit", help="upload a JSONL file and create its batch")
     submit.add_argument("file", type=Path)
-    submit.add_argument("--endpoint", required=True, choices=["/v1/decisions", "/v1/systemone", "/v1/chat/completions"])
+    submit.add_argument("--endpoint", required=True, choices=list(ENDPOINTS))
     submit.add_argument("--watch", action="store_true", help="show progress until it ends, then save its files")
     submit.add_argument("--out", type=Path, default=Path("."), help="where --watch writes the output files")
     for name in ("status", "watch", "cancel"):

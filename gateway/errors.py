@@ -5,6 +5,7 @@ to; `systemone.errors.error_parts` turns them into System One or OpenAI bodies.
     ServiceError                       500 internal_error (systemone.errors)
      ├── RequestError                  the caller's fault: never a 5xx (systemone.errors)
      │    ├── InvalidRequest           422, System One validation items (systemone.errors)
+     │    │    └── InvalidParameters   400, the same on OpenAI's Files, Uploads and Batch APIs
      │    ├── PayloadTooLarge          413, body (or prompt) over a limit (systemone.errors)
      │    │    └── RecordTooLarge      413, a record with its outcome over one stored item (decisions.records)
      │    ├── UnsupportedMedia         415, unknown Content-Encoding (systemone.errors)
@@ -26,9 +27,17 @@ from __future__ import annotations
 
 from systemone.errors import InvalidRequest, PayloadTooLarge, RequestError, ServiceError, UnsupportedMedia
 
-__all__ = ["BackendFailed", "BackendUnavailable", "BudgetExhausted", "Conflict", "Forbidden", "InvalidRequest",
+__all__ = ["BackendFailed", "BackendUnavailable", "BudgetExhausted", "Conflict", "Forbidden", "InvalidParameters",
+           "InvalidRequest",
            "NoAnswerInTime", "NotFound", "NotReplayable", "PayloadTooLarge", "RateLimited", "RecordNotStored",
            "RequestError", "ServiceError", "Unauthenticated", "UnknownRoute", "UnsupportedMedia", "WorkTimedOut"]
+
+
+class InvalidParameters(InvalidRequest):
+    """A request to OpenAI's Files, Uploads or Batch API that cannot be read: OpenAI answers those
+    400 (the SDK's BadRequestError), where this API's decision routes answer 422."""
+
+    status = 400
 
 
 class NotFound(RequestError):

@@ -15,9 +15,9 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 
 from gateway.api import batches, catalogs, chat, decisions, operations, records, tokens, usage
 from gateway.api.docs import ResponseDocs
-from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
+from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH, files_api
 from gateway.api.responses import error_response
-from gateway.errors import InvalidRequest, ServiceError, UnknownRoute
+from gateway.errors import InvalidParameters, InvalidRequest, ServiceError, UnknownRoute
 from gateway.services.instance import InstanceServices
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
@@ -57,7 +57,9 @@ def build_app(services: InstanceServices) -> APIGatewayRestResolver:
 def register_error_handlers(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(RequestValidationError)
     def invalid(exc: RequestValidationError) -> Response:
-        return error_response(InvalidRequest(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), app.current_event.path)
+        path = app.current_event.path
+        refusal = InvalidParameters if files_api(path) else InvalidRequest
+        return error_response(refusal(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), path)
 
     @app.exception_handler(ServiceError)
     def gateway_error(exc: ServiceError) -> Response:

@@ -13,20 +13,26 @@ from __future__ import annotations
 import base64
 import contextlib
 from typing import Annotated
+from urllib.parse import quote
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from pydantic import ValidationError
 
 from gateway.api.context import caller, streaming
 from gateway.api.responses import json_response
-from gateway.errors import InvalidRequest, PayloadTooLarge
+from gateway.errors import InvalidParameters, PayloadTooLarge
 from gateway.services.batches import BATCH_LIST_LIMIT, FILE_LIST_LIMIT, BatchService, FileService
-from gateway.wire.batches import BatchCreate, UploadComplete, UploadCreate, form_fields
+from gateway.settings import MAX_BODY_BYTES
+from gateway.wire.batches import BatchCreate, ExpiresAfter, FormField, UploadComplete, UploadCreate, form_fields
 
 ID = r"^[A-Za-z0-9_-]{1,128}$"
 # A file's bytes as they were stored: never "application/json..." (Powertools would serialize the body).
 CONTENT_TYPE = "application/octet-stream"
+# What a buffered response carries of a file: Lambda's 6 MB response holds the body base64-encoded
+# (4 bytes for 3) beside the headers; the streaming integration has no such bound.
+MAX_BUFFERED_BYTES = MAX_BODY_BYTES
 
 
 def router(files: FileService, batches: BatchService) -> Router:
@@ -43,10 +49,10 @@ def _file_routes(routes: Router, files: FileService) -> None:
         fields = form_fields(routes.current_event.headers.get("content-type", ""), _raw_body(routes))
         upload, purpose = fields.get("file"), fields.get("purpose")
         if upload is None or purpose is None:
-            raise InvalidRequest.at(["file" if upload is None else "purpose"], "a multipart field is missing",
-                                    "missing")
-        file = files.create(caller(routes, None), upload.filename or "upload.jsonl",
-                            purpose.data.decode("utf-8", "replace").strip(), upload.data)
+            raise InvalidParameters.at(["file" if upload is None else "purpose"], "a multipart field is missing",
+                                       "missing")
+        file = files.create(caller(routes, None), upload.filename or "upload.jsonl", _text(purpose.data),
+                            upload.data, ttl_s=_form_expiry(fields))
         return json_response(200, file.as_openai())
 
     @routes.get("/v1/files", summary="The tenant's files, a page at a time", tags=["Batches"])
@@ -67,13 +73,13 @@ def _file_routes(routes: Router, files: FileService) -> None:
     @routes.get("/v1/files/<file_id>/content", summary="A file's bytes (a batch's output: JSONL)", tags=["Batches"])
     def file_content(file_id: Annotated[str, Path(pattern=ID)]):
         file, chunks = files.content(caller(routes, None), file_id)
-        headers = {"content-disposition": f'attachment; filename="{file.filename}"'}
+        headers = {"content-disposition": attachment(file.filename)}
         if streaming(routes):
             return Response(200, CONTENT_TYPE, chunks, headers)
         with contextlib.closing(chunks):
-            if file.bytes > files.max_part_bytes:
+            if file.bytes > MAX_BUFFERED_BYTES:
                 raise PayloadTooLarge(f"this file has {file.bytes} bytes, more than a buffered response carries"
-                                      f" ({files.max_part_bytes}); it is served on the streaming integration")
+                                      f" ({MAX_BUFFERED_BYTES}); it is served on the streaming integration")
             return Response(200, CONTENT_TYPE, b"".join(chunks), headers)
 
 
@@ -81,14 +87,15 @@ def _upload_routes(routes: Router, files: FileService) -> None:
     @routes.post("/v1/uploads", summary="Start an upload of a file in parts", tags=["Batches"])
     def create_upload(request: Annotated[UploadCreate, Body(embed=False)]):
         upload = files.create_upload(caller(routes, None), request.filename, request.purpose, request.bytes,
-                                     request.mime_type)
+                                     request.mime_type, ttl_s=request.expires_after.seconds if request.expires_after
+                                     else None)
         return json_response(200, upload.as_openai())
 
     @routes.post("/v1/uploads/<upload_id>/parts", summary="Add a part (multipart: data)", tags=["Batches"])
     def add_part(upload_id: Annotated[str, Path(pattern=ID)]):
         fields = form_fields(routes.current_event.headers.get("content-type", ""), _raw_body(routes))
         if "data" not in fields:
-            raise InvalidRequest.at(["data"], "a multipart field is missing", "missing")
+            raise InvalidParameters.at(["data"], "a multipart field is missing", "missing")
         return json_response(200, files.add_part(caller(routes, None), upload_id, fields["data"].data).as_openai())
 
     @routes.post("/v1/uploads/<upload_id>/complete", summary="Assemble the parts into a file", tags=["Batches"])
@@ -122,6 +129,30 @@ def _batch_routes(routes: Router, batches: BatchService) -> None:
     @routes.post("/v1/batches/<batch_id>/cancel", summary="Cancel a batch (what finished is kept)", tags=["Batches"])
     def cancel_batch(batch_id: Annotated[str, Path(pattern=ID)]):
         return json_response(200, batches.cancel(caller(routes, None), batch_id).as_openai())
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace").strip()
+
+
+def _form_expiry(fields: dict[str, FormField]) -> float | None:
+    """OpenAI's `expires_after` as the SDK sends it in a form (`expires_after[anchor]`,
+    `expires_after[seconds]`): the seconds a file is kept, or None (the default)."""
+    anchor, seconds = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
+    if anchor is None and seconds is None:
+        return None
+    try:
+        expiry = ExpiresAfter(anchor=_text(anchor.data) if anchor else "", seconds=_text(seconds.data) if seconds else "")
+    except ValidationError:
+        raise InvalidParameters.at(["expires_after"], "expires_after is {anchor: created_at, seconds: 3600 to 2592000}",
+                                   "value_error") from None
+    return float(expiry.seconds)
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition naming a download: an ASCII name, and the name itself encoded (RFC 6266)."""
+    ascii_name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename)
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 def _raw_body(routes: Router) -> bytes:

@@ -30,7 +30,7 @@ def router(service: DecideService) -> Router:
                                                      metrics=counters(), wait_s=wait_preference(routes))
             return EventStream(events, served_by(invocation.endpoint, invocation.attempts))
         line = batch_line(routes)
-        bulk = None if line is None else BulkWork("", lambda completion: line.keep(200, completion))
+        bulk = None if line is None else BulkWork(None, lambda completion: line.keep(200, completion))
         completion, invocation = service.chat(principal, request.backend_body(), request_id=request_id(routes),
                                               metrics=counters(), streaming=streaming(routes),
                                               wait_s=wait_preference(routes), bulk=bulk)

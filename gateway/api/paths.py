@@ -11,6 +11,8 @@ SYSTEM_ONE_PATHS = ("/v1/systemone",)
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/decisions")
 # OpenAI's Files, Uploads and Batch APIs: every path under these.
 OPENAI_PREFIXES = ("/v1/files", "/v1/uploads", "/v1/batches")
+# The routes whose body is a multipart form (a file, an upload's part), not JSON.
+FORM_ROUTES = (("POST", "/v1/files"), ("POST", "/v1/uploads/{upload_id}/parts"))
 # The routes API Gateway streams (template.yaml: StreamingFunction's events, for both prefixes):
 # chat, which streams its completions, the decisions, which may take the longer deadline, and a
 # file's content (a batch's output may be larger than a buffered Lambda response's 6 MB).
@@ -26,16 +28,30 @@ def flavor_of(path: str) -> Flavor | None:
     path = route_path(path)
     if path in SYSTEM_ONE_PATHS or path in PUBLIC_PATHS:
         return "systemone"
-    if path in OPENAI_PATHS or any(path == p or path.startswith(p + "/") for p in OPENAI_PREFIXES):
+    if path in OPENAI_PATHS or files_api(path):
         return "openai"
     return None
 
 
+def files_api(path: str) -> bool:
+    """A path of OpenAI's Files, Uploads or Batch API (whose errors OpenAI answers 400, not 422)."""
+    path = route_path(path)
+    return any(path == p or path.startswith(p + "/") for p in OPENAI_PREFIXES)
+
+
 def streams(method: str, path: str) -> bool:
     """Whether API Gateway sends this request to the streaming integration."""
+    return _among(method, path, STREAMING_ROUTES)
+
+
+def takes_form(method: str, path: str) -> bool:
+    """Whether the route's body is a multipart form."""
+    return _among(method, path, FORM_ROUTES)
+
+
+def _among(method: str, path: str, routes: tuple[tuple[str, str], ...]) -> bool:
     segments = route_path(path).split("/")
-    return any(method.upper() == route_method and _matches(segments, route.split("/"))
-               for route_method, route in STREAMING_ROUTES)
+    return any(method.upper() == route_method and _matches(segments, route.split("/")) for route_method, route in routes)
 
 
 def _matches(segments: list[str], template: list[str]) -> bool:

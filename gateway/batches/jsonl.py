@@ -59,7 +59,7 @@ def read_input(chunks: Iterable[bytes], endpoint: str) -> tuple[list[tuple[str, 
         parsed = _request(raw, number, endpoint, errors)
         if parsed is None:
             continue
-        custom_id, body = parsed
+        custom_id, body, text = parsed
         if custom_id in seen:
             errors.add("duplicate_custom_id", f"custom_id {custom_id!r} is used by an earlier line; each must be unique",
                        number, "custom_id")
@@ -67,7 +67,7 @@ def read_input(chunks: Iterable[bytes], endpoint: str) -> tuple[list[tuple[str, 
         seen.add(custom_id)
         if isinstance(body.get("model"), str):
             models.add(body["model"])
-        lines.append((custom_id, json.dumps(body, ensure_ascii=False, separators=(",", ":"))))
+        lines.append((custom_id, text))
     if not lines and not errors.count:
         errors.add("empty_file", "the file has no requests")
     if len(models) > 1:
@@ -76,11 +76,18 @@ def read_input(chunks: Iterable[bytes], endpoint: str) -> tuple[list[tuple[str, 
     return lines, (next(iter(models)) if len(models) == 1 else None), errors
 
 
-def _request(raw: bytes, number: int, endpoint: str, errors: InputErrors) -> tuple[str, dict[str, Any]] | None:
-    """One line's custom_id and body, or None with its error added."""
+def _request(raw: bytes, number: int, endpoint: str, errors: InputErrors) -> tuple[str, dict[str, Any], str] | None:
+    """One line's custom_id, body and body as JSON text, or None with its error added."""
     try:
         line = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        # Text that UTF-8 cannot hold (a lone surrogate, "\ud800") is no request's: refused here,
+        # not by the ledger's store when it is written.
+        text = json.dumps(line.get("body") if isinstance(line, dict) else None, ensure_ascii=False,
+                          separators=(",", ":"))
+        text.encode("utf-8")
+        if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
+            line["custom_id"].encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):  # a line nested past the parser's depth included
         errors.add("invalid_json_line", "this line is not JSON (a batch file is JSONL: one JSON object a line)", number)
         return None
     if not isinstance(line, dict):
@@ -105,7 +112,7 @@ def _request(raw: bytes, number: int, endpoint: str, errors: InputErrors) -> tup
     if body.get("stream") not in (None, False):
         errors.add("streaming_unsupported", "a batch line cannot stream; leave out stream", number, "body.stream")
         return None
-    return custom_id, body
+    return custom_id, body, text
 
 
 def first_model(chunks: Iterator[bytes]) -> str | None:
@@ -116,7 +123,7 @@ def first_model(chunks: Iterator[bytes]) -> str | None:
             if raw.strip():
                 try:
                     body = json.loads(raw).get("body")
-                except (ValueError, UnicodeDecodeError, AttributeError):
+                except (ValueError, UnicodeError, AttributeError, RecursionError):
                     return None
                 model = body.get("model") if isinstance(body, dict) else None
                 return model if isinstance(model, str) else None

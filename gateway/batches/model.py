@@ -30,16 +30,35 @@ from typing import Any, Literal, Protocol
 
 from gateway.auth.credentials import Principal
 
-# The routes a batch may name: the decision routes and chat (one endpoint per batch).
-ENDPOINTS = ("/v1/decisions", "/v1/systemone", "/v1/chat/completions")
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A route a batch may name: the scope its creator needs, the service its model is routed
+    by, and whether each line writes a decision record."""
+
+    scope: str
+    service: str
+    records: bool
+
+
+# The routes a batch may name (one endpoint per batch): the decision routes and chat.
+ENDPOINTS = {"/v1/decisions": Endpoint("decide", "decisions", True),
+             "/v1/systemone": Endpoint("decide", "decisions", True),
+             "/v1/chat/completions": Endpoint("chat", "chat", False)}
 COMPLETION_WINDOWS = {"24h": 86_400.0}  # the only window OpenAI offers, and the only one here
 MAX_LINES = 50_000  # OpenAI's figure for one batch
 MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's figure for a batch input file
 MAX_CUSTOM_ID_CHARS = 512
 MAX_UPLOAD_PARTS = 10_000
+# The most one request carries of a file (`POST /v1/files`) or an upload's part: API Gateway
+# hands Lambda the body base64-encoded inside a 6 MB event (gateway.settings.MAX_BODY_BYTES,
+# 4,669,440 bytes of body), and a multipart form adds its own bytes; 4 MiB leaves room for them.
+MAX_PART_BYTES = 4 * 1024 * 1024
 FILE_TTL_S = 30 * 86_400.0  # input and output files are deleted 30 days after they are made
 UPLOAD_TTL_S = 3_600.0  # an upload not completed within an hour expires, as OpenAI's do
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+MAX_TENANT_FILES = 10_000  # files (and pending uploads) one tenant keeps at once
+MAX_OPEN_BATCHES = 10  # batches one tenant has validating or running at once
 INPUT_PURPOSE, OUTPUT_PURPOSE = "batch", "batch_output"
 
 BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
@@ -61,6 +80,9 @@ class StoredFile:
     bytes: int
     created_at: float
     expires_at: float | None = None
+    # The scope a credential needs to see it (a batch's output: its endpoint's); None: any
+    # credential that may use files (an input file).
+    scope: str | None = None
 
     def as_openai(self) -> dict[str, Any]:
         return {"id": self.id, "object": "file", "bytes": self.bytes, "created_at": int(self.created_at),
@@ -82,6 +104,7 @@ class Upload:
     expires_at: float
     status: Literal["pending", "completed", "cancelled", "expired"] = "pending"
     file_id: str | None = None
+    file_ttl_s: float | None = None  # how long its file is kept (OpenAI's expires_after; else FILE_TTL_S)
 
     def as_openai(self, file: StoredFile | None = None) -> dict[str, Any]:
         return {"id": self.id, "object": "upload", "bytes": self.bytes, "created_at": int(self.created_at),
@@ -145,7 +168,9 @@ class Batch:
     cost_usd: float = 0.0  # what its lines were charged, at the batch price
 
     def document(self) -> dict[str, Any]:
-        return asdict(self)
+        """What a store keeps as the batch's document: its counts and usage are kept beside it,
+        added to as each line finishes (BatchStore.finish_line), never written from here."""
+        return {k: v for k, v in asdict(self).items() if k not in COUNTED}
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> Batch:
@@ -172,6 +197,9 @@ class Batch:
         }
 
 
+COUNTED = ("completed", "failed", "usage", "cost_usd")  # Batch's figures a store adds to, line by line
+
+
 @dataclass(slots=True)
 class Line:
     """One input line and its place in the ledger."""
@@ -181,7 +209,7 @@ class Line:
     custom_id: str
     body: str  # the request body, JSON text as the file had it
     state: LineState = "pending"
-    decision_id: str | None = None  # the record a decision line writes (set when it is first taken)
+    decision_id: str | None = None  # the record a decision line writes (set when it is first taken; none for chat)
     tries: int = 0
     not_before: float = 0.0
     reply: str | None = None  # JSON text: {"status_code", "body"} or {"error": {code, message}}
@@ -217,7 +245,9 @@ class BatchStore(Protocol):
     def get_file(self, tenant_id: str, file_id: str) -> StoredFile | None: ...
 
     def list_files(self, tenant_id: str, purpose: str | None, after: str | None, limit: int,
-                   descending: bool) -> list[StoredFile]: ...
+                   descending: bool, scopes: Iterable[str] | None = None) -> list[StoredFile]:
+        """Oldest or newest first; with `scopes`, only files a credential holding them may see."""
+        ...
 
     def read_file(self, tenant_id: str, file_id: str) -> Iterator[bytes] | None:
         """The file's bytes in pieces, or None when the tenant has no such file."""
@@ -226,12 +256,14 @@ class BatchStore(Protocol):
     def delete_file(self, tenant_id: str, file_id: str) -> bool: ...
 
     def delete_expired(self, now: float) -> int:
-        """Remove files and uploads past their expiry; how many (a store whose platform expires
-        items by itself, S3 lifecycle rules and DynamoDB's TTL, may do nothing)."""
+        """Remove files and uploads past their expiry, ended batches' ledgers, and ended batches
+        older than FILE_TTL_S; how many (a store whose platform expires items by itself, S3
+        lifecycle rules and DynamoDB's TTL, may do less)."""
         ...
 
-    def stored_bytes(self, tenant_id: str) -> int:
-        """What the tenant's files take, uploads' parts included."""
+    def holdings(self, tenant_id: str) -> tuple[int, int]:
+        """What the tenant's files take, and how many there are, pending uploads counted at the
+        size they were created for (so that parallel uploads cannot pass a bound together)."""
         ...
 
     def put_upload(self, upload: Upload) -> None: ...
@@ -258,8 +290,9 @@ class BatchStore(Protocol):
 
     def get_batch(self, tenant_id: str, batch_id: str) -> Batch | None: ...
 
-    def list_batches(self, tenant_id: str, after: str | None, limit: int) -> list[Batch]:
-        """Newest first."""
+    def list_batches(self, tenant_id: str, after: str | None, limit: int,
+                     scopes: Iterable[str] | None = None) -> list[Batch]:
+        """Newest first; with `scopes`, only batches whose endpoint's scope is among them."""
         ...
 
     def update_batch(self, batch: Batch, expect: str) -> bool:
@@ -282,13 +315,19 @@ class BatchStore(Protocol):
         """Lines not done whose `not_before` has come, in file order."""
         ...
 
-    def put_line(self, line: Line) -> None:
-        """Write a line that is not done (taken, answered, waiting to run again)."""
+    def put_line(self, line: Line, expect_tries: int | None = None) -> bool:
+        """Write a line that is not done (taken, answered, waiting to run again); with
+        `expect_tries`, only if its stored tries are still that (a worker taking a line: False
+        when another took it first)."""
         ...
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:
         """Write the line done, and add it to its batch's counts and usage, in one write; a line
         done already is left as it is (so nothing is counted twice)."""
+        ...
+
+    def drop_lines(self, batch_id: str) -> None:
+        """Forget an ended batch's ledger (its output files hold what it answered)."""
         ...
 
     def unfinished_lines(self, batch_id: str) -> Iterator[Line]: ...

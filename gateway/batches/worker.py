@@ -16,8 +16,14 @@ write (`gateway.batches.model`), so the next worker starts where the last one st
     past its window   the lines not run are failed as batch_expired, then the files
 
 A line refused for a while (503 busy, 429 the tenant's share of a scorer, a record not stored)
-runs again later, after its Retry-After, at most MAX_TRIES times within the window; every other
-answer is final, a budget exhausted included (the remaining lines fail as lines, each saying so).
+runs again later, after its Retry-After (or a backoff up to a minute), as long as the window
+allows: bulk work is the lowest priority, and a busy hour is not a reason to give a line up.
+Every other answer is final, a budget exhausted included (its 429 says `x-should-retry: false`):
+the remaining lines fail as lines, each saying so.
+
+A batch is leased to one worker for longer than a line can take (`lease_s`: a line's deadline
+and a margin), renewed before each line; a worker that finds its lease taken stops, and taking a
+line is conditional on its tries being what the worker read, so two workers never run one line.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any, Protocol
 from gateway.auth.credentials import Principal
 from gateway.batches.jsonl import read_input
 from gateway.batches.model import (
+    ENDPOINTS,
     FILE_TTL_S,
     FINAL,
     OUTPUT_PURPOSE,
@@ -45,8 +52,7 @@ from gateway.batches.model import (
 from gateway.errors import ServiceError
 
 log = logging.getLogger("gateway.batches.worker")
-LEASE_S = 30.0
-MAX_TRIES = 20
+LEASE_S = 90.0  # longer than a line can take (the streaming routes' 58 s deadline, and a margin)
 RETRY_STATUSES = frozenset({429, 503})
 MAX_RETRY_WAIT_S = 60.0
 
@@ -58,7 +64,7 @@ class LineCall:
     url: str
     body: str  # JSON text
     request_id: str
-    decision_id: str  # the id its record takes (a decision line)
+    decision_id: str | None  # the id its record takes (a decision line; None for chat, which keeps no record)
     keep: Callable[[int, Any], None]  # the reply, kept before the line's record is written (or its spend settled)
 
 
@@ -72,6 +78,7 @@ class BatchWorker:
     def __init__(self, store: BatchStore, run_line: LineRunner, *, check_principal: Callable[[Principal], Principal],
                  recorded: Callable[[str, str], bool], new_decision_id: Callable[[], str],
                  model_allowed: Callable[[Principal, str, str], str | None], owner: str,
+                 count_stored: Callable[[str, int, str], None] | None = None,
                  clock: Callable[[], float] = time.time, lease_s: float = LEASE_S) -> None:
         self.store = store
         self.run_line = run_line
@@ -80,6 +87,7 @@ class BatchWorker:
         self.new_decision_id = new_decision_id
         self.model_allowed = model_allowed  # (principal, model, endpoint): why the batch may not run it, or None
         self.owner = owner
+        self.count_stored = count_stored or (lambda tenant_id, size, entry: None)  # output files, in the tenant's usage
         self.clock = clock
         self.lease_s = lease_s
 
@@ -93,10 +101,21 @@ class BatchWorker:
         if batch is None or batch.status in FINAL:
             return False
         if batch.status == "validating":
-            self.validate(batch)
+            ending = self._ending(batch, now)
+            if ending is not None:
+                self.finalize(batch, *ending)
+                return False
+            try:
+                self.validate(batch)
+            except Exception:  # a file no reading can take: refused, never read again on every pass
+                log.exception("batch input could not be read", extra={"batch_id": batch.id})
+                self._refuse(batch, [{"code": "invalid_file", "message": "the input file could not be read as a"
+                                      " batch", "param": "input_file_id", "line": None}])
             return True
         while True:
             now = self.clock()
+            if not self.store.lease(batch_id, self.owner, now + self.lease_s, now):
+                return True  # another worker took it over: this one's lease lapsed
             batch = self.store.get_batch(tenant_id, batch_id)
             if batch is None or batch.status in FINAL:
                 return False
@@ -121,7 +140,6 @@ class BatchWorker:
                 return True  # lines wait for their retry time
             self.run_one(batch, principal, lines[0])
             max_lines = None if max_lines is None else max_lines - 1
-            self.store.lease(batch.id, self.owner, self.clock() + self.lease_s, self.clock())
 
     def validate(self, batch: Batch) -> None:
         chunks = self.store.read_file(batch.tenant_id, batch.input_file_id)
@@ -150,13 +168,15 @@ class BatchWorker:
     def run_one(self, batch: Batch, principal: Principal, line: Line) -> None:
         """One line, exactly once: a reply kept before its record is written is final once that
         record exists; a line taken and not answered runs again (it recorded nothing)."""
-        if line.state == "answered" and (line.decision_id is None or self.recorded(batch.tenant_id, line.decision_id)):
+        if self._answered(batch, line):
             self._finish(line, failed=False)
             return
-        line.state, line.tries = "running", line.tries + 1
-        line.decision_id = line.decision_id or self.new_decision_id()
-        line.reply = None
-        self.store.put_line(line)
+        tries = line.tries
+        line.state, line.tries, line.reply = "running", tries + 1, None
+        if ENDPOINTS[batch.endpoint].records:
+            line.decision_id = line.decision_id or self.new_decision_id()
+        if not self.store.put_line(line, expect_tries=tries):
+            return  # another worker took it
 
         def keep(status: int, body: Any) -> None:
             line.state, line.reply = "answered", json.dumps({"status_code": status, "body": body})
@@ -175,6 +195,11 @@ class BatchWorker:
         log.info("batch line", extra={"batch_id": batch.id, "line": line.number, "status": status,
                                       "duration_ms": round((self.clock() - started) * 1000, 2)})
 
+    def _answered(self, batch: Batch, line: Line) -> bool:
+        """Its reply was kept and stands: a chat line's, or a decision line's whose record exists."""
+        return line.state == "answered" and (line.decision_id is None
+                                             or self.recorded(batch.tenant_id, line.decision_id))
+
     def _finish(self, line: Line, *, failed: bool) -> None:
         line.state, line.failed = "done", failed
         self.store.finish_line(line, line_usage(line))
@@ -183,7 +208,7 @@ class BatchWorker:
         """How long to wait before the line runs again, or None when its answer is final."""
         headers = {k.lower(): v for k, v in headers.items()}
         # x-should-retry: false marks a refusal no wait mends (a month's budget spent, say).
-        if status not in RETRY_STATUSES or line.tries >= MAX_TRIES or headers.get("x-should-retry") == "false":
+        if status not in RETRY_STATUSES or headers.get("x-should-retry") == "false":
             return None
         retry_after = headers.get("retry-after", "")
         wait = min(MAX_RETRY_WAIT_S, float(retry_after) if retry_after.isdigit() else 2.0 ** min(line.tries, 5))
@@ -208,6 +233,9 @@ class BatchWorker:
                 return
             was = "finalizing"
         for line in list(self.store.unfinished_lines(batch.id)):
+            if self._answered(batch, line):  # it ran, was recorded and charged: its answer stands
+                self._finish(line, failed=False)
+                continue
             line.reply = json.dumps({"error": {"code": code, "message": message}})
             self._finish(line, failed=True)
         batch.output_file_id = self._write_output(batch, failed=False)
@@ -219,6 +247,8 @@ class BatchWorker:
             batch.errors = [{"code": code, "message": message, "param": None, "line": None}]
         if not self.store.update_batch(batch, was):
             log.info("batch changed while it was finalized", extra={"batch_id": batch.id})
+            return
+        self.store.drop_lines(batch.id)  # its files hold what it answered
 
     def _write_output(self, batch: Batch, *, failed: bool) -> str | None:
         suffix = "errors" if failed else "output"
@@ -227,8 +257,10 @@ class BatchWorker:
             return None
         now = self.clock()
         ttl = batch.output_ttl_s or FILE_TTL_S
-        file = StoredFile(file_id, batch.tenant_id, f"{batch.id}_{suffix}.jsonl", OUTPUT_PURPOSE, 0, now, now + ttl)
-        self.store.put_file(file, self._output_lines(batch, failed))
+        file = StoredFile(file_id, batch.tenant_id, f"{batch.id}_{suffix}.jsonl", OUTPUT_PURPOSE, 0, now, now + ttl,
+                          scope=ENDPOINTS[batch.endpoint].scope)  # what it answered is for whom may ask the same
+        stored = self.store.put_file(file, self._output_lines(batch, failed))
+        self.count_stored(batch.tenant_id, stored.bytes, "(files)")
         return file_id
 
     def _output_lines(self, batch: Batch, failed: bool) -> Iterator[bytes]:

@@ -14,13 +14,15 @@ import time
 from collections.abc import Callable
 
 from gateway.auth.credentials import Principal
-from gateway.batches.model import BatchStore
+from gateway.batches.model import Batch, BatchStore
 from gateway.batches.worker import BatchWorker
-from gateway.errors import NotFound
+from gateway.errors import Forbidden, NotFound
+from gateway.functions.composition import longest_request_s
 from gateway.functions.handler import GatewayFunction
 
 log = logging.getLogger("gateway.batches.host")
 SLICE_S = 1.0  # a batch's turn before the next open batch has one
+LEASE_MARGIN_S = 30.0  # a lease outlasts the longest line by this much
 
 
 def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None = None,
@@ -36,9 +38,12 @@ def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None
         token's revocation asked (Unauthenticated or Forbidden when it no longer stands)."""
         if authenticator is None:
             return principal
-        if principal.kind == "iam":
-            return authenticator.authenticate_iam(principal.credential_id)
-        return authenticator.still_valid(principal)
+        if principal.kind != "iam":
+            return authenticator.still_valid(principal)
+        now = authenticator.authenticate_iam(principal.credential_id)
+        if now.tenant_id != principal.tenant_id:  # mapped to another tenant since: not this batch's creator
+            raise Forbidden("the IAM principal that created this batch now acts for another tenant")
+        return now
 
     def model_allowed(principal: Principal, model: str, endpoint: str) -> str | None:
         if not principal.may_use(model):
@@ -49,12 +54,15 @@ def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None
             return exc.message
         return None
 
-    extra = {} if lease_s is None else {"lease_s": lease_s}
+    spending = services.spending
+    # A batch stays with a worker longer than any line can take, so no other takes it mid-line.
+    lease = lease_s if lease_s is not None else longest_request_s(services.settings) + LEASE_MARGIN_S
     return BatchWorker(store, function.run_line, check_principal=check_principal,
                        recorded=lambda tenant_id, record_id: records is not None
                        and records.get_record(tenant_id, record_id) is not None,
                        new_decision_id=services.decide.recorder.new_id, model_allowed=model_allowed, owner=owner,
-                       clock=clock, **extra)
+                       count_stored=spending.count_stored if spending is not None else None, clock=clock,
+                       lease_s=lease)
 
 
 def batch_store(function: GatewayFunction) -> BatchStore:
@@ -65,9 +73,11 @@ def batch_store(function: GatewayFunction) -> BatchStore:
 
 
 def work_once(worker: BatchWorker, store: BatchStore, slice_s: float = SLICE_S) -> bool:
-    """Each open batch, oldest first, works for up to `slice_s`; True when any has more to do now."""
+    """Each open batch works for up to `slice_s`, tenant by tenant: every tenant's oldest, then
+    every tenant's next, so a tenant's many batches take no more turns than another's one.
+    True when any has more to do now."""
     busy = False
-    for batch in store.open_batches():
+    for batch in by_tenant_in_turn(store.open_batches()):
         try:
             more = worker.run(batch.id, batch.tenant_id, worker.clock() + slice_s)
         except Exception:
@@ -75,3 +85,13 @@ def work_once(worker: BatchWorker, store: BatchStore, slice_s: float = SLICE_S) 
             continue
         busy = busy or more
     return busy
+
+
+def by_tenant_in_turn(batches: list[Batch]) -> list[Batch]:
+    """Oldest first within a tenant; the tenants' first batches, then their seconds, and so on."""
+    place: dict[str, int] = {}
+    ranked = []
+    for order, batch in enumerate(batches):
+        place[batch.tenant_id] = place.get(batch.tenant_id, -1) + 1
+        ranked.append((place[batch.tenant_id], order, batch))
+    return [batch for _, _, batch in sorted(ranked, key=lambda r: (r[0], r[1]))]

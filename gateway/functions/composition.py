@@ -82,7 +82,7 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
         catalogs=catalogs, authenticator=authenticator, throttle=throttle, idempotency=idempotency, spending=spending,
         learning=LearningService(catalogs, records, throttle=throttle),
         files=None if batch_store is None else FileService(
-            batch_store, settings.batches, settings.max_body_bytes,
+            batch_store, settings.batches,
             count_stored=spending.count_stored if spending is not None else None),
         batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches))
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path
+from gateway.api.paths import OPENAPI_PATH, PUBLIC_PATHS, route_path, takes_form
 from gateway.auth.caller import principal_of
 from gateway.errors import BackendUnavailable, InvalidRequest, PayloadTooLarge, RequestError, ServiceError
 from gateway.streaming.integration import prelude, whole_body
@@ -264,7 +264,7 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
     encoding = headers.get("content-encoding", "").strip().lower()
     if body is None or (event.get("httpMethod") or "GET").upper() in ("GET", "HEAD", "OPTIONS"):
         return event
-    if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+    if takes_form(event.get("httpMethod") or "", event.get("path") or ""):
         return _form_event(event, body, encoding, max_body_bytes)
     if event.get("isBase64Encoded"):
         try:
@@ -296,14 +296,15 @@ def line_event(call: LineCall) -> dict[str, Any]:
 
 
 def _form_event(event: dict[str, Any], body: str, encoding: str, max_body_bytes: int) -> dict[str, Any]:
-    """A multipart body (a file, an upload's part) stays the bytes API Gateway sent (base64), for
-    its route to read (`gateway.api.batches`): it is not JSON, and a file's bytes need not be text."""
+    """A form route's body (a file, an upload's part) stays the bytes API Gateway sent (base64),
+    for its route to read (`gateway.api.batches`): it is not JSON, and a file's bytes need not be text."""
     if encoding not in ("", "identity"):
         raise RequestError("a multipart body is sent without Content-Encoding")
     size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode("utf-8", "surrogatepass"))
     if size > max_body_bytes:
-        raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes: send a larger file through the Uploads"
-                              f" API (POST /v1/uploads), in parts of at most {max_body_bytes} bytes")
+        raise PayloadTooLarge(f"the body is larger than {max_body_bytes} bytes, what one request carries: a file goes"
+                              " whole up to 4 MiB, and larger ones through the Uploads API (POST /v1/uploads) in parts"
+                              " of at most 4 MiB")
     return event
 
 

@@ -6,11 +6,11 @@ one of them); a batch takes its endpoint's (`decide` for the decision routes, `c
 chat), checked when it is created and, through its route, for every line it runs.
 
 Limits, each refused at once with the figures: a file sent whole (`POST /v1/files`) or an
-upload's part is at most what one request carries (`GatewaySettings.max_body_bytes`, about
-4.7 MB, since API Gateway hands Lambda the body base64-encoded in a 6 MB event); a file is at
-most MAX_FILE_BYTES; a tenant's files together at most `BatchSettings.max_tenant_bytes`; a
-batch whose work, estimated from its file's size, could not finish within its window on the
-model's pool (`BatchSettings.tokens_per_second` an instance) is refused (413).
+upload's part is at most MAX_PART_BYTES (4 MiB: what one request carries, since API Gateway
+hands Lambda the body base64-encoded in a 6 MB event); a file is at most MAX_FILE_BYTES; a
+tenant's files together at most `BatchSettings.max_tenant_bytes`; a batch whose work,
+estimated from its file's size, could not finish within its window on the model's pool
+(`BatchSettings.tokens_per_second` an instance), beside the open batches' work, is refused (413).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from gateway.auth.credentials import Principal
@@ -28,11 +29,15 @@ from gateway.batches.model import (
     COMPLETION_WINDOWS,
     ENDPOINTS,
     FILE_TTL_S,
+    FINAL,
     INPUT_PURPOSE,
     MAX_FILE_BYTES,
     MAX_METADATA_KEY,
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE,
+    MAX_OPEN_BATCHES,
+    MAX_PART_BYTES,
+    MAX_TENANT_FILES,
     MAX_UPLOAD_PARTS,
     OUTPUT_PURPOSE,
     UPLOAD_TTL_S,
@@ -44,11 +49,10 @@ from gateway.batches.model import (
     new_id,
     principal_document,
 )
-from gateway.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, RequestError
+from gateway.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited, RequestError
 from gateway.settings import BatchSettings
 
-FILE_SCOPES = ("decide", "chat")
-ENDPOINT_SCOPES = {"/v1/decisions": "decide", "/v1/systemone": "decide", "/v1/chat/completions": "chat"}
+FILE_SCOPES = tuple(dict.fromkeys(endpoint.scope for endpoint in ENDPOINTS.values()))  # what a batch may run
 BYTES_PER_TOKEN = 4  # a batch's work is estimated from its file's size: about four bytes of JSON a token
 FILE_LIST_LIMIT, BATCH_LIST_LIMIT = 10_000, 100
 
@@ -58,7 +62,17 @@ class NoSuchObject(NotFound):
 
 
 class BadRequest(RequestError):
-    """400 with OpenAI's invalid_request_error, naming the parameter."""
+    """400 with OpenAI's invalid_request_error."""
+
+
+class FileTooLarge(PayloadTooLarge):
+    openai_code = "file_too_large"
+
+
+class CannotFinish(PayloadTooLarge):
+    """A batch whose work could never finish within its window (413, with the figures)."""
+
+    openai_code = "batch_too_large"
 
 
 def require_files_scope(principal: Principal) -> None:
@@ -67,39 +81,51 @@ def require_files_scope(principal: Principal) -> None:
 
 
 class FileService:
-    def __init__(self, store: BatchStore, settings: BatchSettings, max_part_bytes: int,
+    def __init__(self, store: BatchStore, settings: BatchSettings,
                  count_stored: Callable[[str, int, str], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.settings = settings
-        self.max_part_bytes = max_part_bytes
         self.count_stored = count_stored or (lambda tenant_id, size, entry: None)
         self.clock = clock
 
-    def create(self, principal: Principal, filename: str, purpose: str, data: bytes) -> StoredFile:
+    def create(self, principal: Principal, filename: str, purpose: str, data: bytes,
+               ttl_s: float | None = None) -> StoredFile:
+        """A file sent whole, kept FILE_TTL_S (or `ttl_s`: OpenAI's expires_after)."""
         require_files_scope(principal)
         _check_purpose(purpose)
+        if len(data) > MAX_PART_BYTES:
+            raise FileTooLarge(f"a file sent whole holds at most {MAX_PART_BYTES} bytes (what one request carries"
+                               f" through API Gateway and Lambda); this one has {len(data)}: send it through the"
+                               " Uploads API (POST /v1/uploads), in parts")
         self._check_room(principal.tenant_id, len(data))
         now = self.clock()
         file = StoredFile(new_id("file-"), principal.tenant_id, _filename(filename), purpose, len(data), now,
-                          now + FILE_TTL_S)
+                          now + (ttl_s or FILE_TTL_S))
         stored = self.store.put_file(file, [data])
         self.count_stored(principal.tenant_id, stored.bytes, "(files)")
         return stored
 
     def _check_room(self, tenant_id: str, size: int) -> None:
+        if size == 0:
+            raise BadRequest("the file is empty: a batch file holds one request a line")
         if size > MAX_FILE_BYTES:
-            raise PayloadTooLarge(f"a batch file holds at most {MAX_FILE_BYTES} bytes; this one would take {size}")
-        held = self.store.stored_bytes(tenant_id)
+            raise FileTooLarge(f"a batch file holds at most {MAX_FILE_BYTES} bytes; this one would take {size}")
+        held, files = self.store.holdings(tenant_id)
+        if files >= MAX_TENANT_FILES:
+            raise FileTooLarge(f"this tenant keeps {files} files, the most it may: delete files it no longer needs"
+                               " (DELETE /v1/files/{id})")
         if held + size > self.settings.max_tenant_bytes:
-            raise PayloadTooLarge(f"this tenant's files take {held} bytes of the {self.settings.max_tenant_bytes} it may"
+            raise FileTooLarge(f"this tenant's files take {held} bytes of the {self.settings.max_tenant_bytes} it may"
                                   f" keep, and this one needs {size} more: delete files it no longer needs"
                                   " (DELETE /v1/files/{id})")
 
     def get(self, principal: Principal, file_id: str) -> StoredFile:
+        """The file, if the credential may see it: a batch's output needs its endpoint's scope (a
+        file the credential may not see does not exist for it: 404, as another tenant's)."""
         require_files_scope(principal)
         file = self.store.get_file(principal.tenant_id, file_id)
-        if file is None:
+        if file is None or not visible(file.scope, principal):
             raise NoSuchObject(f"No such File object: {file_id}")
         return file
 
@@ -113,7 +139,8 @@ class FileService:
     def list(self, principal: Principal, purpose: str | None, after: str | None, limit: int,
              order: str) -> dict[str, Any]:
         require_files_scope(principal)
-        files = self.store.list_files(principal.tenant_id, purpose, after, limit + 1, order != "asc")
+        files = self.store.list_files(principal.tenant_id, purpose, after, limit + 1, order != "asc",
+                                      scopes=principal.scopes)
         return page([f.as_openai() for f in files], limit)
 
     def delete(self, principal: Principal, file_id: str) -> dict[str, Any]:
@@ -123,17 +150,19 @@ class FileService:
 
     # -- uploads ----------------------------------------------------------------------
 
-    def create_upload(self, principal: Principal, filename: str, purpose: str, size: int, mime_type: str) -> Upload:
+    def create_upload(self, principal: Principal, filename: str, purpose: str, size: int, mime_type: str,
+                      ttl_s: float | None = None) -> Upload:
+        """An upload, pending for UPLOAD_TTL_S; its file is kept FILE_TTL_S (or `ttl_s`)."""
         require_files_scope(principal)
         _check_purpose(purpose)
         self._check_room(principal.tenant_id, size)
         now = self.clock()
         upload = Upload(new_id("upload_"), principal.tenant_id, _filename(filename), purpose, size, mime_type, now,
-                        now + UPLOAD_TTL_S)
+                        now + UPLOAD_TTL_S, file_ttl_s=ttl_s)
         self.store.put_upload(upload)
         return upload
 
-    def upload(self, principal: Principal, upload_id: str) -> Upload:
+    def get_upload(self, principal: Principal, upload_id: str) -> Upload:
         require_files_scope(principal)
         upload = self.store.get_upload(principal.tenant_id, upload_id)
         if upload is None:
@@ -144,10 +173,10 @@ class FileService:
 
     def add_part(self, principal: Principal, upload_id: str, data: bytes) -> UploadPart:
         upload = self._pending(principal, upload_id)
-        if len(data) > self.max_part_bytes:
-            raise PayloadTooLarge(f"a part holds at most {self.max_part_bytes} bytes here (what one request carries"
-                                  f" through API Gateway and Lambda); this one has {len(data)}: send smaller parts"
-                                  f" (the OpenAI SDK's upload_file_chunked(part_size={self.max_part_bytes}))")
+        if len(data) > MAX_PART_BYTES:
+            raise FileTooLarge(f"a part holds at most {MAX_PART_BYTES} bytes here (what one request carries through"
+                               f" API Gateway and Lambda); this one has {len(data)}: send smaller parts (the OpenAI"
+                               f" SDK's upload_file_chunked(part_size={MAX_PART_BYTES}))")
         parts = self.store.parts(upload_id)
         received = sum(p.bytes for p in parts)
         if len(parts) >= MAX_UPLOAD_PARTS or received + len(data) > upload.bytes:
@@ -167,7 +196,8 @@ class FileService:
         if size != upload.bytes:
             raise BadRequest(f"the parts hold {size} bytes and the upload was created for {upload.bytes}")
         now = self.clock()
-        file = StoredFile(new_id("file-"), upload.tenant_id, upload.filename, upload.purpose, size, now, now + FILE_TTL_S)
+        file = StoredFile(new_id("file-"), upload.tenant_id, upload.filename, upload.purpose, size, now,
+                          now + (upload.file_ttl_s or FILE_TTL_S))
         if md5 is not None and _md5(self.store, upload, part_ids) != md5.lower():
             raise BadRequest("the parts' md5 is not the one given: a part was lost or changed on the way")
         try:
@@ -179,13 +209,13 @@ class FileService:
 
     def cancel_upload(self, principal: Principal, upload_id: str) -> Upload:
         upload = self._pending(principal, upload_id)
-        cancelled = Upload(**{**{n: getattr(upload, n) for n in upload.__slots__}, "status": "cancelled"})
+        cancelled = replace(upload, status="cancelled")
         if not self.store.set_upload(cancelled, "pending"):
             raise Conflict("the upload was completed or cancelled by another request")
         return cancelled
 
     def _pending(self, principal: Principal, upload_id: str) -> Upload:
-        upload = self.upload(principal, upload_id)
+        upload = self.get_upload(principal, upload_id)
         if upload.status != "pending":
             raise BadRequest(f"upload {upload_id} is {upload.status}; only a pending upload takes parts or ends")
         return upload
@@ -205,7 +235,7 @@ class BatchService:
         and error files are kept (OpenAI's output_expires_after; else FILE_TTL_S)."""
         if endpoint not in ENDPOINTS:
             raise BadRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}")
-        scope = ENDPOINT_SCOPES[endpoint]
+        scope = ENDPOINTS[endpoint].scope
         if scope not in principal.scopes:
             raise Forbidden(f"a batch for {endpoint} needs a credential with the {scope!r} scope")
         if completion_window not in COMPLETION_WINDOWS:
@@ -218,46 +248,52 @@ class BatchService:
             raise BadRequest(f"the input file's purpose is {file.purpose!r}; a batch reads a file uploaded with purpose"
                              f" {INPUT_PURPOSE!r}")
         window = COMPLETION_WINDOWS[completion_window]
-        self._check_capacity(principal, file, endpoint, window)
+        open_batches = self.store.open_batches()
+        if sum(1 for b in open_batches if b.tenant_id == principal.tenant_id) >= MAX_OPEN_BATCHES:
+            raise RateLimited(f"this tenant has {MAX_OPEN_BATCHES} batches validating or running, the most it may at"
+                              " once; create this one when one of them has ended", 60)
+        self._check_capacity(principal, file, endpoint, window, open_batches)
         now = self.clock()
         batch = Batch(new_id("batch_"), principal.tenant_id, endpoint, input_file_id, completion_window, now,
                       now + window, principal_document(principal), metadata=metadata, output_ttl_s=output_ttl_s)
         self.store.put_batch(batch)
         return batch
 
-    def _check_capacity(self, principal: Principal, file: StoredFile, endpoint: str, window_s: float) -> None:
+    def _check_capacity(self, principal: Principal, file: StoredFile, endpoint: str, window_s: float,
+                        open_batches: list[Batch]) -> None:
         """Refuse at once a batch whose work could never finish within its window: its tokens
-        (estimated from its size) at the pool's rate, on every instance of the pool's first tier."""
+        (estimated from its size) and those of the batches still open before it, at the pool's
+        rate, on its first tier's least instances."""
         model = first_model(self.store.read_file(principal.tenant_id, file.id) or iter(()))
-        service = "chat" if endpoint == "/v1/chat/completions" else "decisions"
         try:
-            pool = self.registry.route_for(model, service).pool if model is not None else None
+            pool = self.registry.route_for(model, ENDPOINTS[endpoint].service).pool if model is not None else None
         except NotFound:
             pool = None  # the batch fails validation, naming the model
-        instances = 1
-        if pool is not None:
-            first_tier = min(member.tier for member in pool.members)
-            instances = sum(1 for m in pool.members if m.tier == first_tier) * max(1, pool.policy.min_instances)
-        tokens = file.bytes / BYTES_PER_TOKEN
+        instances = max(1, pool.policy.min_instances) if pool is not None else 1
+        ahead = sum(f.bytes for b in open_batches
+                    if (f := self.store.get_file(b.tenant_id, b.input_file_id)) is not None)
+        tokens = (file.bytes + ahead) / BYTES_PER_TOKEN
         needs_s = tokens / self.settings.tokens_per_second
         can_s = window_s * instances
         if needs_s > can_s:
-            raise PayloadTooLarge(
+            raise CannotFinish(
                 f"this batch's work cannot finish within its window: about {math.ceil(tokens)} tokens ({file.bytes}"
-                f" bytes at about {BYTES_PER_TOKEN} a token) at {self.settings.tokens_per_second:g} tokens a second"
-                f" take about {math.ceil(needs_s)} s of model time, and {instances} instance(s) give"
-                f" {math.floor(can_s)} s in {window_s / 3600:g} h: split the file into batches of fewer lines")
+                f" bytes, and {ahead} of the batches open before it, at about {BYTES_PER_TOKEN} bytes a token) at"
+                f" {self.settings.tokens_per_second:g} tokens a second take about {math.ceil(needs_s)} s of model"
+                f" time, and {instances} instance(s) give {math.floor(can_s)} s in {window_s / 3600:g} h: split the"
+                " file into batches of fewer lines, or send it when the open batches are done")
 
     def get(self, principal: Principal, batch_id: str) -> Batch:
+        """The batch, if the credential holds its endpoint's scope (else, as another tenant's, 404)."""
         require_files_scope(principal)
         batch = self.store.get_batch(principal.tenant_id, batch_id)
-        if batch is None:
+        if batch is None or not visible(ENDPOINTS[batch.endpoint].scope, principal):
             raise NoSuchObject(f"No such Batch object: {batch_id}")
         return batch
 
     def list(self, principal: Principal, after: str | None, limit: int) -> dict[str, Any]:
         require_files_scope(principal)
-        batches = self.store.list_batches(principal.tenant_id, after, limit + 1)
+        batches = self.store.list_batches(principal.tenant_id, after, limit + 1, scopes=principal.scopes)
         return page([b.as_openai() for b in batches], limit)
 
     def cancel(self, principal: Principal, batch_id: str) -> Batch:
@@ -267,7 +303,7 @@ class BatchService:
             batch = self.get(principal, batch_id)
             if batch.status in ("cancelling", "cancelled"):
                 return batch
-            if batch.status not in ("validating", "in_progress"):
+            if batch.status in FINAL or batch.status == "finalizing":
                 raise Conflict(f"cannot cancel a batch with status {batch.status}")
             was = batch.status
             batch.status, batch.cancelling_at = "cancelling", self.clock()
@@ -277,10 +313,15 @@ class BatchService:
 
 
 def page(items: list[dict[str, Any]], limit: int) -> dict[str, Any]:
-    """OpenAI's cursor page: `after` the last id of one page gives the next."""
+    """OpenAI's cursor page of up to `limit` of `items` (`limit + 1` read, to know whether more
+    follow): `after` the last id of one page gives the next."""
     shown = items[:limit]
     return {"object": "list", "data": shown, "first_id": shown[0]["id"] if shown else None,
             "last_id": shown[-1]["id"] if shown else None, "has_more": len(items) > limit}
+
+
+def visible(scope: str | None, principal: Principal) -> bool:
+    return scope is None or scope in principal.scopes
 
 
 def _check_purpose(purpose: str) -> None:
@@ -293,8 +334,7 @@ def _check_metadata(metadata: dict[str, str] | None) -> None:
     if metadata is None:
         return
     if len(metadata) > MAX_METADATA_PAIRS or any(
-            not isinstance(k, str) or not isinstance(v, str) or len(k) > MAX_METADATA_KEY or len(v) > MAX_METADATA_VALUE
-            for k, v in metadata.items()):
+            len(k) > MAX_METADATA_KEY or len(v) > MAX_METADATA_VALUE for k, v in metadata.items()):
         raise BadRequest(f"metadata holds at most {MAX_METADATA_PAIRS} pairs of strings, keys of at most"
                          f" {MAX_METADATA_KEY} characters and values of at most {MAX_METADATA_VALUE}")
 

@@ -86,7 +86,9 @@ class BulkWork:
     written (a decision) or the spend settled (a chat), so that a worker that dies after that
     point never runs the line again."""
 
-    decision_id: str
+    decision_id: str | None  # None for a chat, which keeps no record
+    # Given the answer (a DecisionResult, or a chat's completion) at the point past which the line
+    # must never run again: the route renders it and the worker writes it to the batch's ledger.
     keep: Callable[[Any], None]
 
 
@@ -195,7 +197,7 @@ class DecideService:
         require_model(principal, decision.model)
         model = self.registry.route_for(decision.model, "decisions")
         started = self.clock()
-        decision_id = bulk.decision_id if bulk is not None else self.recorder.new_id()
+        decision_id = bulk.decision_id if bulk is not None and bulk.decision_id else self.recorder.new_id()
 
         def record(asked: Decision, result: DecisionResult, meter: Meter) -> None:
             if bulk is not None:

@@ -237,7 +237,7 @@ def test_a_worker_that_dies_mid_line_is_resumed_without_a_second_record_or_charg
     with pytest.raises(Died):
         worker.run(created["id"], "acme", time.time() + 60, max_lines=1)
     assert records_and_requests(store)[0] == (1 if dies == "after_its_record" else 0)
-    drain(function, clock=lambda: time.time() + 60)  # another worker, once the first one's lease has lapsed
+    drain(function, clock=lambda: time.time() + 120)  # another worker, once the first one's lease has lapsed
     done = batch(created["id"])
     assert done["status"] == "completed" and done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
     assert records_and_requests(store) == (3, 3)
@@ -341,7 +341,10 @@ def test_what_one_request_cannot_carry_is_refused_with_the_figures(gateway):
     assert status == 413 and str(200 * 1024 * 1024) in reply["error"]["message"]
     body, content_type = multipart({"purpose": b"fine-tune"}, {"file": ("in.jsonl", b"{}")})
     assert call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type}))[0] == 400
-    assert call(event("POST", "/v1/files", raw=b"{}"))[0] == 422  # not multipart
+    whole_file_limit = b"x" * (4 * 1024 * 1024 + 1)  # within one request, past what a file sent whole may be
+    body, content_type = multipart({"purpose": b"batch"}, {"file": ("in.jsonl", whole_file_limit)})
+    status, _, reply = call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type}))
+    assert status == 413 and reply["error"]["code"] == "file_too_large" and "Uploads API" in reply["error"]["message"]
 
 
 @pytest.mark.slow
@@ -402,3 +405,83 @@ def test_batch_lines_take_none_of_the_tenants_minute_of_endpoint_time(gateway):
     assert minute_tallies() == 0  # the interactive rate's tally: untouched
     assert call(event("POST", "/v1/systemone", systemone_line(9)["body"]))[0] == 200
     assert minute_tallies() > 0  # an interactive request reserves on it
+
+
+def test_the_objects_and_pages_are_what_the_openai_sdk_reads(gateway):
+    from openai.pagination import SyncCursorPage
+    from openai.types import Batch, FileDeleted, FileObject, Upload
+
+    file = FileObject.model_validate(upload(jsonl([systemone_line(1)])))
+    assert file.purpose == "batch" and file.status == "processed"
+    created = Batch.model_validate(create(file.id, metadata={"job": "nightly"})[1])
+    assert created.status == "validating" and created.metadata == {"job": "nightly"}
+    assert Upload.model_validate(start_upload(10)).status == "pending"
+    second = create(upload(jsonl([systemone_line(2)]))["id"])[1]
+    status, _, first_page = call(event("GET", "/v1/batches?limit=1"))
+    assert status == 200 and [b["id"] for b in first_page["data"]] == [second["id"]] and first_page["has_more"]
+    status, _, next_page = call(event("GET", f"/v1/batches?limit=1&after={first_page['last_id']}"))
+    assert [b["id"] for b in next_page["data"]] == [created.id] and not next_page["has_more"]
+    SyncCursorPage[Batch].model_validate(first_page)
+    status, _, oldest_first = call(event("GET", "/v1/files?order=asc&purpose=batch&limit=1"))
+    assert oldest_first["data"][0]["id"] == file.id
+    deleted = FileDeleted.model_validate(call(event("DELETE", f"/v1/files/{file.id}"))[2])
+    assert deleted.deleted and call(event("GET", f"/v1/files/{file.id}"))[0] == 404
+
+
+def test_a_credential_sees_only_the_batches_and_outputs_its_scopes_may_run(gateway):
+    _, _, function = gateway
+    _, created = create(upload(jsonl([systemone_line(1)]))["id"])
+    drain(function)
+    done = batch(created["id"])
+    chat_only = {**PRINCIPAL, "scopes": "chat"}
+    for path in (f"/v1/batches/{created['id']}", f"/v1/files/{done['output_file_id']}",
+                 f"/v1/files/{done['output_file_id']}/content"):
+        assert call(event("GET", path, principal=chat_only))[0] == 404, path
+    assert call(event("GET", "/v1/batches", principal=chat_only))[2]["data"] == []
+    assert done["output_file_id"] not in [f["id"] for f in call(event("GET", "/v1/files", principal=chat_only))[2]["data"]]
+
+
+def test_a_tenant_has_a_bounded_number_of_batches_open(gateway):
+    from gateway.batches.model import MAX_OPEN_BATCHES
+
+    file_id = upload(jsonl([systemone_line(1)]))["id"]
+    for _ in range(MAX_OPEN_BATCHES):
+        assert create(file_id)[0] == 200
+    status, body = create(file_id)
+    assert status == 429 and str(MAX_OPEN_BATCHES) in body["error"]["message"]
+    assert create(upload(jsonl([systemone_line(1)]), principal=OTHER)["id"], principal=OTHER)[0] == 200
+
+
+def test_the_files_apis_answer_what_they_cannot_read_400_as_openai_does(gateway):
+    status, _, body = call(event("POST", "/v1/batches", {"endpoint": "/v1/systemone"}))
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    assert call(event("POST", "/v1/files", raw=b"{}"))[0] == 400  # not a form
+    body, content_type = multipart({"purpose": b"batch", "expires_after[anchor]": b"created_at",
+                                    "expires_after[seconds]": b"7200"}, {"file": ("in.jsonl", jsonl([systemone_line(1)]))})
+    status, _, kept = call(event("POST", "/v1/files", raw=body, headers={"Content-Type": content_type}))
+    assert status == 200 and kept["expires_at"] - kept["created_at"] == 7200
+    form, content_type = multipart({}, {"data": ("x", b"abc")})
+    status, _, _ = call(event("POST", "/v1/systemone", raw=form, headers={"Content-Type": content_type}))
+    assert status == 422  # a form sent to a JSON route is refused as what it is, never a 500
+
+
+def test_a_file_no_reading_can_take_fails_its_batch_instead_of_holding_the_worker(gateway):
+    _, backend, function = gateway
+    deep = b'{"custom_id": "a", "method": "POST", "url": "/v1/systemone", "body": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, created = create(upload(deep + b"\n" + jsonl([systemone_line(1)]))["id"])
+    assert status == 200
+    drain(function)
+    failed = batch(created["id"])
+    assert failed["status"] == "failed" and failed["errors"]["data"][0]["code"] == "invalid_json_line"
+
+
+def test_a_download_names_its_file_safely(gateway):
+    import httpx
+
+    form = httpx.Request("POST", "http://x", data={"purpose": "batch"},
+                         files={"file": ('we"ird;name.jsonl', jsonl([systemone_line(1)]))})
+    file = call(event("POST", "/v1/files", raw=form.read(), headers={"Content-Type": form.headers["content-type"]}))[2]
+    assert file["filename"] == 'we"ird;name.jsonl'
+
+    _, headers, _ = call(event("GET", f"/v1/files/{file['id']}/content"))
+    assert headers["content-disposition"].startswith('attachment; filename="we_ird_name.jsonl"; filename*=UTF-8')

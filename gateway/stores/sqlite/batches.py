@@ -16,11 +16,14 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
-from gateway.batches.model import Batch, Line, LineUsage, StoredFile, Upload, UploadPart
+from gateway.batches.model import ENDPOINTS, FILE_TTL_S, FINAL, Batch, Line, LineUsage, StoredFile, Upload, UploadPart
 from gateway.stores.sqlite.database import Database
 
+_OPEN = f"status NOT IN ({', '.join(repr(status) for status in sorted(FINAL))})"  # its index's WHERE, word for word
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_files (
     tenant_id  TEXT NOT NULL,
@@ -30,6 +33,7 @@ CREATE TABLE IF NOT EXISTS batch_files (
     bytes      INTEGER NOT NULL,
     created_at REAL NOT NULL,
     expires_at REAL,
+    scope      TEXT,
     PRIMARY KEY (tenant_id, id)
 );
 CREATE INDEX IF NOT EXISTS batch_files_by_time ON batch_files (tenant_id, created_at, id);
@@ -51,6 +55,7 @@ CREATE TABLE IF NOT EXISTS batch_upload_parts (
 CREATE TABLE IF NOT EXISTS batches (
     id            TEXT PRIMARY KEY,
     tenant_id     TEXT NOT NULL,
+    scope         TEXT NOT NULL,
     status        TEXT NOT NULL,
     created_at    REAL NOT NULL,
     document      TEXT NOT NULL,
@@ -64,8 +69,7 @@ CREATE TABLE IF NOT EXISTS batches (
     cost_nano     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS batches_by_tenant ON batches (tenant_id, created_at, id);
-CREATE INDEX IF NOT EXISTS batches_open ON batches (created_at)
-    WHERE status NOT IN ('failed', 'completed', 'expired', 'cancelled');
+CREATE INDEX IF NOT EXISTS batches_open ON batches (created_at) WHERE {open};
 CREATE TABLE IF NOT EXISTS batch_lines (
     batch_id    TEXT NOT NULL,
     number      INTEGER NOT NULL,
@@ -80,9 +84,10 @@ CREATE TABLE IF NOT EXISTS batch_lines (
     PRIMARY KEY (batch_id, number)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batch_lines_open ON batch_lines (batch_id, number) WHERE state != 'done';
-"""
-_OPEN = "status NOT IN ('failed', 'completed', 'expired', 'cancelled')"
+""".replace("{open}", _OPEN)
 _LINE_COLUMNS = "batch_id, number, custom_id, body, state, decision_id, tries, not_before, reply, failed"
+_PUT_LINE = ("UPDATE batch_lines SET state = ?, decision_id = ?, tries = ?, not_before = ?, reply = ?, failed = ?"
+             " WHERE batch_id = ? AND number = ? AND state != 'done'")
 _PAGE = 1000  # lines read at a time when a ledger is read in order
 _NANO = 1_000_000_000
 
@@ -128,8 +133,7 @@ class SQLiteBatches:
     # -- files ------------------------------------------------------------------------
 
     def put_file(self, file: StoredFile, content: Iterable[bytes]) -> StoredFile:
-        size = self._write(self._path(file.tenant_id, file.id), content)
-        stored = StoredFile(file.id, file.tenant_id, file.filename, file.purpose, size, file.created_at, file.expires_at)
+        stored = replace(file, bytes=self._write(self._path(file.tenant_id, file.id), content))
         with self.db.connect() as db:
             _insert_file(db, stored)
         return stored
@@ -140,9 +144,12 @@ class SQLiteBatches:
         return None if row is None else _file(row)
 
     def list_files(self, tenant_id: str, purpose: str | None, after: str | None, limit: int,
-                   descending: bool) -> list[StoredFile]:
+                   descending: bool, scopes: Iterable[str] | None = None) -> list[StoredFile]:
         db = self.db.connect()
         where, params = ["tenant_id = ?"], [tenant_id]
+        if scopes is not None:
+            where.append(f"(scope IS NULL OR scope IN ({', '.join('?' * len(scopes := sorted(scopes)))}))")
+            params.extend(scopes)
         if purpose is not None:
             where.append("purpose = ?")
             params.append(purpose)
@@ -171,16 +178,21 @@ class SQLiteBatches:
             self._path(tenant_id, file_id).unlink()
         return bool(deleted)
 
-    def stored_bytes(self, tenant_id: str) -> int:
+    def holdings(self, tenant_id: str) -> tuple[int, int]:
         db = self.db.connect()
-        files = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE tenant_id = ?", (tenant_id,)).fetchone()
-        parts = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM batch_upload_parts WHERE tenant_id = ?",
+        files = db.execute("SELECT COALESCE(SUM(bytes), 0), COUNT(*) FROM batch_files WHERE tenant_id = ?",
                            (tenant_id,)).fetchone()
-        return int(files[0]) + int(parts[0])
+        pending = db.execute("SELECT COALESCE(SUM(json_extract(document, '$.bytes')), 0), COUNT(*) FROM batch_uploads"
+                             " WHERE tenant_id = ? AND status = 'pending'", (tenant_id,)).fetchone()
+        return int(files[0]) + int(pending[0]), int(files[1]) + int(pending[1])
 
     def delete_expired(self, now: float) -> int:
-        """Files past their expiry and uploads past theirs (with their parts): how many went."""
+        """Files past their expiry, uploads past theirs (with their parts), ended batches' ledgers,
+        and ended batches older than a file is kept: how many went."""
         db = self.db.connect()
+        with db:
+            db.execute(f"DELETE FROM batch_lines WHERE batch_id IN (SELECT id FROM batches WHERE NOT ({_OPEN}))")  # noqa: S608
+            db.execute(f"DELETE FROM batches WHERE NOT ({_OPEN}) AND created_at <= ?", (now - FILE_TTL_S,))  # noqa: S608
         files = db.execute("SELECT tenant_id, id FROM batch_files WHERE expires_at <= ?", (now,)).fetchall()
         for row in files:
             self.delete_file(row["tenant_id"], row["id"])
@@ -188,8 +200,7 @@ class SQLiteBatches:
                    db.execute("SELECT document FROM batch_uploads WHERE status = 'pending'").fetchall()]
         expired = [u for u in uploads if u.expires_at <= now]
         for upload in expired:
-            if self.set_upload(Upload(**{**_fields(upload), "status": "expired"}), "pending"):
-                self._drop_parts(upload)
+            self.set_upload(replace(upload, status="expired"), "pending")
         return len(files) + len(expired)
 
     # -- uploads ----------------------------------------------------------------------
@@ -206,9 +217,12 @@ class SQLiteBatches:
 
     def set_upload(self, upload: Upload, expect: str) -> bool:
         with self.db.connect() as db:
-            return bool(db.execute("UPDATE batch_uploads SET status = ?, document = ? WHERE tenant_id = ? AND id = ?"
-                                   " AND status = ?", (upload.status, json.dumps(_fields(upload)), upload.tenant_id,
-                                                       upload.id, expect)).rowcount)
+            changed = bool(db.execute("UPDATE batch_uploads SET status = ?, document = ? WHERE tenant_id = ? AND id = ?"
+                                      " AND status = ?", (upload.status, json.dumps(_fields(upload)), upload.tenant_id,
+                                                          upload.id, expect)).rowcount)
+        if changed and upload.status != "pending":
+            self._drop_parts(upload)  # a cancelled or expired upload's parts are of no use
+        return changed
 
     def add_part(self, upload: Upload, part: UploadPart, data: bytes) -> None:
         self._write(self._path(upload.tenant_id, f"{upload.id}.{part.id}"), [data])
@@ -226,9 +240,8 @@ class SQLiteBatches:
             yield from self._read(self._path(upload.tenant_id, f"{upload.id}.{part_id}"))
 
     def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile) -> StoredFile:
-        size = self._write(self._path(file.tenant_id, file.id), self.read_parts(upload, part_ids))
-        stored = StoredFile(file.id, file.tenant_id, file.filename, file.purpose, size, file.created_at, file.expires_at)
-        done = Upload(**{**_fields(upload), "status": "completed", "file_id": file.id})
+        stored = replace(file, bytes=self._write(self._path(file.tenant_id, file.id), self.read_parts(upload, part_ids)))
+        done = replace(upload, status="completed", file_id=file.id)
         with self.db.connect() as db:  # the file and the upload's completion in one write
             db.execute("BEGIN IMMEDIATE")
             if not db.execute("UPDATE batch_uploads SET status = ?, document = ? WHERE tenant_id = ? AND id = ?"
@@ -252,17 +265,22 @@ class SQLiteBatches:
 
     def put_batch(self, batch: Batch) -> None:
         with self.db.connect() as db:
-            db.execute("INSERT INTO batches (id, tenant_id, status, created_at, document) VALUES (?, ?, ?, ?, ?)",
-                       (batch.id, batch.tenant_id, batch.status, batch.created_at, json.dumps(batch.document())))
+            db.execute("INSERT INTO batches (id, tenant_id, scope, status, created_at, document) VALUES (?, ?, ?, ?, ?, ?)",
+                       (batch.id, batch.tenant_id, ENDPOINTS[batch.endpoint].scope, batch.status, batch.created_at,
+                        json.dumps(batch.document())))
 
     def get_batch(self, tenant_id: str, batch_id: str) -> Batch | None:
         row = self.db.connect().execute("SELECT * FROM batches WHERE tenant_id = ? AND id = ?",
                                         (tenant_id, batch_id)).fetchone()
         return None if row is None else _batch(row)
 
-    def list_batches(self, tenant_id: str, after: str | None, limit: int) -> list[Batch]:
+    def list_batches(self, tenant_id: str, after: str | None, limit: int,
+                     scopes: Iterable[str] | None = None) -> list[Batch]:
         db = self.db.connect()
         where, params = "tenant_id = ?", [tenant_id]
+        if scopes is not None:
+            where += f" AND scope IN ({', '.join('?' * len(scopes := sorted(scopes)))})"
+            params.extend(scopes)
         if after is not None:
             row = db.execute("SELECT created_at FROM batches WHERE tenant_id = ? AND id = ?", (tenant_id, after)).fetchone()
             if row is None:
@@ -306,12 +324,13 @@ class SQLiteBatches:
                                          " AND not_before <= ? ORDER BY number LIMIT ?", (batch_id, now, limit)).fetchall()
         return [_line(row) for row in rows]
 
-    def put_line(self, line: Line) -> None:
+    def put_line(self, line: Line, expect_tries: int | None = None) -> bool:
+        condition, extra = ("", ()) if expect_tries is None else (" AND tries = ?", (expect_tries,))
         with self.db.connect() as db:
-            db.execute("UPDATE batch_lines SET state = ?, decision_id = ?, tries = ?, not_before = ?, reply = ?,"
-                       " failed = ? WHERE batch_id = ? AND number = ? AND state != 'done'",
-                       (line.state, line.decision_id, line.tries, line.not_before, line.reply, int(line.failed),
-                        line.batch_id, line.number))
+            return bool(db.execute(
+                _PUT_LINE + condition,
+                (line.state, line.decision_id, line.tries, line.not_before, line.reply, int(line.failed),
+                 line.batch_id, line.number, *extra)).rowcount)
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:
         with self.db.connect() as db:
@@ -326,6 +345,10 @@ class SQLiteBatches:
                        " output_tokens = output_tokens + ?, cached_tokens = cached_tokens + ?, cost_nano = cost_nano + ?"
                        " WHERE id = ?", (int(not line.failed), int(line.failed), usage.input_tokens, usage.output_tokens,
                                          usage.cached_tokens, math.ceil(usage.cost_usd * _NANO), line.batch_id))
+
+    def drop_lines(self, batch_id: str) -> None:
+        with self.db.connect() as db:
+            db.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
 
     def unfinished_lines(self, batch_id: str) -> Iterator[Line]:
         return self._lines(batch_id, "state != 'done'")
@@ -345,19 +368,19 @@ class SQLiteBatches:
             after = rows[-1]["number"]
 
 
-def _fields(upload: Upload) -> dict:
-    return {name: getattr(upload, name) for name in upload.__slots__}
+def _fields(upload: Upload) -> dict[str, Any]:
+    return asdict(upload)
 
 
 def _insert_file(db: sqlite3.Connection, file: StoredFile) -> None:
-    db.execute("INSERT OR REPLACE INTO batch_files (tenant_id, id, filename, purpose, bytes, created_at, expires_at)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?)", (file.tenant_id, file.id, file.filename, file.purpose, file.bytes,
-                                                file.created_at, file.expires_at))
+    db.execute("INSERT OR REPLACE INTO batch_files (tenant_id, id, filename, purpose, bytes, created_at, expires_at,"
+               " scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (file.tenant_id, file.id, file.filename, file.purpose,
+                                                          file.bytes, file.created_at, file.expires_at, file.scope))
 
 
 def _file(row: sqlite3.Row) -> StoredFile:
     return StoredFile(row["id"], row["tenant_id"], row["filename"], row["purpose"], row["bytes"], row["created_at"],
-                      row["expires_at"])
+                      row["expires_at"], row["scope"])
 
 
 def _batch(row: sqlite3.Row) -> Batch:

@@ -51,3 +51,12 @@ def test_the_first_model_is_read_from_the_first_request_only():
     assert first_model(iter([b"\n" + line("a") + b"\n{broken"])) == "m"
     assert first_model(iter([b"not json\n"])) is None
     assert first_model(iter([])) is None
+
+
+def test_a_line_nested_past_the_parsers_depth_or_holding_what_utf8_cannot_is_not_json():
+    deep = b'{"custom_id": "a", "method": "POST", "url": "/v1/systemone", "body": {"x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}}"
+    surrogate = b'{"custom_id": "\\ud800", "method": "POST", "url": "/v1/systemone", "body": {}}'
+    lone_in_body = b'{"custom_id": "b", "method": "POST", "url": "/v1/systemone", "body": {"state": "\\udfff"}}'
+    _, _, errors = read_input([b"\n".join([deep, surrogate, lone_in_body])], "/v1/systemone")
+    assert [(e["code"], e["line"]) for e in errors.items] == [("invalid_json_line", n) for n in (1, 2, 3)]
+    assert first_model(iter([deep])) is None

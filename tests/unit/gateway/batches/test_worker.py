@@ -8,7 +8,7 @@ import pytest
 
 from gateway.auth.credentials import Principal
 from gateway.batches.model import Batch, StoredFile, principal_document
-from gateway.batches.worker import MAX_TRIES, BatchWorker
+from gateway.batches.worker import BatchWorker
 from gateway.stores.sqlite.batches import SQLiteBatches
 from gateway.stores.sqlite.database import Database
 
@@ -38,12 +38,12 @@ def clock():
     return {"now": 1000.0}
 
 
-def worker_for(tmp_path, clock, routes, lines=2, recorded=frozenset()):
+def worker_for(tmp_path, clock, routes, lines=2, recorded=frozenset(), endpoint="/v1/systemone"):
     store = SQLiteBatches(Database(tmp_path / "gateway.db"))
-    data = "\n".join(json.dumps({"custom_id": f"c{n}", "method": "POST", "url": "/v1/systemone",
+    data = "\n".join(json.dumps({"custom_id": f"c{n}", "method": "POST", "url": endpoint,
                                  "body": {"model": "m"}}) for n in range(lines)).encode()
     store.put_file(StoredFile("file-a", "acme", "in.jsonl", "batch", 0, 1.0), [data])
-    store.put_batch(Batch("batch_a", "acme", "/v1/systemone", "file-a", "24h", 1000.0, 1000.0 + 86400,
+    store.put_batch(Batch("batch_a", "acme", endpoint, "file-a", "24h", 1000.0, 1000.0 + 86400,
                           principal_document(PRINCIPAL)))
     ids = iter(f"d{n}" for n in range(100))
     worker = BatchWorker(store, routes, check_principal=lambda p: p, recorded=lambda t, d: d in recorded,
@@ -51,6 +51,19 @@ def worker_for(tmp_path, clock, routes, lines=2, recorded=frozenset()):
                          clock=lambda: clock["now"])
     worker.run("batch_a", "acme", clock["now"] + 1)  # validates
     return worker, store
+
+
+def dies_after_keeping():
+    """Routes whose first call keeps its answer and then dies (the worker's process ending)."""
+    class DiesAfterKeeping(Routes):
+        def __call__(self, principal, call):
+            if not self.calls:
+                self.calls.append(call)
+                call.keep(200, {"answer": "first"})
+                raise Died
+            return super().__call__(principal, call)
+
+    return DiesAfterKeeping()
 
 
 def test_a_refusal_for_a_while_runs_again_after_its_retry_after(tmp_path, clock):
@@ -72,15 +85,14 @@ def test_an_answer_no_wait_mends_is_final(tmp_path, clock, reply):
     assert store.get_batch("acme", "batch_a").failed == 1
 
 
-def test_a_line_refused_more_than_max_tries_fails_with_its_last_answer(tmp_path, clock):
-    worker, store = worker_for(tmp_path, clock, Routes(*[(503, {"Retry-After": "1"})] * MAX_TRIES), lines=1)
-    for _ in range(MAX_TRIES):
+def test_a_line_refused_for_a_while_is_tried_again_as_long_as_the_window_allows(tmp_path, clock):
+    worker, store = worker_for(tmp_path, clock, Routes(*[(503, {"Retry-After": "60"})] * 50), lines=1)
+    for _ in range(50):  # fifty busy answers, a minute apart: still not given up
         worker.run("batch_a", "acme", clock["now"] + 1)
-        clock["now"] += 2
-    done = store.get_batch("acme", "batch_a")
-    assert done.status == "completed" and done.failed == 1
-    [line] = store.finished_lines("batch_a")
-    assert json.loads(line.reply)["status_code"] == 503 and line.tries == MAX_TRIES
+        clock["now"] += 61
+    assert store.get_batch("acme", "batch_a").status == "in_progress"
+    assert worker.run("batch_a", "acme", clock["now"] + 1) is False  # the 51st answers
+    assert store.get_batch("acme", "batch_a").completed == 1
 
 
 def test_a_refusal_that_would_wait_past_the_window_is_final(tmp_path, clock):
@@ -94,25 +106,46 @@ class Died(BaseException):
     pass
 
 
-@pytest.mark.parametrize(("recorded", "runs_again"), [(frozenset(), True), (frozenset({"d0"}), False)])
-def test_an_answered_line_is_done_once_its_record_exists_and_runs_again_otherwise(tmp_path, clock, recorded, runs_again):
-    class DiesAfterKeeping(Routes):
-        def __call__(self, principal, call):
-            if not self.calls:
-                self.calls.append(call)
-                call.keep(200, {"answer": "first"})
-                raise Died
-            return super().__call__(principal, call)
-
-    routes = DiesAfterKeeping()
-    worker, store = worker_for(tmp_path, clock, routes, lines=1, recorded=recorded)
+@pytest.mark.parametrize(("endpoint", "recorded", "runs_again"), [
+    ("/v1/systemone", frozenset(), True),  # kept, never recorded: runs again, with the same record id
+    ("/v1/systemone", frozenset({"d0"}), False),  # kept and recorded: done
+    ("/v1/chat/completions", frozenset(), False),  # a chat keeps no record: kept is done
+])
+def test_an_answered_line_is_done_once_its_record_exists_and_runs_again_otherwise(tmp_path, clock, endpoint, recorded,
+                                                                                 runs_again):
+    routes = dies_after_keeping()
+    worker, store = worker_for(tmp_path, clock, routes, lines=1, recorded=recorded, endpoint=endpoint)
     with pytest.raises(Died):
         worker.run("batch_a", "acme", clock["now"] + 1)
+    [line] = store.unfinished_lines("batch_a")
+    assert line.state == "answered" and line.decision_id == ("d0" if endpoint == "/v1/systemone" else None)
     worker.run("batch_a", "acme", clock["now"] + 1)
-    [line] = store.finished_lines("batch_a")
+    [output] = outputs(store)
     assert (len(routes.calls) == 2) is runs_again
-    assert json.loads(line.reply)["body"]["answer"] == ("batch_req_a_0" if runs_again else "first")
-    assert line.decision_id == "d0"
+    assert output["response"]["body"]["answer"] == ("batch_req_a_0" if runs_again else "first")
+
+
+def test_a_cancel_keeps_a_line_that_was_answered_and_recorded(tmp_path, clock):
+    worker, store = worker_for(tmp_path, clock, dies_after_keeping(), lines=2, recorded=frozenset({"d0"}))
+    with pytest.raises(Died):
+        worker.run("batch_a", "acme", clock["now"] + 1)
+    cancelling = store.get_batch("acme", "batch_a")
+    cancelling.status = "cancelling"
+    store.update_batch(cancelling, "in_progress")
+    worker.run("batch_a", "acme", clock["now"] + 1)
+    done = store.get_batch("acme", "batch_a")
+    assert done.status == "cancelled" and (done.completed, done.failed) == (1, 1)
+
+
+def test_a_worker_whose_lease_was_taken_stops_and_a_line_is_taken_once(tmp_path, clock):
+    routes = Routes()
+    worker, store = worker_for(tmp_path, clock, routes, lines=2)
+    assert store.lease("batch_a", "another", clock["now"] + 500, clock["now"] + 100)  # ours lapsed; another took it
+    clock["now"] += 100
+    assert worker.run("batch_a", "acme", clock["now"] + 1) is True and routes.calls == []
+    line = store.runnable_lines("batch_a", clock["now"], 1)[0]
+    line.tries = 1
+    assert store.put_line(line, expect_tries=0) and not store.put_line(line, expect_tries=0)
 
 
 def test_a_batch_whose_creator_no_longer_stands_fails_keeping_what_finished(tmp_path, clock):
@@ -131,9 +164,20 @@ def test_a_batch_whose_creator_no_longer_stands_fails_keeping_what_finished(tmp_
     assert (failed.completed, failed.failed) == (1, 2) and failed.output_file_id and failed.error_file_id
 
 
-def test_finishing_again_rewrites_the_same_files(tmp_path, clock):
+def test_writing_a_batchs_output_again_rewrites_the_same_file(tmp_path, clock):
     worker, store = worker_for(tmp_path, clock, Routes(), lines=2)
-    worker.run("batch_a", "acme", clock["now"] + 1)
-    done = store.get_batch("acme", "batch_a")
-    worker.finalize(done, "completed", "", "")
-    assert [f.id for f in store.list_files("acme", "batch_output", None, 10, True)] == [done.output_file_id]
+    worker.run("batch_a", "acme", clock["now"] + 1, max_lines=2)  # both lines done, not yet finalized
+    batch = store.get_batch("acme", "batch_a")
+    first, again = worker._write_output(batch, failed=False), worker._write_output(batch, failed=False)
+    assert first == again and [f.id for f in store.list_files("acme", "batch_output", None, 10, True)] == [first]
+    assert worker._write_output(batch, failed=True) is None  # no line failed: no error file
+
+
+def outputs(store) -> list[dict]:
+    """The batch's output and error files' lines, as a caller downloads them."""
+    batch = store.get_batch("acme", "batch_a")
+    lines = []
+    for file_id in (batch.output_file_id, batch.error_file_id):
+        if file_id:
+            lines += [json.loads(text) for text in b"".join(store.read_file("acme", file_id)).splitlines()]
+    return lines

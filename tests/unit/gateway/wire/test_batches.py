@@ -24,3 +24,14 @@ def test_fields_and_files_are_read_with_their_bytes_intact():
 def test_what_is_not_a_multipart_form_is_refused(content_type, body):
     with pytest.raises(InvalidRequest):
         form_fields(content_type, body)
+
+
+def test_the_form_the_openai_sdks_http_client_sends_is_read():
+    import httpx
+
+    data = b'{"custom_id": "a"}\n' * 3
+    request = httpx.Request("POST", "http://x/v1/files", data={"purpose": "batch"},
+                            files={"file": ("tickets \u00e9.jsonl", data, "application/jsonl")})
+    fields = form_fields(request.headers["content-type"], request.read())
+    assert fields["purpose"].data == b"batch" and fields["file"].data == data
+    assert fields["file"].filename == "tickets \u00e9.jsonl"

@@ -1,6 +1,7 @@
 """The SQLite batch store: bytes whole or absent and private, leases, and a ledger that counts each line once."""
 
 import stat
+from dataclasses import replace
 
 import pytest
 
@@ -42,7 +43,10 @@ def test_files_list_newest_first_a_page_at_a_time_and_by_purpose(store):
     assert [f.id for f in store.list_files("acme", None, None, 2, True)] == ["file-4", "file-3"]
     assert [f.id for f in store.list_files("acme", None, "file-3", 2, True)] == ["file-2", "file-1"]
     assert [f.id for f in store.list_files("acme", "batch", None, 10, False)] == ["file-1", "file-3"]
-    assert store.stored_bytes("acme") == 5 and store.stored_bytes("globex") == 0
+    store.put_file(replace(file("file-out", created_at=9.0), scope="decide"), [b"x"])
+    assert "file-out" not in [f.id for f in store.list_files("acme", None, None, 10, True, scopes={"chat"})]
+    assert "file-out" in [f.id for f in store.list_files("acme", None, None, 10, True, scopes={"decide"})]
+    assert store.holdings("acme") == (6, 6) and store.holdings("globex") == (0, 0)
 
 
 def test_expired_files_and_uploads_are_removed(store):
@@ -52,7 +56,29 @@ def test_expired_files_and_uploads_are_removed(store):
     store.add_part(upload, UploadPart("part_a", "upload_a", 2, 1.0), b"ab")
     assert store.delete_expired(11.0) == 2
     assert store.get_file("acme", "file-old") is None and store.get_upload("acme", "upload_a").status == "expired"
-    assert store.stored_bytes("acme") == 0
+    assert store.holdings("acme") == (0, 0) and not [p for p in store.folder.rglob("*") if p.is_file()]
+
+
+def test_a_pending_upload_counts_at_the_size_it_was_created_for_and_a_cancelled_one_at_nothing(store):
+    upload = Upload("upload_a", "acme", "x", "batch", 1000, "text/plain", 1.0, 10.0)
+    store.put_upload(upload)
+    store.add_part(upload, UploadPart("part_a", "upload_a", 2, 1.0), b"ab")
+    assert store.holdings("acme") == (1000, 1)
+    assert store.set_upload(replace(upload, status="cancelled"), "pending")
+    assert store.holdings("acme") == (0, 0) and store.parts("upload_a") == []
+
+
+def test_an_ended_batchs_ledger_is_forgotten(store):
+    ended = batch()
+    store.put_batch(ended)
+    ended.status = "in_progress"
+    store.add_lines(ended, [Line("batch_a", 0, "c", "{}")], "validating")
+    ended.status = "completed"
+    store.update_batch(ended, "in_progress")
+    store.delete_expired(2.0)
+    assert list(store.unfinished_lines("batch_a")) == [] and store.get_batch("acme", "batch_a") is not None
+    store.delete_expired(1.0 + 31 * 86400)
+    assert store.get_batch("acme", "batch_a") is None
 
 
 def batch(batch_id: str = "batch_a") -> Batch:
