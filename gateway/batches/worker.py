@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class BatchWorker:
         self.count_stored = count_stored or (lambda tenant_id, size, entry: None)  # output files, in the tenant's usage
         self.clock = clock
         self.lease_s = lease_s
+        # Set to stop between two lines (a host asked to end: the line running settles as usual).
+        self.stopping = threading.Event()
 
     def run(self, batch_id: str, tenant_id: str, until: float, max_lines: int | None = None) -> bool:
         """Work on the batch until `until` (and at most `max_lines` lines); True while it has
@@ -123,7 +126,7 @@ class BatchWorker:
             if ending is not None:
                 self.finalize(batch, *ending)
                 return False
-            if now >= until or max_lines == 0:
+            if now >= until or max_lines == 0 or self.stopping.is_set():
                 return True
             try:
                 principal = self.check_principal(principal_of(batch.principal))

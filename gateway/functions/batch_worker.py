@@ -78,6 +78,8 @@ def work_once(worker: BatchWorker, store: BatchStore, slice_s: float = SLICE_S) 
     True when any has more to do now."""
     busy = False
     for batch in by_tenant_in_turn(store.open_batches()):
+        if worker.stopping.is_set():
+            break
         try:
             more = worker.run(batch.id, batch.tenant_id, worker.clock() + slice_s)
         except Exception:
