@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.tenants import ROOT, Stack, progress
+from bench.tenants import ROOT, Stack, open_loop, progress
 
 REPORTS = ROOT / "reports"
 REFERENCE_INSTANCE = "ml.c7i.xlarge"  # the price the figures are quoted at (4 vCPUs; this machine has 2)
@@ -93,19 +93,8 @@ def batch(stack: Stack, key: str, first: int, lines: int) -> dict[str, Any]:
 def interactive(stack: Stack, key: str, first: int, interval_s: float, stop: threading.Event,
                 count: int | None = None) -> list[dict[str, Any]]:
     """Decisions sent every `interval_s` (open loop) until `stop` (or `count` of them)."""
-    results: list[dict[str, Any]] = []
-    threads = []
-    n = first
-    start = time.monotonic()
-    while not stop.is_set() and (count is None or n - first < count):
-        time.sleep(max(0.0, start + (n - first) * interval_s - time.monotonic()))
-        thread = threading.Thread(target=lambda m=n: results.append(decide(stack, key, m)))
-        thread.start()
-        threads.append(thread)
-        n += 1
-    for thread in threads:
-        thread.join(120)
-    return results
+    return open_loop(lambda n: decide(stack, key, first + n), interval_s,
+                     lambda n: not stop.is_set() and (count is None or n < count))
 
 
 def latency(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -221,7 +210,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     left.bar(names, [report[k]["wall_s"] for k in keys], color=["#4c72b0", "#55a868", "#8172b2"])
     left.set_ylabel(f"wall time for {report['lines']} decisions (s)")
     middle.bar(names, [report[k]["usd_per_1000"] * 1000 for k in keys], color=["#4c72b0", "#55a868", "#8172b2"])
-    middle.set_ylabel(f"USD per 1,000 x 1,000 (at {report['reference']['instance']})")
+    middle.set_ylabel(f"USD per million decisions (at {report['reference']['instance']})")
     alone, beside = report["alone"], report["interactive_beside_batch"]
     positions = range(2)
     right.bar([p - 0.2 for p in positions], [alone["p50_s"], alone["p95_s"]], 0.4, label="alone", color="#4c72b0")

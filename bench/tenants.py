@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,13 +177,19 @@ class Heavy:
 
 def steady(stack: Stack, key: str, interval_s: float, duration_s: float) -> list[tuple[int | str, float]]:
     """Decisions sent every `interval_s` for `duration_s`, open loop (each in its own thread)."""
-    results: list[tuple[int | str, float]] = []
+    return open_loop(lambda n: decide(stack, key), interval_s, lambda n: n * interval_s < duration_s)
+
+
+def open_loop(send: Callable[[int], Any], interval_s: float, go_on: Callable[[int], bool]) -> list[Any]:
+    """`send(n)` every `interval_s` while `go_on(n)`, each in its own thread (open loop: a slow
+    answer does not delay the next send); what they returned, once all have."""
+    results: list[Any] = []
     threads = []
     start = time.monotonic()
     n = 0
-    while (due := start + n * interval_s) < start + duration_s:
-        time.sleep(max(0.0, due - time.monotonic()))
-        thread = threading.Thread(target=lambda: results.append(decide(stack, key)))
+    while go_on(n):
+        time.sleep(max(0.0, start + n * interval_s - time.monotonic()))
+        thread = threading.Thread(target=lambda m=n: results.append(send(m)))
         thread.start()
         threads.append(thread)
         n += 1

@@ -136,10 +136,11 @@ class BatchSettings(_Settings):
     # A batch line's endpoint time is charged at this share of the pool's price: bulk work runs
     # at the lowest priority, in time the pool is paid for whether it is used or not.
     price_factor: float = Field(default=0.5, gt=0, le=1)
-    # What one instance of a model's first tier reads, in tokens a second, for the estimate a
-    # batch is refused by at creation (its work cannot finish within its window). The figure is
-    # the fast model's on a 2-core CPU scorer (make bench-batch); set your pool's own.
-    tokens_per_second: float = Field(default=400.0, gt=0, le=1e7)
+    # What one instance of a model's first tier reads, in the estimate's tokens (a file's bytes
+    # over 4) a second, for the estimate a batch is refused by at creation (its work cannot finish
+    # within its window). make bench-batch measured 221 for the fast model on a 2-core CPU scorer
+    # (1,000 two-question decisions, 420,954 bytes, in 475 s); set your pool's own.
+    tokens_per_second: float = Field(default=220.0, gt=0, le=1e7)
     # What one tenant's files (inputs, outputs, uploads' parts) may take at once.
     max_tenant_bytes: int = Field(default=2 * 1024**3, ge=1024, le=1024**4)
 

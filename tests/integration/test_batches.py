@@ -88,7 +88,7 @@ def without_volatile(body: dict) -> dict:
 
 
 def test_each_line_answers_as_its_synchronous_twin_with_a_record_outcomes_attach_to(gateway):
-    store, backend, function = gateway
+    _, backend, function = gateway
     lines = [systemone_line(i) for i in range(4)] + [systemone_line(4, state=7)]  # the last: not a valid request
     created_status, created = create(upload(jsonl(lines))["id"])
     assert created_status == 200 and created["status"] == "validating" and created["object"] == "batch"
@@ -189,11 +189,8 @@ def test_a_batch_whose_work_cannot_fit_its_window_is_refused_with_the_figures(tm
 
 
 def test_cancel_keeps_what_finished_and_fails_the_rest_as_cancelled(gateway):
-    store, _, function = gateway
-    _, created = create(upload(jsonl([systemone_line(i) for i in range(6)]))["id"])
-    worker = build_worker(function, "w")
-    worker.run(created["id"], "acme", time.time() + 60)  # validates
-    worker.run(created["id"], "acme", time.time() + 60, max_lines=2)
+    _, _, function = gateway
+    created, _ = started(function, lines=6, done=2)
     status, _, cancelling = call(event("POST", f"/v1/batches/{created['id']}/cancel"))
     assert status == 200 and cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
     assert call(event("POST", f"/v1/batches/{created['id']}/cancel"))[2]["status"] == "cancelling"
@@ -220,7 +217,7 @@ class Died(BaseException):
 
 @pytest.mark.parametrize("dies", ["before_its_record", "after_its_record"])
 def test_a_worker_that_dies_mid_line_is_resumed_without_a_second_record_or_charge(gateway, dies):
-    store, backend, function = gateway
+    store, _, function = gateway
     _, created = create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])
     worker = build_worker(function, "first")
     worker.run(created["id"], "acme", time.time() + 60)  # validates
@@ -250,12 +247,18 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
+def started(function, lines: int, done: int) -> tuple[dict, object]:
+    """A batch of `lines` whose first `done` lines a worker ("w", which holds its lease) has run."""
+    _, created = create(upload(jsonl([systemone_line(i) for i in range(lines)]))["id"])
+    worker = build_worker(function, "w")
+    worker.run(created["id"], "acme", time.time() + 60)  # validates
+    worker.run(created["id"], "acme", time.time() + 60, max_lines=done)
+    return created, worker
+
+
 def test_a_batch_past_its_window_expires_with_its_partial_output(gateway):
     _, _, function = gateway
-    _, created = create(upload(jsonl([systemone_line(i) for i in range(4)]))["id"])
-    worker = build_worker(function, "w")
-    worker.run(created["id"], "acme", time.time() + 60)
-    worker.run(created["id"], "acme", time.time() + 60, max_lines=1)
+    created, _ = started(function, lines=4, done=1)
     drain(function, clock=lambda: time.time() + 86_401, owner="w")
     expired = batch(created["id"])
     assert expired["status"] == "expired" and expired["expired_at"] and expired["completed_at"] is None
@@ -266,10 +269,7 @@ def test_a_batch_past_its_window_expires_with_its_partial_output(gateway):
 
 def test_a_revoked_key_stops_its_batch_and_keeps_what_finished(gateway):
     store, _, function = gateway
-    _, created = create(upload(jsonl([systemone_line(i) for i in range(4)]))["id"])
-    worker = build_worker(function, "w")
-    worker.run(created["id"], "acme", time.time() + 60)
-    worker.run(created["id"], "acme", time.time() + 60, max_lines=2)
+    created, worker = started(function, lines=4, done=2)
     store.tenants.revoke_api_key(PRINCIPAL["credential_id"], time.time())
     function.services.authenticator.revocations.forget(f"apikey:{PRINCIPAL['credential_id']}")  # its 10 s passed
     worker.run(created["id"], "acme", time.time() + 60)
@@ -466,7 +466,7 @@ def test_the_files_apis_answer_what_they_cannot_read_400_as_openai_does(gateway)
 
 
 def test_a_file_no_reading_can_take_fails_its_batch_instead_of_holding_the_worker(gateway):
-    _, backend, function = gateway
+    _, _, function = gateway
     deep = b'{"custom_id": "a", "method": "POST", "url": "/v1/systemone", "body": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     status, created = create(upload(deep + b"\n" + jsonl([systemone_line(1)]))["id"])
     assert status == 200
