@@ -35,7 +35,7 @@ class UploadCreate(_Body):
     bytes: int = Field(ge=1)
     filename: str = Field(min_length=1, max_length=1024)
     mime_type: str = Field(min_length=1, max_length=255)
-    purpose: str = Field(min_length=1, max_length=64)
+    purpose: Literal["batch"] = Field(description="The only purpose this API keeps: batch input files.")
     expires_after: ExpiresAfter | None = None  # how long the file it makes is kept
 
 
