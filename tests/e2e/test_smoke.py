@@ -48,7 +48,7 @@ def test_smoke_passes_against_make_up_and_names_the_step_when_its_scorer_stops(t
         lines = []
         for line in up.stdout:
             lines.append(line)
-            if "Ctrl-C stops both" in line:
+            if "Ctrl-C stops them all" in line:
                 break
         printed = "".join(lines)
         key = next(word for word in printed.split() if word.startswith("dgk_"))
