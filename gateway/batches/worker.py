@@ -241,8 +241,9 @@ class BatchWorker:
                 continue
             line.reply = json.dumps({"error": {"code": code, "message": message}})
             self._finish(line, failed=True)
-        batch.output_file_id = self._write_output(batch, failed=False)
-        batch.error_file_id = self._write_output(batch, failed=True)
+        counted = self.store.get_batch(batch.tenant_id, batch.id) or batch  # the counts, every line now done
+        batch.output_file_id = self._write_output(batch, failed=False) if counted.completed else None
+        batch.error_file_id = self._write_output(batch, failed=True) if counted.failed else None
         now = self.clock()
         batch.status = status  # type: ignore[assignment]
         setattr(batch, f"{status}_at", now)
@@ -253,11 +254,9 @@ class BatchWorker:
             return
         self.store.drop_lines(batch.id)  # its files hold what it answered
 
-    def _write_output(self, batch: Batch, *, failed: bool) -> str | None:
+    def _write_output(self, batch: Batch, *, failed: bool) -> str:
         suffix = "errors" if failed else "output"
         file_id = f"file-{batch.id.removeprefix('batch_')}{suffix[0]}"
-        if not any(line.failed == failed for line in self.store.finished_lines(batch.id)):
-            return None
         now = self.clock()
         ttl = batch.output_ttl_s or FILE_TTL_S
         file = StoredFile(file_id, batch.tenant_id, f"{batch.id}_{suffix}.jsonl", OUTPUT_PURPOSE, 0, now, now + ttl,

@@ -170,7 +170,8 @@ def test_writing_a_batchs_output_again_rewrites_the_same_file(tmp_path, clock):
     batch = store.get_batch("acme", "batch_a")
     first, again = worker._write_output(batch, failed=False), worker._write_output(batch, failed=False)
     assert first == again and [f.id for f in store.list_files("acme", "batch_output", None, 10, True)] == [first]
-    assert worker._write_output(batch, failed=True) is None  # no line failed: no error file
+    worker.finalize(batch, "completed", "", "")
+    assert store.get_batch("acme", "batch_a").error_file_id is None  # no line failed: no error file
 
 
 def outputs(store) -> list[dict]:
