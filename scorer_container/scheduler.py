@@ -90,6 +90,7 @@ class Job:
     resident_now: bool = False
     own_s: float = 0.0  # seconds of the model's time its steps took
     waited_s: float = 0.0  # seconds it waited, resident, for others' steps
+    queued_s: float = 0.0  # seconds it waited for others' planning or memory, before it was resident
     released: bool = False
     working: bool = False  # a worker thread runs it: it is released when that ends
     abandoned: bool = False  # released while working: its next wait for a turn ends it
@@ -102,8 +103,9 @@ class Job:
 
     @property
     def shared(self) -> bool:
-        """Others' steps took a noticeable part of its time: a cut at its deadline is load, not size."""
-        return self.waited_s > 0.1
+        """Others took a noticeable part of its time (their plans, their memory, their steps): a
+        cut at its deadline is load, which a retry on a freer model can outlast, not size."""
+        return self.waited_s + self.queued_s > 0.1
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -347,8 +349,10 @@ class Scheduler:
                 waiter = loop.create_future()
                 self._planning_waiting.append((job, waiter))
         if waiter is not None:
+            asked = self.clock()
             try:
                 await _granted(waiter, job.deadline)
+                job.queued_s += self.clock() - asked
             except (TimeoutError, asyncio.CancelledError) as exc:
                 with self._lock:
                     granted = self._planner is job
@@ -392,8 +396,10 @@ class Scheduler:
             self._memory_waiting.append(job)
             grants = self._grant_memory()
         _wake(grants)
+        asked = self.clock()
         try:
             await _granted(job._grant, job.deadline)
+            job.queued_s += self.clock() - asked
         except (TimeoutError, asyncio.CancelledError) as exc:
             with self._lock:
                 if job in self._memory_waiting:

@@ -315,8 +315,8 @@ async def _decide(service: ScorerService, body: Any, deadline: Deadline, caller:
         except DeadlineExceeded as exc:
             if isinstance(exc, (CallerGone, QueueTimeout)) or budget.fixed or not job.shared:
                 raise
-            # Cut while other jobs' turns took part of its time, though it was admitted on the
-            # estimate that it fits its deadline alone: load, which a retry can outlast, not work
+            # Cut while other jobs took part of its time (their plans, memory or turns), though it
+            # was admitted on the estimate that it fits its deadline alone: load, which a retry can outlast, not work
             # too large. (A fixed budget is the operator's word, not an estimate: a cut is a cut.)
             raise job.timed_out() from None
         # Its own time, waits for others' turns excluded: what a decision costs here keeps the

@@ -262,11 +262,13 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
     body = event.get("body")
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(v, str)}
     encoding = headers.get("content-encoding", "").strip().lower()
-    if body is None or (event.get("httpMethod") or "GET").upper() in ("GET", "HEAD", "OPTIONS"):
+    if (event.get("httpMethod") or "GET").upper() in ("GET", "HEAD", "OPTIONS"):
         return event
     if takes_form(event.get("httpMethod") or "", event.get("path") or ""):
-        return _form_event(event, body, encoding, max_body_bytes)
-    if event.get("isBase64Encoded"):
+        return event if body is None else _form_event(event, body, encoding, max_body_bytes)
+    if body is None:  # no body: still JSON's, so that a stray Content-Type (a form's) is not parsed as one
+        raw = b""
+    elif event.get("isBase64Encoded"):
         try:
             raw = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError):

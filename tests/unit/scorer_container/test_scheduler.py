@@ -143,6 +143,37 @@ def test_a_wait_for_memory_past_the_deadline_is_busy_and_gives_everything_back()
     asyncio.run(scenario())
 
 
+def test_a_job_that_waited_for_anothers_memory_or_plan_counts_its_time_as_shared():
+    # A cut at its deadline after waiting for others is load (503, retry), not size (504): the
+    # wait took time that the estimate which admitted it counted on
+    async def scenario():
+        clock = Clock()
+        line = scheduler(max_resident=1, clock=clock)
+        holder, waiter = line.admit("a", "ordinary", soon()), line.admit("b", "ordinary", soon())
+        await holder.resident(100, 1)
+        waiting = asyncio.create_task(waiter.resident(100, 1))
+        await asyncio.sleep(0.01)
+        clock.spend(5.0)
+        holder.release()
+        await asyncio.wait_for(waiting, 1)
+        assert waiter.queued_s == 5.0 and waiter.shared and not holder.shared
+        waiter.release()
+
+        first, second = line.admit("a", "ordinary", soon()), line.admit("b", "ordinary", soon())
+
+        async def plan(job):
+            async with job.planning():
+                await asyncio.sleep(0.01)
+                clock.spend(2.0)
+
+        await asyncio.gather(plan(first), plan(second))
+        assert (first.queued_s, second.queued_s) == (0.0, 2.0) and second.shared
+        first.release()
+        second.release()
+
+    asyncio.run(scenario())
+
+
 def test_planning_is_one_at_a_time_and_the_next_planner_is_chosen_fairly():
     async def scenario():
         line = scheduler()

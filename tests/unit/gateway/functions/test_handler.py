@@ -115,6 +115,9 @@ def test_compressed_bodies_are_inflated(backend, encoding):
         ("/v1/systemone", b"{not json", {}, 422, "json_invalid"),
         ("/v1/systemone", b'{"model": "m", "state": NaN, "questions": {}}', {}, 422, "json_invalid"),
         ("/v1/systemone", b"", {}, 422, "missing"),
+        # No body under a form's type (no boundary either): still a JSON route's missing body
+        ("/v1/systemone", b"", {"Content-Type": "multipart/form-data"}, 422, "missing"),
+        ("/v1/systemone", b"{}", {"Content-Type": "multipart/form-data"}, 422, "missing"),
         ("/v1/systemone", b"[1, 2]", {}, 422, "model_attributes_type"),
         ("/v1/systemone", b"\x1f\x8b garbage", {"Content-Encoding": "gzip"}, 422, "decompression_error"),
         ("/v1/systemone", b"{}", {"Content-Encoding": "br"}, 415, None),
