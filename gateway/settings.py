@@ -151,7 +151,8 @@ class AuthSettings(_Settings):
 
     GATEWAY_SQLITE_PATH                       the embedded store (local stack), or
     GATEWAY_TENANTS_TABLE, GATEWAY_KEYS_TABLE DynamoDB tables (AWS), with
-    GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records;
+    GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records,
+    GATEWAY_BATCHES_TABLE, GATEWAY_BATCH_BUCKET for batches (their items, their files' bytes);
     GATEWAY_RECORD_RETENTION_DAYS             how long records are kept (default 90);
     GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
     GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack);
@@ -164,6 +165,8 @@ class AuthSettings(_Settings):
     keys_table: str | None = None
     catalogs_table: str | None = None
     records_table: str | None = None
+    batches_table: str | None = None
+    batch_bucket: str | None = None
     record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
@@ -178,6 +181,8 @@ class AuthSettings(_Settings):
             raise ValueError("configure the SQLite store or the DynamoDB tables, not both")
         if bool(self.tenants_table) != bool(self.keys_table):
             raise ValueError("the DynamoDB store needs both GATEWAY_TENANTS_TABLE and GATEWAY_KEYS_TABLE")
+        if bool(self.batches_table) != bool(self.batch_bucket):
+            raise ValueError("batches need both GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
         return self
 
     @classmethod
@@ -186,6 +191,7 @@ class AuthSettings(_Settings):
         names = {"sqlite_path": "GATEWAY_SQLITE_PATH", "tenants_table": "GATEWAY_TENANTS_TABLE",
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
                  "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
+                 "batches_table": "GATEWAY_BATCHES_TABLE", "batch_bucket": "GATEWAY_BATCH_BUCKET",
                  "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
                  "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "record_key_secret_id": "GATEWAY_RECORD_KEY_SECRET_ID",
                  "record_keys_file": "GATEWAY_RECORD_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}

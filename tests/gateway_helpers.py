@@ -84,9 +84,17 @@ def dynamodb_tenant_store(monkeypatch: Any, *tenants: str) -> Iterator[Any]:
     for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)  # moto takes any credential: placeholders
     with mock_aws():
-        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records")
+        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records", "dg-batches", "dg-batch-files")
         create_tables(boto3.client("dynamodb"), tables)
-        store = dynamodb_stores(boto3.client("dynamodb"), tables)
+        boto3.client("s3").create_bucket(Bucket=tables.batch_bucket)
+        store = dynamodb_stores(boto3.client("dynamodb"), tables, boto3.client("s3"))
         for tenant in tenants:
             create_tenant(store.tenants, tenant)
         yield store
+
+
+@contextlib.contextmanager
+def aws_batch_store(monkeypatch: Any) -> Iterator[Any]:
+    """The batch store of a deployment in AWS: DynamoDB and S3 (moto, in process)."""
+    with dynamodb_tenant_store(monkeypatch) as stores:
+        yield stores.batches

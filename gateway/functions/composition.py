@@ -153,9 +153,11 @@ def build_stores(settings: AuthSettings) -> Stores | None:
     if settings.tenants_table and settings.keys_table:
         from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
 
-        # The client is built now (Lambda's init phase): pure set-up, no call is made.
-        return dynamodb_stores(aws.client("dynamodb", hot_path=True), DynamoDBTables(
-            settings.tenants_table, settings.keys_table, settings.catalogs_table, settings.records_table))
+        # The clients are built now (Lambda's init phase): pure set-up, no call is made.
+        tables = DynamoDBTables(settings.tenants_table, settings.keys_table, settings.catalogs_table,
+                                settings.records_table, settings.batches_table, settings.batch_bucket)
+        return dynamodb_stores(aws.client("dynamodb", hot_path=True), tables,
+                               aws.client("s3") if settings.batch_bucket else None)
     return None
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.stores import Stores
+from gateway.stores.dynamodb.batches import DynamoDBBatches, create_batches_table
 from gateway.stores.dynamodb.catalogs import DynamoDBCatalogs
 from gateway.stores.dynamodb.counters import DynamoDBCounters
 from gateway.stores.dynamodb.idempotency import DynamoDBIdempotency
@@ -21,19 +22,25 @@ _PK_SK = {"KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeN
 
 @dataclass(frozen=True, slots=True)
 class DynamoDBTables:
-    """The tables of one deployment: catalogs and records only where they are configured."""
+    """The tables of one deployment: catalogs, records and batches only where they are
+    configured (batches with the S3 bucket that holds their files' bytes)."""
 
     tenants: str
     keys: str
     catalogs: str | None = None
     records: str | None = None
+    batches: str | None = None
+    batch_bucket: str | None = None
 
 
-def dynamodb_stores(client: Any, tables: DynamoDBTables) -> Stores:
+def dynamodb_stores(client: Any, tables: DynamoDBTables, s3: Any = None) -> Stores:
+    """`s3`: the client for the batch bucket (needed where `tables.batches` is set)."""
     return Stores(tenants=DynamoDBTenants(client, tables.tenants, tables.keys), counters=DynamoDBCounters(client, tables.keys),
                   idempotency=DynamoDBIdempotency(client, tables.keys),
                   catalogs=DynamoDBCatalogs(client, tables.catalogs) if tables.catalogs else None,
-                  records=DynamoDBRecords(client, tables.records) if tables.records else None)
+                  records=DynamoDBRecords(client, tables.records) if tables.records else None,
+                  batches=DynamoDBBatches(client, s3, tables.batches, tables.batch_bucket)
+                  if tables.batches and tables.batch_bucket else None)
 
 
 def create_tables(client: Any, tables: DynamoDBTables) -> None:
@@ -45,6 +52,8 @@ def create_tables(client: Any, tables: DynamoDBTables) -> None:
                               {"AttributeName": "created_at", "AttributeType": "N"}],
         GlobalSecondaryIndexes=[_index("tenant_id", "created_at")],
     )
+    if tables.batches:
+        create_batches_table(client, tables.batches)
     if tables.catalogs:
         client.create_table(
             TableName=tables.catalogs, BillingMode="PAY_PER_REQUEST",

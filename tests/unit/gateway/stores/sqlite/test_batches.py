@@ -1,11 +1,11 @@
-"""The SQLite batch store: bytes whole or absent and private, leases, and a ledger that counts each line once."""
+"""The SQLite batch store's own part: its folder (private bytes, no tenant in a path) and its
+sweep (tests/unit/gateway/test_batch_stores.py holds the contract both stores keep)."""
 
 import stat
-from dataclasses import replace
 
 import pytest
 
-from gateway.batches.model import Batch, Line, LineUsage, StoredFile, Upload, UploadPart
+from gateway.batches.model import Batch, Line, StoredFile, Upload, UploadPart
 from gateway.stores.sqlite.batches import SQLiteBatches
 from gateway.stores.sqlite.database import Database
 
@@ -37,18 +37,6 @@ def test_a_write_that_fails_leaves_no_file(store):
     assert store.get_file("acme", "file-a") is None and not [p for p in store.folder.rglob("*") if p.is_file()]
 
 
-def test_files_list_newest_first_a_page_at_a_time_and_by_purpose(store):
-    for i in range(5):
-        store.put_file(file(f"file-{i}", created_at=float(i), purpose="batch" if i % 2 else "batch_output"), [b"x"])
-    assert [f.id for f in store.list_files("acme", None, None, 2, True)] == ["file-4", "file-3"]
-    assert [f.id for f in store.list_files("acme", None, "file-3", 2, True)] == ["file-2", "file-1"]
-    assert [f.id for f in store.list_files("acme", "batch", None, 10, False)] == ["file-1", "file-3"]
-    store.put_file(replace(file("file-out", created_at=9.0), scope="decide"), [b"x"])
-    assert "file-out" not in [f.id for f in store.list_files("acme", None, None, 10, True, scopes={"chat"})]
-    assert "file-out" in [f.id for f in store.list_files("acme", None, None, 10, True, scopes={"decide"})]
-    assert store.holdings("acme") == (6, 6) and store.holdings("globex") == (0, 0)
-
-
 def test_expired_files_and_uploads_are_removed(store):
     store.put_file(StoredFile("file-old", "acme", "x", "batch", 0, 1.0, 10.0), [b"x"])
     upload = Upload("upload_a", "acme", "x", "batch", 4, "text/plain", 1.0, 10.0)
@@ -59,13 +47,8 @@ def test_expired_files_and_uploads_are_removed(store):
     assert store.holdings("acme") == (0, 0) and not [p for p in store.folder.rglob("*") if p.is_file()]
 
 
-def test_a_pending_upload_counts_at_the_size_it_was_created_for_and_a_cancelled_one_at_nothing(store):
-    upload = Upload("upload_a", "acme", "x", "batch", 1000, "text/plain", 1.0, 10.0)
-    store.put_upload(upload)
-    store.add_part(upload, UploadPart("part_a", "upload_a", 2, 1.0), b"ab")
-    assert store.holdings("acme") == (1000, 1)
-    assert store.set_upload(replace(upload, status="cancelled"), "pending")
-    assert store.holdings("acme") == (0, 0) and store.parts("upload_a") == []
+def batch(batch_id: str = "batch_a") -> Batch:
+    return Batch(batch_id, "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
 
 
 def test_an_ended_batchs_ledger_is_forgotten(store):
@@ -81,40 +64,3 @@ def test_an_ended_batchs_ledger_is_forgotten(store):
     assert store.get_batch("acme", "batch_a") is None
 
 
-def batch(batch_id: str = "batch_a") -> Batch:
-    return Batch(batch_id, "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
-
-
-def test_a_lease_is_one_owners_until_it_lapses(store):
-    store.put_batch(batch())
-    assert store.lease("batch_a", "one", 10.0, 0.0) and store.lease("batch_a", "one", 20.0, 5.0)
-    assert not store.lease("batch_a", "two", 30.0, 19.0)
-    assert store.lease("batch_a", "two", 30.0, 20.0)
-
-
-def test_a_batch_changes_only_from_the_status_it_was_read_with(store):
-    store.put_batch(batch())
-    changed = batch()
-    changed.status = "cancelling"
-    assert store.update_batch(changed, "validating") and not store.update_batch(changed, "validating")
-    assert not store.add_lines(changed, [Line("batch_a", 0, "c", "{}")], "validating")
-    assert list(store.unfinished_lines("batch_a")) == []
-
-
-def test_a_line_is_counted_once_however_often_it_is_finished(store):
-    started = batch()
-    store.put_batch(started)
-    started.status = "in_progress"
-    assert store.add_lines(started, [Line("batch_a", n, f"c{n}", "{}") for n in range(3)], "validating")
-    line = store.runnable_lines("batch_a", 0.0, 1)[0]
-    line.state, line.reply = "done", '{"status_code": 200, "body": {}}'
-    for _ in range(2):
-        store.finish_line(line, LineUsage(10, 2, 4, 0.5))
-    again = store.get_batch("acme", "batch_a")
-    assert (again.completed, again.failed, again.usage["input_tokens"], again.cost_usd) == (1, 0, 10, 0.5)
-    assert [ln.number for ln in store.unfinished_lines("batch_a")] == [1, 2]
-    assert [ln.number for ln in store.finished_lines("batch_a")] == [0]
-    waiting = store.runnable_lines("batch_a", 0.0, 1)[0]
-    waiting.not_before = 50.0
-    store.put_line(waiting)
-    assert [ln.number for ln in store.runnable_lines("batch_a", 10.0, 5)] == [2]
