@@ -152,7 +152,8 @@ class AuthSettings(_Settings):
     GATEWAY_SQLITE_PATH                       the embedded store (local stack), or
     GATEWAY_TENANTS_TABLE, GATEWAY_KEYS_TABLE DynamoDB tables (AWS), with
     GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records,
-    GATEWAY_BATCHES_TABLE, GATEWAY_BATCH_BUCKET for batches (their items, their files' bytes);
+    GATEWAY_BATCHES_TABLE, GATEWAY_BATCH_BUCKET for batches (their items, their files' bytes),
+    GATEWAY_BATCH_QUEUE_URL                   and the SQS queue of their worker's turns;
     GATEWAY_RECORD_RETENTION_DAYS             how long records are kept (default 90);
     GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
     GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack);
@@ -167,6 +168,7 @@ class AuthSettings(_Settings):
     records_table: str | None = None
     batches_table: str | None = None
     batch_bucket: str | None = None
+    batch_queue_url: str | None = None
     record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
@@ -192,6 +194,7 @@ class AuthSettings(_Settings):
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
                  "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
                  "batches_table": "GATEWAY_BATCHES_TABLE", "batch_bucket": "GATEWAY_BATCH_BUCKET",
+                 "batch_queue_url": "GATEWAY_BATCH_QUEUE_URL",
                  "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
                  "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "record_key_secret_id": "GATEWAY_RECORD_KEY_SECRET_ID",
                  "record_keys_file": "GATEWAY_RECORD_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}

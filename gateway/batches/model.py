@@ -303,6 +303,10 @@ class BatchStore(Protocol):
         """Every batch not yet final, oldest first (the local worker's queue)."""
         ...
 
+    def stalled(self, now: float, quiet_s: float) -> list[Batch]:
+        """Open batches no worker has held (nor been created) within `quiet_s` before `now`."""
+        ...
+
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         """Take (or keep) the batch for `owner` until `until`, if no other owner holds it past `now`."""
         ...

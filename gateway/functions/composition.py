@@ -9,8 +9,9 @@ while the function initialises (the init phase), SageMaker clients included.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import aws
 from gateway.auth.authenticate import Authenticator
@@ -35,6 +36,9 @@ from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
+
+if TYPE_CHECKING:
+    from gateway.functions.batch_queue import BatchQueue
 
 # Connections kept per SageMaker client (botocore's default is 10): a function instance has
 # one request at a time, but the local runner serves many from one process (make bench-load
@@ -84,7 +88,22 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
         files=None if batch_store is None else FileService(
             batch_store, settings.batches,
             count_stored=spending.count_stored if spending is not None else None),
-        batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches))
+        batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches,
+                                                              announce=_announcer(settings.auth)))
+
+
+def build_batch_queue(settings: AuthSettings) -> BatchQueue | None:
+    """The queue of the batch worker's turns in AWS (None locally: the local worker polls the store)."""
+    if not settings.batch_queue_url:
+        return None
+    from gateway.functions.batch_queue import BatchQueue
+
+    return BatchQueue(aws.client("sqs"), settings.batch_queue_url)  # built now (Lambda's init phase); no call made
+
+
+def _announcer(settings: AuthSettings) -> Callable[[str, str], None] | None:
+    queue = build_batch_queue(settings)
+    return None if queue is None else queue.announce
 
 
 def longest_request_s(settings: GatewaySettings) -> float:

@@ -218,15 +218,16 @@ _register_restore_hook()
 
 
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return _built()(event, context)
+    return built_function()(event, context)
 
 
 def streaming_handler(event: dict[str, Any], context: Any) -> Iterator[bytes]:
     """The streaming routes' entry point (`gateway.functions.runtime_loop` in AWS, the local runner here)."""
-    return _built().stream(event, context)
+    return built_function().stream(event, context)
 
 
-def _built() -> GatewayFunction:
+def built_function() -> GatewayFunction:
+    """The function this instance built (in the init phase, in Lambda), built now if it was not."""
     global _function
     if _function is None:
         _function = build_function()

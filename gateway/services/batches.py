@@ -16,6 +16,7 @@ estimated from its file's size, could not finish within its window on the model'
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,8 @@ from gateway.batches.model import (
 )
 from gateway.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, RateLimited, RequestError
 from gateway.settings import BatchSettings
+
+log = logging.getLogger("gateway.services.batches")
 
 FILE_SCOPES = tuple(dict.fromkeys(endpoint.scope for endpoint in ENDPOINTS.values()))  # what a batch may run
 BYTES_PER_TOKEN = 4  # a batch's work is estimated from its file's size: about four bytes of JSON a token
@@ -223,11 +226,14 @@ class FileService:
 
 class BatchService:
     def __init__(self, store: BatchStore, registry: ModelRegistry, settings: BatchSettings,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, announce: Callable[[str, str], None] | None = None) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings
         self.clock = clock
+        # (batch id, tenant id): tells the worker a batch waits (AWS: its queue). Locally the
+        # worker polls the store; in AWS a batch whose announcement failed is found by the sweep.
+        self.announce = announce
 
     def create(self, principal: Principal, input_file_id: str, endpoint: str, completion_window: str,
                metadata: dict[str, str] | None, output_ttl_s: float | None = None) -> Batch:
@@ -257,6 +263,11 @@ class BatchService:
         batch = Batch(new_id("batch_"), principal.tenant_id, endpoint, input_file_id, completion_window, now,
                       now + window, principal_document(principal), metadata=metadata, output_ttl_s=output_ttl_s)
         self.store.put_batch(batch)
+        if self.announce is not None:
+            try:
+                self.announce(batch.id, batch.tenant_id)
+            except Exception:  # created all the same: the sweep announces a batch no worker took
+                log.exception("a new batch could not be announced to its worker", extra={"batch_id": batch.id})
         return batch
 
     def _check_capacity(self, principal: Principal, file: StoredFile, endpoint: str, window_s: float,

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gateway.auth.store import UsageRow
+from gateway.batches.model import FILE_TTL_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".cache" / "tools" / "bin"
@@ -483,7 +484,7 @@ def test_access_logs_and_traces_never_carry_a_credential(template):
 
 def test_tables_are_encrypted_recoverable_and_retained(template):
     tables = resources(template, "AWS::DynamoDB::Table")
-    assert set(tables) == {"TenantsTable", "KeysTable", "CatalogsTable", "RecordsTable"}
+    assert set(tables) == {"TenantsTable", "KeysTable", "CatalogsTable", "RecordsTable", "BatchesTable"}
     for name, table in tables.items():
         properties = table["Properties"]
         assert properties["SSESpecification"]["SSEEnabled"] is True, name
@@ -574,6 +575,7 @@ def test_sam_build_makes_an_artifact_whose_root_imports_the_handler(tmp_path):
         "import json, sys\n"
         f"sys.path.insert(0, {str(artifact)!r})\n"
         "import gateway.functions.handler, gateway.functions.authorizer, gateway.functions.rotation\n"
+        "import gateway.functions.batch_queue, gateway.functions.refits\n"
         f"event = json.load(open({str(ROOT / 'events' / 'health.json')!r}))\n"
         "print(json.dumps(gateway.functions.handler.lambda_handler(event, None)['statusCode']))\n"
     )
@@ -816,3 +818,76 @@ def test_the_authorizer_resumes_from_a_snapshot_and_the_api_calls_its_published_
     assert function["AutoPublishAlias"] and function["AutoPublishAliasAllProperties"] is True
     bearer = template["Resources"]["Api"]["Properties"]["Auth"]["Authorizers"]["BearerAuthorizer"]
     assert bearer["FunctionArn"] == {"Ref": "AuthorizerFunction.Alias"}
+
+
+# -- batches in AWS -----------------------------------------------------------------------------
+
+
+def test_the_batch_tables_indexes_and_ttl_are_the_stores(template):
+    from gateway.stores.dynamodb.batches import BATCH_INDEXES
+
+    table = template["Resources"]["BatchesTable"]["Properties"]
+    indexes = {(i["IndexName"], *(k["AttributeName"] for k in i["KeySchema"])) for i in table["GlobalSecondaryIndexes"]}
+    assert indexes == set(BATCH_INDEXES) and table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+
+
+def _batch_grants(template: dict, function: str) -> dict[str, dict]:
+    return {s["Sid"]: s for s in statements(template["Resources"][function]["Properties"]["Policies"])}
+
+
+def test_the_batch_worker_serves_lines_with_the_gateways_grants_and_reaches_only_its_own_prefixes(template):
+    gateway, worker = _batch_grants(template, "GatewayFunction"), _batch_grants(template, "BatchWorkerFunction")
+    sweep = _batch_grants(template, "BatchSweepFunction")
+    # What serving a line needs is the gateway's own statement, word for word (nothing to drift)
+    shared = set(worker) & set(gateway) - {"BatchItems"}
+    assert shared == {"InvokeTheStacksEndpointsOnly", "ReadTenantsAndPrincipalRules", "CheckKeysRevocationsAndCounters",
+                      "CountRequestsAndWorkInFlight", "TenantUsage", "DecisionRecords", "SigningKeys", "RecordHashKeys"}
+    assert all(worker[sid] == gateway[sid] for sid in shared)
+    # None of the API's own writes: tokens, keys' last use, idempotency, catalog versions
+    assert not {"RevokeTokens", "RevokeAllTokens", "KeyLastUsedOnly", "IdempotentDecisions", "CatalogVersions"} & set(worker)
+    assert set(as_list(worker["ReadCatalogs"]["Action"])) == {"dynamodb:GetItem", "dynamodb:Query"}
+
+    def prefixes(grants: dict[str, dict]) -> set[str]:
+        return {json.dumps(r).split("/")[1] for s in grants.values() if "s3:" in json.dumps(s["Action"])
+                for r in as_list(s["Resource"])}
+
+    assert prefixes(worker) == {"files", "ledger"} and prefixes(gateway) == {"files", "parts"}
+    assert prefixes(sweep) == {"files", "parts"} and {a for s in sweep.values() for a in as_list(s["Action"])
+                                                       if a.startswith("s3:")} == {"s3:DeleteObject"}
+    for grants in (gateway, worker, sweep):
+        assert all("BatchFilesBucket.Arn}/" in json.dumps(s["Resource"]) for s in grants.values()
+                   if "s3:" in json.dumps(s["Action"]))  # objects under a prefix, never the bucket's listing
+
+
+def test_the_batch_bucket_is_private_encrypted_tls_only_and_expires_what_the_sweep_misses(template):
+    bucket = template["Resources"]["BatchFilesBucket"]
+    properties = bucket["Properties"]
+    assert bucket["DeletionPolicy"] == "Retain" and all(properties["PublicAccessBlockConfiguration"].values())
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    rules = {r["Id"]: r for r in properties["LifecycleConfiguration"]["Rules"]}
+    assert {rules[p]["Prefix"] for p in ("files", "parts", "ledger")} == {"files/", "parts/", "ledger/"}
+    assert rules["files"]["ExpirationInDays"] * 86400 > FILE_TTL_S and "AbortIncompleteMultipartUpload" in rules["unfinished-uploads"]
+    [deny] = template["Resources"]["BatchFilesBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": False}}
+
+
+def test_the_worker_takes_one_turn_a_message_from_a_fifo_queue_and_stuck_batches_raise_alarms(template):
+    from gateway.functions import batch_queue
+
+    resources_ = template["Resources"]
+    queue = resources_["BatchQueue"]["Properties"]
+    worker = resources_["BatchWorkerFunction"]["Properties"]
+    [turns] = worker["Events"].values()
+    assert turns["Type"] == "SQS" and turns["Properties"]["BatchSize"] == 1
+    assert turns["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # a waiting turn comes back
+    assert queue["FifoQueue"] is True and queue["VisibilityTimeout"] >= worker["Timeout"]
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == batch_queue.MAX_RECEIVES
+    assert worker["Timeout"] >= batch_queue.TURN_S + batch_queue.LINE_RESERVE_S
+    schedule = resources_["BatchSweepFunction"]["Properties"]["Events"]["Every10Minutes"]["Properties"]["Schedule"]
+    assert schedule == f"rate({batch_queue.SWEEP_MINUTES} minutes)"
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    assert alarms["BatchesPastWindowAlarm"]["Properties"]["MetricName"] == "BatchesPastWindow"
+    assert "BatchDeadLetterQueue" in json.dumps(alarms["BatchDeadLettersAlarm"]["Properties"]["Dimensions"])
+    for function in ("GatewayFunction", "StreamingFunction", "BatchWorkerFunction", "BatchSweepFunction"):
+        variables = resources_[function]["Properties"]["Environment"]["Variables"]
+        assert {"GATEWAY_BATCHES_TABLE", "GATEWAY_BATCH_BUCKET", "GATEWAY_BATCH_QUEUE_URL"} <= set(variables), function

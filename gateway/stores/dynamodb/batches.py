@@ -163,8 +163,10 @@ class DynamoDBBatches:
         reply = self.table.client.delete_item(
             TableName=self.table.name, Key=item({"pk": f"T#{tenant_id}", "sk": f"F#{file_id}"}), ReturnValues="ALL_OLD"
         )
+        if "Attributes" not in reply:
+            return False  # no such file: no key is made of an id this store never gave out
         self.s3.delete_object(Bucket=self.bucket, Key=self._key("files", tenant_id, file_id))
-        return "Attributes" in reply
+        return True
 
     def holdings(self, tenant_id: str) -> tuple[int, int]:
         """Read from the tenant's items (files and uploads: at most MAX_TENANT_FILES of them)."""
@@ -339,6 +341,12 @@ class DynamoDBBatches:
             ExpressionAttributeValues={":o": typed("open")},
         )
         return [batch for batch in map(_batch, found) if batch.status not in FINAL]
+
+    def stalled(self, now: float, quiet_s: float) -> list[Batch]:
+        found = self.table.query_pages(IndexName="open", KeyConditionExpression="#o = :o",
+                                       ExpressionAttributeNames={"#o": "open"}, ExpressionAttributeValues={":o": typed("open")})
+        since = now - quiet_s
+        return [_batch(f) for f in found if f.get("lease_until", 0) <= since and f["created_at"] <= since]
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         try:

@@ -300,6 +300,11 @@ class SQLiteBatches:
         rows = self.db.connect().execute(f"SELECT * FROM batches WHERE {_OPEN} ORDER BY created_at").fetchall()  # noqa: S608
         return [_batch(row) for row in rows]
 
+    def stalled(self, now: float, quiet_s: float) -> list[Batch]:
+        rows = self.db.connect().execute(f"SELECT * FROM batches WHERE {_OPEN} AND lease_until <= ? AND created_at <= ?"  # noqa: S608
+                                         " ORDER BY created_at", (now - quiet_s, now - quiet_s)).fetchall()
+        return [_batch(row) for row in rows]
+
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         with self.db.connect() as db:
             return bool(db.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND"

@@ -355,9 +355,13 @@ def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_lo
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="dgk_x", max_retries=0)
-        stream = client.chat.completions.create(model="chat-default", messages=CHAT["messages"], stream=True)
-        with pytest.raises(openai.APIError) as raised:
-            list(stream)
+        with client.chat.completions.create(model="chat-default", messages=CHAT["messages"], stream=True) as stream:
+            with pytest.raises(openai.APIError) as raised:
+                list(stream)
+        # Its event generator finalized here, not by whichever later test the collector runs in
+        # (its clean-up reads httpx, which a test importing httpx then may hold half-imported)
+        del stream
+        gc.collect()
     finally:
         server.shutdown()
         server.server_close()

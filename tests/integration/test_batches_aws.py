@@ -1,0 +1,172 @@
+"""The Batch API on its AWS path, through the real handler: items in DynamoDB, bytes in S3, turns
+in an SQS FIFO queue that the worker function takes one message at a time (moto, in process),
+as `gateway.functions.batch_queue` runs it in AWS. The backend answers uniformly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, _installed_function, install, settings_for
+from gateway.functions import batch_queue
+from gateway.functions.batch_worker import batch_store, build_worker
+from tests.gateway_helpers import dynamodb_tenant_store, register_credentials, unthrottled
+from tests.integration.test_batches import OTHER, batch, create, jsonl, lines_of, systemone_line, upload
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    import boto3
+
+    with dynamodb_tenant_store(monkeypatch, "acme", "globex") as store:
+        unthrottled(store, "acme", "globex")
+        register_credentials(store, PRINCIPAL, OTHER)
+        sqs = boto3.client("sqs")
+        url = sqs.create_queue(QueueName="dg-batches.fifo", Attributes={"FifoQueue": "true",
+                                                                         "VisibilityTimeout": "360"})["QueueUrl"]
+        install(UniformBackend(), stores=store, settings=settings_for(auth={"batch_queue_url": url}))
+        yield store, sqs, url
+
+
+def messages(sqs, url: str, most: int = 10) -> list[dict]:
+    reply = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=most, AttributeNames=["MessageGroupId"])
+    return [{"messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+             "attributes": m["Attributes"]} for m in reply.get("Messages", [])]
+
+
+def run_queue(sqs, url: str, turns: int = 50, max_lines: int | None = None) -> list[str]:
+    """What the event source mapping does: each message to the worker function, deleted when it
+    was processed. The batch ids of the turns, in order."""
+    function = _installed_function()
+    worker, store = build_worker(function, "lambda-test"), batch_store(function)
+    queue = batch_queue.BatchQueue(sqs, url)
+    order = []
+    for _ in range(turns):
+        received = messages(sqs, url, 1)
+        if not received:
+            return order
+        [record] = received
+        order.append(json.loads(record["body"])["batch_id"])
+        if batch_queue.take_turn(worker, store, queue, record, remaining_s=300.0, max_lines=max_lines):
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    raise AssertionError("the queue did not empty")
+
+
+def test_a_batch_is_announced_in_its_tenants_group_and_runs_to_its_output_from_s3(aws):
+    store, sqs, url = aws
+    lines = [systemone_line(i) for i in range(3)] + [systemone_line(3, state=7)]
+    status, created = create(upload(jsonl(lines))["id"])
+    assert status == 200
+    [announced] = messages(sqs, url)
+    assert json.loads(announced["body"]) == {"batch_id": created["id"], "tenant_id": "acme"}
+    assert "acme" not in announced["attributes"]["MessageGroupId"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=announced["receiptHandle"], VisibilityTimeout=0)
+    run_queue(sqs, url)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+    assert [line["custom_id"] for line in lines_of(done["output_file_id"])] == ["ticket-0", "ticket-1", "ticket-2"]
+    assert lines_of(done["error_file_id"])[0]["response"]["status_code"] == 422
+    assert list(store.batches.unfinished_lines(created["id"])) == []  # its ledger dropped: its files hold it
+
+
+def test_a_tenants_batches_run_one_at_a_time_beside_another_tenants(aws):
+    _store, sqs, url = aws
+    acme = [create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])[1]["id"] for _ in range(2)]
+    globex = create(upload(jsonl([systemone_line(i) for i in range(3)]), principal=OTHER)["id"], principal=OTHER)[1]["id"]
+    # SQS hands out one turn of each tenant's at a time: acme's second waits for its first
+    in_flight = messages(sqs, url, 1) + messages(sqs, url, 1) + messages(sqs, url, 1)
+    assert sorted(json.loads(m["body"])["batch_id"] for m in in_flight) == sorted([acme[0], globex])
+    for message in in_flight:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["receiptHandle"], VisibilityTimeout=0)
+    order = run_queue(sqs, url, max_lines=1)
+    assert {batch(b)["status"] for b in acme} == {"completed"} and batch(globex, OTHER)["status"] == "completed"
+    assert order.count(globex) >= 4  # validation, three lines a turn each, then the end
+
+
+def test_lines_waiting_for_a_retry_bring_the_message_back_when_they_may_run(aws):
+    store, sqs, url = aws
+    created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
+    [record] = messages(sqs, url)
+    function = _installed_function()
+    worker = build_worker(function, "lambda-test")
+    worker.run(created["id"], "acme", worker.clock() + 5)  # validated; its line is runnable
+    [line] = store.batches.runnable_lines(created["id"], worker.clock(), 1)
+    line.not_before = worker.clock() + 30
+    store.batches.put_line(line)
+    assert not batch_queue.take_turn(worker, store.batches, batch_queue.BatchQueue(sqs, url), record, remaining_s=300.0)
+    assert messages(sqs, url) == []  # back in about 30 s, not at once
+
+
+def test_the_sweep_announces_batches_no_worker_took_and_counts_those_stuck_past_their_window(aws):
+    store, sqs, url = aws
+    created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
+    messages(sqs, url)  # the announcement, lost (taken and never deleted)
+    queue = batch_queue.BatchQueue(sqs, url)
+    now = created["created_at"]
+    assert batch_queue.sweep(store.batches, queue, now + 60)["announced"] == 0  # not quiet long enough
+    summary = batch_queue.sweep(store.batches, queue, now + batch_queue.STALLED_S + 1)
+    assert summary["announced"] == 1 and summary["past_window"] == 0
+    late = created["expires_at"] + batch_queue.PAST_WINDOW_S + 1
+    assert batch_queue.sweep(store.batches, queue, late)["past_window"] == 1
+
+
+def test_the_worker_function_reports_the_turns_to_come_back_and_drops_what_names_no_batch(aws, monkeypatch):
+    from gateway.functions import handler
+
+    _store, sqs, url = aws
+    monkeypatch.setattr(handler, "_function", _installed_function())
+    monkeypatch.setenv("GATEWAY_BATCH_QUEUE_URL", url)
+    created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
+    [announced] = messages(sqs, url)
+    garbage = {"messageId": "m-garbage", "receiptHandle": "r", "body": "{not json"}
+
+    class Context:
+        aws_request_id = "req-1"
+
+        @staticmethod
+        def get_remaining_time_in_millis() -> int:
+            return 300_000
+
+    assert batch_queue.worker_handler({"Records": [garbage, announced]}, Context()) == {"batchItemFailures": []}
+    # Validated in that turn, its next announced (behind the message in hand, which the event
+    # source mapping deletes as processed); the garbage dropped, nothing came of it
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=announced["receiptHandle"])
+    [next_turn] = messages(sqs, url)
+    assert json.loads(next_turn["body"])["batch_id"] == created["id"] and batch(created["id"])["status"] == "in_progress"
+    assert batch_queue.sweep_handler({}, None)["announced"] == 0
+
+
+def test_the_openai_sdk_round_trip_over_http_on_the_aws_path(aws):
+    """What a caller does, with the official SDK against the local runner: upload, create, wait
+    while the queue's turns run, read the output; every byte and item through S3, DynamoDB, SQS."""
+    import io
+    import threading
+
+    import openai
+
+    from devkit.gateway_stack import call_installed
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+
+    _, sqs, url = aws
+    accept = lambda ev, context: {"principalId": "acme", "context": {k: v for k, v in PRINCIPAL.items()  # noqa: E731
+                                                                       if k != "principalId"}}
+    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(call_installed), authorizer=accept))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="dgk_x", max_retries=0)
+        data = jsonl([systemone_line(i) for i in range(3)])
+        uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+        assert uploaded.bytes == len(data) and client.files.content(uploaded.id).read() == data
+        created = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/systemone", completion_window="24h")
+        run_queue(sqs, url)
+        done = client.batches.retrieve(created.id)
+        assert done.status == "completed" and done.request_counts.completed == 3
+        lines = [json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()]
+        assert [line["custom_id"] for line in lines] == ["ticket-0", "ticket-1", "ticket-2"]
+        assert [b.id for b in client.batches.list()] == [created.id]
+        assert client.files.delete(uploaded.id).deleted and client.files.retrieve(done.output_file_id).bytes > 0
+    finally:
+        server.shutdown()
+        server.server_close()
