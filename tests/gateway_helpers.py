@@ -98,3 +98,22 @@ def aws_batch_store(monkeypatch: Any) -> Iterator[Any]:
     """The batch store of a deployment in AWS: DynamoDB and S3 (moto, in process)."""
     with dynamodb_tenant_store(monkeypatch) as stores:
         yield stores.batches
+
+
+@contextlib.contextmanager
+def served(principal: dict[str, str]) -> Iterator[str]:
+    """The installed function behind the local runner, its authorizer accepting every caller as
+    `principal`: the base URL an SDK client takes (+ /v1)."""
+    import threading
+
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+
+    context = {k: v for k, v in principal.items() if k != "principalId"}
+    accept = lambda ev, ctx: {"principalId": principal["principalId"], "context": context}  # noqa: E731
+    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(call_installed), authorizer=accept))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

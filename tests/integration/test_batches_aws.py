@@ -12,7 +12,7 @@ from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, _installed_function, install, settings_for
 from gateway.functions import batch_queue
 from gateway.functions.batch_worker import batch_store, build_worker
-from tests.gateway_helpers import dynamodb_tenant_store, register_credentials, unthrottled
+from tests.gateway_helpers import dynamodb_tenant_store, register_credentials, served, unthrottled
 from tests.integration.test_batches import OTHER, batch, create, jsonl, lines_of, systemone_line, upload
 
 
@@ -117,7 +117,10 @@ def test_the_worker_function_reports_the_turns_to_come_back_and_drops_what_names
 
     _store, sqs, url = aws
     monkeypatch.setattr(handler, "_function", _installed_function())
-    monkeypatch.setenv("GATEWAY_BATCH_QUEUE_URL", url)
+    for name, value in (("GATEWAY_BATCH_QUEUE_URL", url), ("GATEWAY_TENANTS_TABLE", "dg-tenants"),
+                        ("GATEWAY_KEYS_TABLE", "dg-keys"), ("GATEWAY_BATCHES_TABLE", "dg-batches"),
+                        ("GATEWAY_BATCH_BUCKET", "dg-batch-files")):
+        monkeypatch.setenv(name, value)  # the template's variables, naming the tables and queue moto holds
     created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
     [announced] = messages(sqs, url)
     garbage = {"messageId": "m-garbage", "receiptHandle": "r", "body": "{not json"}
@@ -142,20 +145,12 @@ def test_the_openai_sdk_round_trip_over_http_on_the_aws_path(aws):
     """What a caller does, with the official SDK against the local runner: upload, create, wait
     while the queue's turns run, read the output; every byte and item through S3, DynamoDB, SQS."""
     import io
-    import threading
 
     import openai
 
-    from devkit.gateway_stack import call_installed
-    from devkit.local import InProcessFunction, LocalApiGateway, make_server
-
     _, sqs, url = aws
-    accept = lambda ev, context: {"principalId": "acme", "context": {k: v for k, v in PRINCIPAL.items()  # noqa: E731
-                                                                       if k != "principalId"}}
-    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(call_installed), authorizer=accept))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="dgk_x", max_retries=0)
+    with served(PRINCIPAL) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="dgk_x", max_retries=0)
         data = jsonl([systemone_line(i) for i in range(3)])
         uploaded = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
         assert uploaded.bytes == len(data) and client.files.content(uploaded.id).read() == data
@@ -167,6 +162,3 @@ def test_the_openai_sdk_round_trip_over_http_on_the_aws_path(aws):
         assert [line["custom_id"] for line in lines] == ["ticket-0", "ticket-1", "ticket-2"]
         assert [b.id for b in client.batches.list()] == [created.id]
         assert client.files.delete(uploaded.id).deleted and client.files.retrieve(done.output_file_id).bytes > 0
-    finally:
-        server.shutdown()
-        server.server_close()

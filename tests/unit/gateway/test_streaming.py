@@ -345,16 +345,11 @@ class _Breaking(UniformBackend):
 def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_local_runner():
     import openai
 
-    from devkit.gateway_stack import call_installed
-    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+    from tests.gateway_helpers import served
 
     install(_Breaking())
-    accept = lambda ev, context: {"principalId": "acme", "context": {k: v for k, v in PRINCIPAL.items()  # noqa: E731
-                                                                       if k != "principalId"}}
-    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(call_installed), authorizer=accept))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key="dgk_x", max_retries=0)
+    with served(PRINCIPAL) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="dgk_x", max_retries=0)
         with client.chat.completions.create(model="chat-default", messages=CHAT["messages"], stream=True) as stream:
             with pytest.raises(openai.APIError) as raised:
                 list(stream)
@@ -362,9 +357,6 @@ def test_the_openai_sdk_sees_a_stream_that_broke_off_as_an_api_error_over_the_lo
         # (its clean-up reads httpx, which a test importing httpx then may hold half-imported)
         del stream
         gc.collect()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert raised.value.body["code"] == "stream_broken"
 
 
