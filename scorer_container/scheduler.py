@@ -63,6 +63,7 @@ IDLE_CREDIT_S = 1.0
 MAX_LANES = 1024  # idle lanes remembered (what each saved), the least recently active forgotten first
 _ORDER = {work: rank for rank, work in enumerate(WORKS)}  # ties go to ordinary, then long, then bulk
 _POLL_S = 0.25  # a job waiting for its turn notices a caller that left within this
+QUEUED_SHARE = 0.05  # waiting this part of its deadline for others' plans or memory makes a cut load, not size
 MAX_TURN_RESERVE_S = 2.0  # the most of a job's deadline kept back for a turn it could not finish (twice a step)
 
 
@@ -103,9 +104,11 @@ class Job:
 
     @property
     def shared(self) -> bool:
-        """Others took a noticeable part of its time (their plans, their memory, their steps): a
-        cut at its deadline is load, which a retry on a freer model can outlast, not size."""
-        return self.waited_s + self.queued_s > 0.1
+        """Others took a noticeable part of its time: a cut at its deadline is load, which a
+        retry on a freer model can outlast, not size. Their steps between its own, at all (0.1 s:
+        more than a clock's noise); or their plans and memory before it began, for a part of its
+        deadline (QUEUED_SHARE) that its admission estimate could not have left as margin."""
+        return self.waited_s > 0.1 or self.queued_s > QUEUED_SHARE * self.deadline.seconds
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:

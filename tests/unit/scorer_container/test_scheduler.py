@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import itertools
 import threading
 import time
@@ -167,7 +168,8 @@ def test_a_job_that_waited_for_anothers_memory_or_plan_counts_its_time_as_shared
                 clock.spend(2.0)
 
         await asyncio.gather(plan(first), plan(second))
-        assert (first.queued_s, second.queued_s) == (0.0, 2.0) and second.shared
+        assert (first.queued_s, second.queued_s) == (0.0, 2.0) and second.shared  # 2 s of its 30
+        assert not replace(second, queued_s=1.0).shared  # 1 s of 30: under QUEUED_SHARE, a cut is its size
         first.release()
         second.release()
 
