@@ -485,6 +485,8 @@ def retained(resources: list[dict], parameters: dict[str, str], api: AwsApi) -> 
             found.append(secret(api, name))
         elif kind == "AWS::SageMaker::Endpoint":
             found.append(log_group(api, f"/aws/sagemaker/Endpoints/{endpoint_name(name)}"))
+        elif kind == "AWS::S3::Bucket":
+            found.append(bucket(api, name))
     if (model := parameters.get("ModelDataUrl", "")).startswith("s3://"):
         found.append(model_object(api, model))
     for parameter in ("CpuImageUri", "GpuImageUri"):
@@ -511,6 +513,30 @@ def table(api: AwsApi, name: str) -> Leftover:
         return f"deleted table {name} (DynamoDB keeps a system backup of it for 35 days: point-in-time recovery was on)"
 
     return Leftover("table", name, exists, delete)
+
+
+def bucket(api: AwsApi, name: str) -> Leftover:
+    """The batch files' bucket (retained on delete): emptied, then deleted."""
+    s3 = api.client("s3")
+
+    def objects() -> Iterator[dict[str, Any]]:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+            yield from page.get("Contents", [])
+
+    def exists() -> str | None:
+        if unless_gone(lambda: s3.head_bucket(Bucket=name), "404", "NoSuchBucket") is None:
+            return None
+        held = list(objects())
+        return f"{len(held)} objects, {sum(o['Size'] for o in held)} bytes (batch files; retained on delete)"
+
+    def delete() -> str:
+        keys = [{"Key": o["Key"]} for o in objects()]
+        for start in range(0, len(keys), 1000):
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys[start:start + 1000], "Quiet": True})
+        s3.delete_bucket(Bucket=name)
+        return f"deleted bucket {name} and its {len(keys)} objects"
+
+    return Leftover("bucket", name, exists, delete)
 
 
 def secret(api: AwsApi, arn: str) -> Leftover:
@@ -634,13 +660,19 @@ def seed(plan: Deployment, teardown_run: bool) -> DryRunStack:
     def client(service: str) -> Any:
         return session.create_client(service, region_name=plan.region)
 
-    tables = {n: f"{plan.stack}-{n}Table-DRYRUN" for n in ("Tenants", "Keys", "Catalogs", "Records")}
+    tables = {n: f"{plan.stack}-{n}Table-DRYRUN" for n in ("Tenants", "Keys", "Catalogs", "Records", "Batches")}
     stack = DryRunStack({"ApiUrl": f"https://abcdef1234.execute-api.{plan.region}.amazonaws.com/{plan.stage}",
                          **{f"{n}TableName": t for n, t in tables.items()}})
-    create_tables(client("dynamodb"), DynamoDBTables(tables["Tenants"], tables["Keys"], tables["Catalogs"], tables["Records"]))
+    create_tables(client("dynamodb"), DynamoDBTables(tables["Tenants"], tables["Keys"], tables["Catalogs"], tables["Records"],
+                                                     tables["Batches"]))
     if not teardown_run:
         return stack
     stack.resources += [(f"{n}Table", "AWS::DynamoDB::Table", t) for n, t in tables.items()]
+    files = f"{plan.stack}-batchfilesbucket-dryrun"
+    location = {} if plan.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": plan.region}}
+    client("s3").create_bucket(Bucket=files, **location)
+    client("s3").put_object(Bucket=files, Key="files/0123/file-dryrun", Body=b"{}\n")
+    stack.resources.append(("BatchFilesBucket", "AWS::S3::Bucket", files))
     for name in ("SigningSecret", "RecordHashSecret"):
         arn = client("secretsmanager").create_secret(Name=f"{name}-DRYRUN", SecretString="dry run")["ARN"]
         stack.resources.append((name, "AWS::SecretsManager::Secret", arn))
@@ -650,7 +682,6 @@ def seed(plan: Deployment, teardown_run: bool) -> DryRunStack:
     client("logs").create_log_group(logGroupName=f"/aws/sagemaker/Endpoints/{endpoint}")
     bucket = f"decision-gateway-models-{DRY_ACCOUNT}-{plan.region}"
     key = f"models/{plan.model.name}/0123456789abcdef/model.tar.gz"
-    location = {} if plan.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": plan.region}}
     client("s3").create_bucket(Bucket=bucket, **location)
     client("s3").put_object(Bucket=bucket, Key=key, Body=b"model")
     client("ecr").create_repository(repositoryName=REPOSITORY)

@@ -18,7 +18,7 @@ from typing import Any
 
 ENDPOINT_URL_VARIABLE = "GATEWAY_AWS_ENDPOINT_URL"
 # The services the local stand-in plays (moto's server, under `sam local`).
-STAND_IN_SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway"})
+STAND_IN_SERVICES = frozenset({"dynamodb", "secretsmanager", "ssm", "apigateway", "s3", "sqs"})
 
 
 def hot_path_config() -> Any:

@@ -185,6 +185,8 @@ class AuthSettings(_Settings):
             raise ValueError("the DynamoDB store needs both GATEWAY_TENANTS_TABLE and GATEWAY_KEYS_TABLE")
         if bool(self.batches_table) != bool(self.batch_bucket):
             raise ValueError("batches need both GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
+        if self.batches_table and not self.batch_queue_url:  # else a batch is accepted that nothing ever runs
+            raise ValueError("batches in DynamoDB need their worker's queue: GATEWAY_BATCH_QUEUE_URL")
         return self
 
     @classmethod

@@ -75,6 +75,8 @@ def settings_for(host: str, models: dict) -> tuple[dict[str, dict[str, str]], Pa
     shared = document["Parameters"]
     url = urlsplit(shared["GATEWAY_AWS_ENDPOINT_URL"])
     shared["GATEWAY_AWS_ENDPOINT_URL"] = f"{url.scheme}://{host}:{url.port}"
+    queue = urlsplit(document["GatewayFunction"]["GATEWAY_BATCH_QUEUE_URL"])
+    document["GatewayFunction"]["GATEWAY_BATCH_QUEUE_URL"] = f"{queue.scheme}://{host}:{queue.port}{queue.path}"
     document["GatewayFunction"]["GATEWAY_MODELS"] = json.dumps(models)
     # The streaming routes' function runs the same code with the same settings. `sam local` runs
     # functions buffered (it has no InvokeWithResponseStream), so it runs its handler as
@@ -87,8 +89,8 @@ def settings_for(host: str, models: dict) -> tuple[dict[str, dict[str, str]], Pa
 
 
 class AwsStandIn:
-    """moto's server with what the template would have created: the four tables and the two
-    secrets. In memory: it holds this run's dev data only."""
+    """moto's server with what the template would have created: the five tables, the batch
+    bucket and queue, and the two secrets. In memory: it holds this run's dev data only."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -127,8 +129,12 @@ class AwsStandIn:
 
         shared, function = settings["Parameters"], settings["GatewayFunction"]
         tables = DynamoDBTables(shared["GATEWAY_TENANTS_TABLE"], shared["GATEWAY_KEYS_TABLE"],
-                                function["GATEWAY_CATALOGS_TABLE"], function["GATEWAY_RECORDS_TABLE"])
+                                function["GATEWAY_CATALOGS_TABLE"], function["GATEWAY_RECORDS_TABLE"],
+                                function["GATEWAY_BATCHES_TABLE"], function["GATEWAY_BATCH_BUCKET"])
         create_tables(self.client("dynamodb"), tables)
+        self.client("s3").create_bucket(Bucket=tables.batch_bucket)
+        queue = function["GATEWAY_BATCH_QUEUE_URL"].rsplit("/", 1)[-1]
+        self.client("sqs").create_queue(QueueName=queue, Attributes={"FifoQueue": "true", "VisibilityTimeout": "360"})
         store = dynamodb_stores(self.client("dynamodb"), tables).tenants
         secrets = self.client("secretsmanager")
         for name in (shared["GATEWAY_SIGNING_SECRET_ID"], function["GATEWAY_RECORD_KEY_SECRET_ID"]):

@@ -87,7 +87,7 @@ def dynamodb_tenant_store(monkeypatch: Any, *tenants: str) -> Iterator[Any]:
         tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records", "dg-batches", "dg-batch-files")
         create_tables(boto3.client("dynamodb"), tables)
         boto3.client("s3").create_bucket(Bucket=tables.batch_bucket)
-        store = dynamodb_stores(boto3.client("dynamodb"), tables, boto3.client("s3"))
+        store = dynamodb_stores(boto3.client("dynamodb"), tables, s3=boto3.client("s3"))
         for tenant in tenants:
             create_tenant(store.tenants, tenant)
         yield store

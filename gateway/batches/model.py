@@ -23,6 +23,7 @@ and runs again otherwise; an `answered` chat line is done.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -69,6 +70,12 @@ LineState = Literal["pending", "running", "answered", "done"]
 
 def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
+
+
+def tenant_hash(tenant_id: str) -> str:
+    """What names a tenant where names show (object keys and folders, queue message groups): a
+    hash of its id, never the id."""
+    return hashlib.sha256(tenant_id.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +242,9 @@ class BatchStore(Protocol):
     """Files (their bytes and what describes them), uploads, batches and their ledgers.
 
     Each write is whole or absent: a file's bytes are in place before its row names them, a
-    ledger's lines are added in one write, and a batch's state changes only by the status it
-    was read with (`update_batch`'s `expect`), so a cancel and a worker never overwrite each other."""
+    ledger is in place before its batch's status says so (`add_lines`), and a batch's state
+    changes only by the status it was read with (`update_batch`'s `expect`), so a cancel and a
+    worker never overwrite each other."""
 
     def put_file(self, file: StoredFile, content: Iterable[bytes]) -> StoredFile:
         """Store the bytes, then the file; its size as written (`bytes`) comes back."""
@@ -304,7 +312,17 @@ class BatchStore(Protocol):
         ...
 
     def stalled(self, now: float, quiet_s: float) -> list[Batch]:
-        """Open batches no worker has held (nor been created) within `quiet_s` before `now`."""
+        """Open batches that no worker held, and that were not created or announced, within
+        `quiet_s` before `now` (a queue's sweep announces them again)."""
+        ...
+
+    def next_turn(self, batch_id: str, now: float) -> int | None:
+        """A new turn of the open batch (its previous one stale from now on), or None when it is
+        not open: the one turn a queue holds for it (gateway.functions.batch_queue)."""
+        ...
+
+    def turn_of(self, batch_id: str) -> int | None:
+        """The batch's current turn (None: ended, or never announced)."""
         ...
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
@@ -312,7 +330,8 @@ class BatchStore(Protocol):
         ...
 
     def add_lines(self, batch: Batch, lines: list[Line], expect: str) -> bool:
-        """The ledger's lines and the batch (counts, status) in one write, if its status is still `expect`."""
+        """The ledger's lines, then the batch (counts, status), if its status is still `expect`:
+        in one write (SQLite), or the lines first and taken back when the status moved (DynamoDB)."""
         ...
 
     def runnable_lines(self, batch_id: str, now: float, limit: int) -> list[Line]:

@@ -126,6 +126,11 @@ class BatchWorker:
             if ending is not None:
                 self.finalize(batch, *ending)
                 return False
+            # Complete when its counts say every line is done (read consistently: what lists a
+            # store's runnable lines may lag behind its writes)
+            if batch.status == "finalizing" or (batch.total and batch.completed + batch.failed >= batch.total):
+                self.finalize(batch, "completed", "", "")
+                return False
             if now >= until or max_lines == 0 or self.stopping.is_set():
                 return True
             try:
@@ -137,10 +142,7 @@ class BatchWorker:
                 return False
             lines = self.store.runnable_lines(batch.id, now, 1)
             if not lines:
-                if next(self.store.unfinished_lines(batch.id), None) is None:
-                    self.finalize(batch, "completed", "", "")
-                    return False
-                return True  # lines wait for their retry time
+                return True  # lines wait for their retry time (or are not listed yet)
             self.run_one(batch, principal, lines[0])
             max_lines = None if max_lines is None else max_lines - 1
 
@@ -230,6 +232,8 @@ class BatchWorker:
         `status`. Each step may be done again (the files' ids are the batch's own): a worker that
         dies here is followed by one that finishes it."""
         was = batch.status
+        if batch.in_progress_at is None:  # never in progress: a ledger a validator that died left is not its own
+            self.store.drop_lines(batch.id)
         if status == "completed" and was != "finalizing":
             batch.status, batch.finalizing_at = "finalizing", self.clock()
             if not self.store.update_batch(batch, was):

@@ -3,57 +3,73 @@ function its event source mapping invokes runs it (template.yaml: BatchQueue,
 BatchWorkerFunction, BatchSweepFunction). No loop of its own: SQS keeps the turns, Lambda runs
 them, and a schedule sweeps.
 
-- A batch is announced when it is created (`BatchService`'s `announce`): a message naming it,
-  in its tenant's message group, so that SQS hands one tenant's batches to one worker at a
-  time, in turn, while other tenants' run beside them (the function's reserved concurrency
-  bounds how many at once; the scorer's line serves their lines fairly in any case).
-- A turn runs the batch for up to TURN_S, or what the invocation has left less the longest a
-  line may take. With lines runnable now, its next turn is announced at the back of its group;
-  with lines waiting for a Retry-After, the message itself comes back when they may run (its
-  visibility set to the wait, the message reported as not processed); an ended batch's message
-  is deleted. A turn that fails comes back after the queue's visibility timeout, and after
-  MAX_RECEIVES the dead-letter queue keeps it (an alarm watches that queue).
-- The sweep (every SWEEP_MINUTES) removes expired files and uploads, announces every open
-  batch that no worker has held for STALLED_S (its message lost or dead-lettered), and
-  publishes BatchesPastWindow: open batches more than an hour past their window, which a
-  working queue would have ended (an alarm watches it).
+A batch's way through it:
+
+1. `POST /v1/batches` (`BatchService.create`) stores the batch and announces it
+   (`BatchQueue.announce`): the store gives the batch a new turn number (`next_turn`) and a
+   message naming batch and turn goes to the queue, in its tenant's message group.
+2. SQS hands a group's messages out one at a time: a tenant's batches run one after another,
+   in turn, while other tenants' run beside them (the event source's maximum concurrency, 4,
+   bounds how many at once; the scorer's line serves their lines fairly in any case).
+3. `worker_handler` takes the message (`take_turn`): a message whose turn is no longer the
+   batch's is a stale copy, dropped. Otherwise `BatchWorker.run` works on the batch for up to
+   TURN_S (the first turn reads and validates its input file into the ledger), each line
+   through the gateway's own routes at the bulk priority, then lets its lease go.
+4. More to do now: the next turn is announced at the back of the group, and this message is
+   done. Lines waiting for a Retry-After (the scorer busy): when the tenant has no other open
+   batch, the message itself comes back when they may run (its visibility, the message
+   reported as not processed); with others, its next turn goes to the back of the group, so
+   that a waiting batch never holds its tenant's others up. Ended: nothing follows.
+5. The last turn writes the output and error files (S3 `files/`) and drops the ledger.
+
+A turn that fails comes back after the queue's visibility timeout; after MAX_RECEIVES receives
+(failures and waits alike: a day of one-minute waits) the dead-letter queue keeps it. The sweep
+(every SWEEP_MINUTES) removes expired files and uploads, announces again every open batch that
+nothing touched for STALLED_S (its turn lost or dead-lettered: the new turn makes any old
+message stale), and publishes BatchesPastWindow: open batches more than PAST_WINDOW_S past their
+window, which a working queue would have ended. Alarms watch that metric and the dead-letter queue.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import time
-import uuid
 from typing import Any
 
-from gateway.batches.model import BatchStore
-from gateway.batches.worker import MAX_RETRY_WAIT_S
+from gateway.batches.model import BatchStore, tenant_hash
+from gateway.batches.worker import MAX_RETRY_WAIT_S, BatchWorker
 
-log = logging.getLogger("gateway.batches.queue")
+log = logging.getLogger("gateway.functions.batch_queue")
 TURN_S = 120.0  # a batch's turn before its tenant's next batch has one
-LINE_RESERVE_S = 65.0  # the longest a line may take (a streaming route's 58 s) and a margin
-STALLED_S = 900.0  # an open batch no worker held this long is announced again by the sweep
+STALLED_S = 3600.0  # nothing touched an open batch this long: announced again (a tenant's 10 batches cycle in 20 min)
 PAST_WINDOW_S = 3600.0  # an open batch this far past its window is stuck (BatchesPastWindow)
-SWEEP_MINUTES = 10
-MAX_RECEIVES = 100  # the queue's redrive policy: a turn that fails (or waits) this often is dead-lettered
+SWEEP_MINUTES = 10  # the sweep's schedule (template.yaml: BatchSweepFunction)
+MAX_RECEIVES = 1440  # the queue's redrive policy: a day of one-minute waits before a turn is dead-lettered
+HELD_ELSEWHERE_S = 30.0  # a batch another worker holds: its message comes back after this
+INDEX_LAG_S = 5.0
 
 
 class BatchQueue:
     """The queue of batches' turns: one message per turn, grouped by tenant."""
 
-    def __init__(self, sqs: Any, url: str) -> None:
+    def __init__(self, sqs: Any, url: str, store: BatchStore, clock: Any = time.time) -> None:
         self.sqs = sqs
         self.url = url
+        self.store = store
+        self.clock = clock
 
     def announce(self, batch_id: str, tenant_id: str) -> None:
-        # The group is a hash of the tenant (a message's attributes show in the console and in
-        # logs; a tenant id is nobody's business there); each turn is a message of its own.
-        self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"batch_id": batch_id, "tenant_id": tenant_id}),
-                              MessageGroupId=hashlib.sha256(tenant_id.encode()).hexdigest()[:32],
-                              MessageDeduplicationId=uuid.uuid4().hex)
+        """The batch's next turn, at the back of its tenant's group (a batch that ended: none)."""
+        turn = self.store.next_turn(batch_id, self.clock())
+        if turn is None:
+            return
+        # The group names the tenant by a hash (group ids show in the console and in metrics);
+        # the deduplication id is the turn's own, so a send retried by botocore is one message.
+        self.sqs.send_message(QueueUrl=self.url, MessageGroupId=tenant_hash(tenant_id),
+                              MessageBody=json.dumps({"batch_id": batch_id, "tenant_id": tenant_id, "turn": turn}),
+                              MessageDeduplicationId=f"{batch_id}-{turn}")
 
     def come_back_in(self, receipt: str, seconds: float) -> None:
         """The message in hand returns to the queue after `seconds` (SQS takes up to 12 hours)."""
@@ -61,56 +77,68 @@ class BatchQueue:
                                            VisibilityTimeout=min(43_200, max(1, math.ceil(seconds))))
 
 
-def take_turn(worker: Any, store: BatchStore, queue: BatchQueue, record: dict[str, Any], remaining_s: float,
+def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], remaining_s: float,
               max_lines: int | None = None) -> bool:
-    """One message's turn of its batch (of at most `max_lines` lines); False when the message is
-    to come back (not processed)."""
+    """One message's turn of its batch (of at most `max_lines` lines); False when the message
+    is to come back (not processed)."""
     try:
         message = json.loads(record["body"])
-        batch_id, tenant_id = str(message["batch_id"]), str(message["tenant_id"])
+        batch_id, tenant_id, turn = str(message["batch_id"]), str(message["tenant_id"]), int(message["turn"])
     except (ValueError, KeyError, TypeError):
         log.error("a batch queue message names no batch; dropped", extra={"message_id": record.get("messageId")})
         return True
+    store = worker.store
+    if store.turn_of(batch_id) != turn:
+        return True  # a stale copy (the sweep announced the batch again), or the batch ended
+    started = worker.clock()
+    # The turn stops in time for its last line to end before the invocation does
+    more = worker.run(batch_id, tenant_id, started + min(TURN_S, remaining_s - worker.lease_s), max_lines)
     now = worker.clock()
-    until = now + min(TURN_S, remaining_s - LINE_RESERVE_S)
-    if not worker.run(batch_id, tenant_id, until, max_lines):
-        return True  # ended: nothing comes after this turn
-    wait = next_turn_in(store, batch_id, worker.clock())
-    if wait <= 0:
-        queue.announce(batch_id, tenant_id)
+    if not more:
         return True
-    queue.come_back_in(record["receiptHandle"], wait)
-    return False
+    if not store.lease(batch_id, worker.owner, now, now):  # let its lease go: the next turn is anyone's
+        queue.come_back_in(record["receiptHandle"], HELD_ELSEWHERE_S)
+        return False
+    wait = next_turn_in(store, batch_id, now)
+    if wait > 0 and not _others_open(store, batch_id, tenant_id):
+        queue.come_back_in(record["receiptHandle"], wait)
+        return False
+    queue.announce(batch_id, tenant_id)
+    return True
 
 
 def next_turn_in(store: BatchStore, batch_id: str, now: float) -> float:
-    """Seconds until the batch has work: 0 with a line runnable now (or no ledger yet: it was
-    validated), else until its first line waiting for a retry may run (a minute at most)."""
-    if store.runnable_lines(batch_id, now, 1) or next(store.unfinished_lines(batch_id), None) is None:
+    """Seconds until the batch has a line to run: 0 with one runnable now, else until the first
+    waiting for a retry may run (a minute at most); none seen at all is an index still catching
+    up with a ledger just written, a few seconds behind."""
+    if store.runnable_lines(batch_id, now, 1):
         return 0.0
     soon = store.runnable_lines(batch_id, now + MAX_RETRY_WAIT_S, 1)
-    return max(1.0, soon[0].not_before - now) if soon else MAX_RETRY_WAIT_S
+    return max(1.0, soon[0].not_before - now) if soon else INDEX_LAG_S
+
+
+def _others_open(store: BatchStore, batch_id: str, tenant_id: str) -> bool:
+    return any(b.tenant_id == tenant_id and b.id != batch_id for b in store.open_batches())
 
 
 def sweep(store: BatchStore, queue: BatchQueue, now: float) -> dict[str, int]:
     """Expired files and uploads removed, stalled batches announced, stuck ones counted."""
     removed = store.delete_expired(now)
-    announced = stuck = 0
-    for batch in store.stalled(now, STALLED_S):
+    stalled = store.stalled(now, STALLED_S)
+    for batch in stalled:
         queue.announce(batch.id, batch.tenant_id)
-        announced += 1
     stuck = sum(1 for batch in store.open_batches() if now > batch.expires_at + PAST_WINDOW_S)
-    return {"removed": removed, "announced": announced, "past_window": stuck}
+    return {"removed": removed, "announced": len(stalled), "past_window": stuck}
 
 
 # -- the functions ------------------------------------------------------------------------------
 
 
-def _queue() -> BatchQueue:
+def _queue(store: BatchStore) -> BatchQueue:
     from gateway.functions.composition import build_batch_queue
     from gateway.settings import AuthSettings
 
-    queue = build_batch_queue(AuthSettings.from_env())
+    queue = build_batch_queue(AuthSettings.from_env(), store)
     if queue is None:
         raise RuntimeError("the batch worker needs its queue: GATEWAY_BATCH_QUEUE_URL")
     return queue
@@ -118,23 +146,23 @@ def _queue() -> BatchQueue:
 
 def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """BatchWorkerFunction: the turns SQS hands it (one at a time: its event source mapping's
-    batch size), as the gateway function's own routes run each line."""
+    batch size), each line run as the gateway function's own routes run it."""
     from gateway.functions.batch_worker import batch_store, build_worker
     from gateway.functions.handler import built_function
 
     function = built_function()
     store = batch_store(function)
-    worker = build_worker(function, owner=f"lambda-{getattr(context, 'aws_request_id', uuid.uuid4().hex)}")
-    queue = _queue()
+    worker = build_worker(function, owner=f"lambda-{getattr(context, 'aws_request_id', '')}")
+    queue = _queue(store)
     failures = []
     for record in event.get("Records", []):
         remaining_s = context.get_remaining_time_in_millis() / 1000 if context is not None else 300.0
         try:
-            done = take_turn(worker, store, queue, record, remaining_s)
+            processed = take_turn(worker, queue, record, remaining_s)
         except Exception:
             log.exception("a batch turn failed; its message comes back after the queue's visibility timeout")
-            done = False
-        if not done:
+            processed = False
+        if not processed:
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}
 
@@ -149,7 +177,7 @@ def sweep_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     stores = build_stores(AuthSettings.from_env())
     if stores is None or stores.batches is None:
         raise RuntimeError("the batch sweep needs the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
-    summary = sweep(stores.batches, _queue(), time.time())
+    summary = sweep(stores.batches, _queue(stores.batches), time.time())
     recorder = metrics()
     recorder.add_metric(name="BatchesPastWindow", unit="Count", value=summary["past_window"])
     recorder.flush_metrics()

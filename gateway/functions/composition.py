@@ -20,6 +20,7 @@ from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
 from gateway.backends.base import Endpoint, InferenceBackend
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.routing import ModelRegistry, ModelRoute
+from gateway.batches.model import BatchStore
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.cost import endpoint_usd_per_second
 from gateway.decisions.records import DecisionRecorder
@@ -89,20 +90,20 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
             batch_store, settings.batches,
             count_stored=spending.count_stored if spending is not None else None),
         batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches,
-                                                              announce=_announcer(settings.auth)))
+                                                              announce=_announcer(settings.auth, batch_store)))
 
 
-def build_batch_queue(settings: AuthSettings) -> BatchQueue | None:
+def build_batch_queue(settings: AuthSettings, store: BatchStore) -> BatchQueue | None:
     """The queue of the batch worker's turns in AWS (None locally: the local worker polls the store)."""
     if not settings.batch_queue_url:
         return None
     from gateway.functions.batch_queue import BatchQueue
 
-    return BatchQueue(aws.client("sqs"), settings.batch_queue_url)  # built now (Lambda's init phase); no call made
+    return BatchQueue(aws.client("sqs"), settings.batch_queue_url, store)  # built now (Lambda's init phase); no call made
 
 
-def _announcer(settings: AuthSettings) -> Callable[[str, str], None] | None:
-    queue = build_batch_queue(settings)
+def _announcer(settings: AuthSettings, store: BatchStore) -> Callable[[str, str], None] | None:
+    queue = build_batch_queue(settings, store)
     return None if queue is None else queue.announce
 
 
@@ -172,11 +173,13 @@ def build_stores(settings: AuthSettings) -> Stores | None:
     if settings.tenants_table and settings.keys_table:
         from gateway.stores.dynamodb import DynamoDBTables, dynamodb_stores
 
-        # The clients are built now (Lambda's init phase): pure set-up, no call is made.
+        # The clients are built now (Lambda's init phase): pure set-up, no call is made. Batches
+        # have clients of their own: their calls (a page of 25 writes, a file's parts) are not
+        # the request path's, whose client gives up after 2 s.
         tables = DynamoDBTables(settings.tenants_table, settings.keys_table, settings.catalogs_table,
                                 settings.records_table, settings.batches_table, settings.batch_bucket)
-        return dynamodb_stores(aws.client("dynamodb", hot_path=True), tables,
-                               aws.client("s3") if settings.batch_bucket else None)
+        batches = (aws.client("dynamodb"), aws.client("s3")) if settings.batch_bucket else (None, None)
+        return dynamodb_stores(aws.client("dynamodb", hot_path=True), tables, *batches)
     return None
 
 

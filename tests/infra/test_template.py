@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from gateway.auth.store import UsageRow
-from gateway.batches.model import FILE_TTL_S
+from gateway.batches.model import COMPLETION_WINDOWS, FILE_TTL_S, UPLOAD_TTL_S
+from gateway.stores.dynamodb.batches import LINE_TTL_S
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".cache" / "tools" / "bin"
@@ -824,11 +825,13 @@ def test_the_authorizer_resumes_from_a_snapshot_and_the_api_calls_its_published_
 
 
 def test_the_batch_tables_indexes_and_ttl_are_the_stores(template):
-    from gateway.stores.dynamodb.batches import BATCH_INDEXES
+    from gateway.stores.dynamodb.batches import BATCH_INDEXES, WAITING_PROJECTION
 
     table = template["Resources"]["BatchesTable"]["Properties"]
     indexes = {(i["IndexName"], *(k["AttributeName"] for k in i["KeySchema"])) for i in table["GlobalSecondaryIndexes"]}
     assert indexes == set(BATCH_INDEXES) and table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    [waiting] = [i for i in table["GlobalSecondaryIndexes"] if i["IndexName"] == "waiting"]
+    assert waiting["Projection"] == WAITING_PROJECTION
 
 
 def _batch_grants(template: dict, function: str) -> dict[str, dict]:
@@ -866,7 +869,9 @@ def test_the_batch_bucket_is_private_encrypted_tls_only_and_expires_what_the_swe
     assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
     rules = {r["Id"]: r for r in properties["LifecycleConfiguration"]["Rules"]}
     assert {rules[p]["Prefix"] for p in ("files", "parts", "ledger")} == {"files/", "parts/", "ledger/"}
-    assert rules["files"]["ExpirationInDays"] * 86400 > FILE_TTL_S and "AbortIncompleteMultipartUpload" in rules["unfinished-uploads"]
+    assert rules["files"]["ExpirationInDays"] * 86400 > FILE_TTL_S and rules["parts"]["ExpirationInDays"] * 86400 > UPLOAD_TTL_S
+    assert rules["ledger"]["ExpirationInDays"] * 86400 > max(COMPLETION_WINDOWS.values()) + LINE_TTL_S
+    assert "AbortIncompleteMultipartUpload" in rules["unfinished-uploads"]
     [deny] = template["Resources"]["BatchFilesBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": False}}
 
@@ -880,9 +885,12 @@ def test_the_worker_takes_one_turn_a_message_from_a_fifo_queue_and_stuck_batches
     [turns] = worker["Events"].values()
     assert turns["Type"] == "SQS" and turns["Properties"]["BatchSize"] == 1
     assert turns["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # a waiting turn comes back
+    assert turns["Properties"]["ScalingConfig"]["MaximumConcurrency"] >= 2 and "ReservedConcurrentExecutions" not in worker
     assert queue["FifoQueue"] is True and queue["VisibilityTimeout"] >= worker["Timeout"]
     assert queue["RedrivePolicy"]["maxReceiveCount"] == batch_queue.MAX_RECEIVES
-    assert worker["Timeout"] >= batch_queue.TURN_S + batch_queue.LINE_RESERVE_S
+    from gateway.batches.worker import LEASE_S
+
+    assert worker["Timeout"] >= batch_queue.TURN_S + LEASE_S  # a turn, and its last line (a lease's length)
     schedule = resources_["BatchSweepFunction"]["Properties"]["Events"]["Every10Minutes"]["Properties"]["Schedule"]
     assert schedule == f"rate({batch_queue.SWEEP_MINUTES} minutes)"
     alarms = resources(template, "AWS::CloudWatch::Alarm")

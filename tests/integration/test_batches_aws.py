@@ -36,20 +36,27 @@ def messages(sqs, url: str, most: int = 10) -> list[dict]:
              "attributes": m["Attributes"]} for m in reply.get("Messages", [])]
 
 
+def queue_of(sqs, url: str):
+    return batch_queue.BatchQueue(sqs, url, batch_store(_installed_function()))
+
+
+def turn(sqs, url: str, record: dict, max_lines: int | None = None, owner: str = "lambda-1") -> bool:
+    """One invocation of the worker function, as its own Lambda request (its own lease owner)."""
+    worker = build_worker(_installed_function(), owner)
+    return batch_queue.take_turn(worker, queue_of(sqs, url), record, remaining_s=300.0, max_lines=max_lines)
+
+
 def run_queue(sqs, url: str, turns: int = 50, max_lines: int | None = None) -> list[str]:
-    """What the event source mapping does: each message to the worker function, deleted when it
-    was processed. The batch ids of the turns, in order."""
-    function = _installed_function()
-    worker, store = build_worker(function, "lambda-test"), batch_store(function)
-    queue = batch_queue.BatchQueue(sqs, url)
+    """What the event source mapping does: each message to a new invocation of the worker
+    function, deleted when it was processed. The batch ids of the turns, in order."""
     order = []
-    for _ in range(turns):
+    for number in range(turns):
         received = messages(sqs, url, 1)
         if not received:
             return order
         [record] = received
         order.append(json.loads(record["body"])["batch_id"])
-        if batch_queue.take_turn(worker, store, queue, record, remaining_s=300.0, max_lines=max_lines):
+        if turn(sqs, url, record, max_lines, owner=f"lambda-{number}"):
             sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
     raise AssertionError("the queue did not empty")
 
@@ -60,19 +67,21 @@ def test_a_batch_is_announced_in_its_tenants_group_and_runs_to_its_output_from_s
     status, created = create(upload(jsonl(lines))["id"])
     assert status == 200
     [announced] = messages(sqs, url)
-    assert json.loads(announced["body"]) == {"batch_id": created["id"], "tenant_id": "acme"}
+    assert json.loads(announced["body"]) == {"batch_id": created["id"], "tenant_id": "acme", "turn": 1}
     assert "acme" not in announced["attributes"]["MessageGroupId"]
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=announced["receiptHandle"], VisibilityTimeout=0)
-    run_queue(sqs, url)
+    order = run_queue(sqs, url)
     done = batch(created["id"])
     assert done["status"] == "completed" and done["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
     assert [line["custom_id"] for line in lines_of(done["output_file_id"])] == ["ticket-0", "ticket-1", "ticket-2"]
     assert lines_of(done["error_file_id"])[0]["response"]["status_code"] == 422
     assert list(store.batches.unfinished_lines(created["id"])) == []  # its ledger dropped: its files hold it
+    # Each turn a new invocation: each let its lease go, so none spun waiting for the last one's
+    assert len(order) == 2  # validation, then every line and the output
 
 
-def test_a_tenants_batches_run_one_at_a_time_beside_another_tenants(aws):
-    _store, sqs, url = aws
+def test_a_tenants_batches_take_turns_one_at_a_time_beside_another_tenants(aws):
+    _, sqs, url = aws
     acme = [create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])[1]["id"] for _ in range(2)]
     globex = create(upload(jsonl([systemone_line(i) for i in range(3)]), principal=OTHER)["id"], principal=OTHER)[1]["id"]
     # SQS hands out one turn of each tenant's at a time: acme's second waits for its first
@@ -82,40 +91,65 @@ def test_a_tenants_batches_run_one_at_a_time_beside_another_tenants(aws):
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["receiptHandle"], VisibilityTimeout=0)
     order = run_queue(sqs, url, max_lines=1)
     assert {batch(b)["status"] for b in acme} == {"completed"} and batch(globex, OTHER)["status"] == "completed"
-    assert order.count(globex) >= 4  # validation, three lines a turn each, then the end
+    assert order.count(globex) == 4  # validation, then a line a turn, the last one ending it
+    acme_order = [b for b in order if b in acme]
+    assert acme_order[:4] == [acme[0], acme[1], acme[0], acme[1]]  # its two batches in turn, not one then the other
 
 
-def test_lines_waiting_for_a_retry_bring_the_message_back_when_they_may_run(aws):
+def waiting_line(store, batch_id: str) -> None:
+    """Validated, and its first line refused for a while (a Retry-After of 30 s)."""
+    worker = build_worker(_installed_function(), "lambda-0")
+    worker.run(batch_id, "acme", worker.clock() + 5, max_lines=0)
+    now = worker.clock()
+    [line] = store.batches.runnable_lines(batch_id, now, 1)
+    line.not_before = now + 30
+    store.batches.put_line(line)
+    assert store.batches.lease(batch_id, "lambda-0", now, now)  # its turn over, as take_turn ends one
+
+
+def test_a_lone_batch_whose_lines_wait_has_its_message_come_back_when_they_may_run(aws):
     store, sqs, url = aws
     created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
     [record] = messages(sqs, url)
-    function = _installed_function()
-    worker = build_worker(function, "lambda-test")
-    worker.run(created["id"], "acme", worker.clock() + 5)  # validated; its line is runnable
-    [line] = store.batches.runnable_lines(created["id"], worker.clock(), 1)
-    line.not_before = worker.clock() + 30
-    store.batches.put_line(line)
-    assert not batch_queue.take_turn(worker, store.batches, batch_queue.BatchQueue(sqs, url), record, remaining_s=300.0)
-    assert messages(sqs, url) == []  # back in about 30 s, not at once
+    waiting_line(store, created["id"])
+    assert not turn(sqs, url, record)  # not processed: SQS gives it back in about 30 s
+    assert messages(sqs, url) == []
 
 
-def test_the_sweep_announces_batches_no_worker_took_and_counts_those_stuck_past_their_window(aws):
+def test_a_waiting_batch_never_holds_its_tenants_others_up(aws):
+    store, sqs, url = aws
+    first = create(upload(jsonl([systemone_line(0)]))["id"])[1]
+    second = create(upload(jsonl([systemone_line(1)]))["id"])[1]
+    [record] = messages(sqs, url, 1)
+    waiting_line(store, first["id"])
+    assert turn(sqs, url, record)  # processed: its next turn goes behind the tenant's other batch
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    assert [json.loads(m["body"])["batch_id"] for m in messages(sqs, url, 1)] == [second["id"]]
+
+
+def test_the_sweep_announces_a_batch_nothing_touched_and_its_old_turn_is_then_a_stale_copy(aws):
     store, sqs, url = aws
     created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
-    messages(sqs, url)  # the announcement, lost (taken and never deleted)
-    queue = batch_queue.BatchQueue(sqs, url)
-    now = created["created_at"]
-    assert batch_queue.sweep(store.batches, queue, now + 60)["announced"] == 0  # not quiet long enough
-    summary = batch_queue.sweep(store.batches, queue, now + batch_queue.STALLED_S + 1)
+    [lost] = messages(sqs, url)  # the announcement, taken and never deleted (its function died)
+    clock = [created["created_at"] + 60]
+    queue = batch_queue.BatchQueue(sqs, url, store.batches, clock=lambda: clock[0])
+
+    def sweep_at(at: float) -> dict:
+        clock[0] = at
+        return batch_queue.sweep(store.batches, queue, at)
+
+    assert sweep_at(created["created_at"] + 60)["announced"] == 0  # not quiet long enough
+    summary = sweep_at(created["created_at"] + batch_queue.STALLED_S + 1)
     assert summary["announced"] == 1 and summary["past_window"] == 0
-    late = created["expires_at"] + batch_queue.PAST_WINDOW_S + 1
-    assert batch_queue.sweep(store.batches, queue, late)["past_window"] == 1
+    assert sweep_at(created["created_at"] + batch_queue.STALLED_S + 2)["announced"] == 0  # announced just now
+    assert turn(sqs, url, lost) and batch(created["id"])["status"] == "validating"  # the old turn: dropped, no work
+    assert sweep_at(created["expires_at"] + batch_queue.PAST_WINDOW_S + 1)["past_window"] == 1
 
 
 def test_the_worker_function_reports_the_turns_to_come_back_and_drops_what_names_no_batch(aws, monkeypatch):
     from gateway.functions import handler
 
-    _store, sqs, url = aws
+    _, sqs, url = aws
     monkeypatch.setattr(handler, "_function", _installed_function())
     for name, value in (("GATEWAY_BATCH_QUEUE_URL", url), ("GATEWAY_TENANTS_TABLE", "dg-tenants"),
                         ("GATEWAY_KEYS_TABLE", "dg-keys"), ("GATEWAY_BATCHES_TABLE", "dg-batches"),
@@ -137,7 +171,8 @@ def test_the_worker_function_reports_the_turns_to_come_back_and_drops_what_names
     # source mapping deletes as processed); the garbage dropped, nothing came of it
     sqs.delete_message(QueueUrl=url, ReceiptHandle=announced["receiptHandle"])
     [next_turn] = messages(sqs, url)
-    assert json.loads(next_turn["body"])["batch_id"] == created["id"] and batch(created["id"])["status"] == "in_progress"
+    assert json.loads(next_turn["body"]) == {"batch_id": created["id"], "tenant_id": "acme", "turn": 2}
+    assert batch(created["id"])["status"] == "in_progress"
     assert batch_queue.sweep_handler({}, None)["announced"] == 0
 
 

@@ -13,6 +13,7 @@ from gateway.stores.dynamodb.batches import DynamoDBBatches, create_batches_tabl
 from gateway.stores.dynamodb.catalogs import DynamoDBCatalogs
 from gateway.stores.dynamodb.counters import DynamoDBCounters
 from gateway.stores.dynamodb.idempotency import DynamoDBIdempotency
+from gateway.stores.dynamodb.items import index
 from gateway.stores.dynamodb.records import DynamoDBRecords
 from gateway.stores.dynamodb.tenants import DynamoDBTenants
 
@@ -33,13 +34,14 @@ class DynamoDBTables:
     batch_bucket: str | None = None
 
 
-def dynamodb_stores(client: Any, tables: DynamoDBTables, s3: Any = None) -> Stores:
-    """`s3`: the client for the batch bucket (needed where `tables.batches` is set)."""
+def dynamodb_stores(client: Any, tables: DynamoDBTables, batches_client: Any = None, s3: Any = None) -> Stores:
+    """`batches_client` and `s3`: the batch store's DynamoDB client (else `client`) and the
+    client for its bucket (needed where `tables.batches` is set)."""
     return Stores(tenants=DynamoDBTenants(client, tables.tenants, tables.keys), counters=DynamoDBCounters(client, tables.keys),
                   idempotency=DynamoDBIdempotency(client, tables.keys),
                   catalogs=DynamoDBCatalogs(client, tables.catalogs) if tables.catalogs else None,
                   records=DynamoDBRecords(client, tables.records) if tables.records else None,
-                  batches=DynamoDBBatches(client, s3, tables.batches, tables.batch_bucket)
+                  batches=DynamoDBBatches(batches_client or client, s3, tables.batches, tables.batch_bucket)
                   if tables.batches and tables.batch_bucket else None)
 
 
@@ -76,5 +78,4 @@ def create_tables(client: Any, tables: DynamoDBTables) -> None:
 
 
 def _index(partition: str, sort: str) -> dict[str, Any]:
-    return {"IndexName": "by_tenant", "Projection": {"ProjectionType": "ALL"},
-            "KeySchema": [{"AttributeName": partition, "KeyType": "HASH"}, {"AttributeName": sort, "KeyType": "RANGE"}]}
+    return index("by_tenant", partition, sort)

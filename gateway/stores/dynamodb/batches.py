@@ -3,23 +3,27 @@
 The table (`BatchesTable` in template.yaml; `create_batches_table` makes it for tests):
 
     pk              sk            what
-    T#<tenant>      F#<file id>   a file: its row (its bytes: S3 files/<tenant hash>/<file id>)
+    T#<tenant>      F#<file id>   a file (its bytes: S3 files/<tenant hash>/<file id>)
     T#<tenant>      U#<upload>    an upload (its parts' bytes: S3 parts/<tenant hash>/<upload>/<part>)
     U#<upload>      P#<part>      a part of an upload
-    B#<batch>       batch         a batch (its tenant an attribute): its document, status, lease and counts
+    B#<batch>       batch         a batch (its tenant an attribute): document, status, lease, turn, counts
     L#<batch>       <number>      a line of its ledger (a body or reply too large for an item: S3 ledger/<batch>/...)
 
-Sparse indexes: `by_time` (files and batches of a tenant in time order), `open` (batches not yet
-final), `expiring` (files and pending uploads by expiry, for the sweep) and `waiting` (a
-ledger's lines not done, in file order). DynamoDB's TTL removes what the sweep may miss; an
-expired file is refused from the moment it expires, whatever TTL's lag. A file's bytes are in
-S3 before its item names them, and its item goes before its bytes, so it is whole or absent.
+Sparse indexes: `by_time` (a tenant's files, or its batches, in time order: `listing` is
+"<tenant>#F" or "<tenant>#B"), `open` (batches not yet final), `expiring` (files and pending
+uploads by expiry, for the sweep) and `waiting` (a ledger's lines not done, in file order, with
+their `not_before` alone: a line is read from the table itself).
+
+Indexes are eventually consistent: they only ever find candidates, and every decision is made
+on a consistent read of the table (a line taken is re-read and taken by a conditional write; a
+batch is complete when its counts say so, `gateway.batches.worker`). DynamoDB's TTL removes what
+the sweep may miss, and an expired file is refused from the moment it expires, whatever TTL's
+lag. A file's bytes are in S3 before its item names them, and its item goes before its bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import time
@@ -27,15 +31,27 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
 from typing import Any
 
-from gateway.batches.model import ENDPOINTS, FILE_TTL_S, FINAL, Batch, Line, LineUsage, StoredFile, Upload, UploadPart
-from gateway.stores.dynamodb.items import Table, item, ttl_of, typed
+from gateway.batches.model import (
+    ENDPOINTS,
+    FILE_TTL_S,
+    FINAL,
+    Batch,
+    Line,
+    LineUsage,
+    StoredFile,
+    Upload,
+    UploadPart,
+    tenant_hash,
+)
+from gateway.stores.dynamodb.items import Table, index, item, ttl_of, typed
 
 PART_BYTES = 8 * 1024 * 1024  # an S3 multipart upload's parts (S3 takes 5 MiB at least, but for the last)
-SPILL_BYTES = 300 * 1024  # a line's body or reply larger than this goes to S3 (an item holds 400 KB in all)
-LINE_TTL_S = 7 * 86400  # a ledger outlives its batch's window by this much, should the sweep miss it
-_WRITE_BATCH = 25  # DynamoDB's BatchWriteItem maximum
+SPILL_BYTES = 150 * 1024  # a line's body or reply past this goes to S3: both at most, an item stays under 400 KB
+LINE_TTL_S = 7 * 86400  # a ledger outlives its batch's window by this much, should nothing drop it
 _NANO = 1_000_000_000
 _COUNTS = ("completed", "failed", "input_tokens", "output_tokens", "cached_tokens", "cost_nano")
+_OPEN = {"IndexName": "open", "KeyConditionExpression": "#o = :o", "ExpressionAttributeNames": {"#o": "open"},
+         "ExpressionAttributeValues": {":o": {"S": "open"}}}
 
 
 class DynamoDBBatches:
@@ -49,8 +65,8 @@ class DynamoDBBatches:
 
     @staticmethod
     def _key(kind: str, tenant_id: str, *names: str) -> str:
-        """An object's key: the tenant by a hash of its id, never the id (keys show in listings and logs)."""
-        return "/".join((kind, hashlib.sha256(tenant_id.encode()).hexdigest()[:32], *names))
+        """An object's key: built only from ids this store gave out, the tenant by its hash."""
+        return "/".join((kind, tenant_hash(tenant_id), *names))
 
     def _write(self, key: str, content: Iterable[bytes]) -> int:
         """The bytes under `key`, whole or not at all: one PUT for a small file, else a multipart
@@ -82,10 +98,14 @@ class DynamoDBBatches:
         return {"ETag": reply["ETag"], "PartNumber": number}
 
     def _read(self, key: str) -> Iterator[bytes] | None:
+        """The object's bytes in pieces, or None when it is gone. Without s3:ListBucket (no role
+        here has it) S3 answers a missing key AccessDenied, not NoSuchKey: both mean gone."""
         try:
             body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"]
-        except self.s3.exceptions.NoSuchKey:
-            return None
+        except self.s3.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "AccessDenied", "404", "403"):
+                return None
+            raise
 
         def pieces() -> Iterator[bytes]:
             with contextlib.closing(body):
@@ -95,9 +115,8 @@ class DynamoDBBatches:
 
     def _delete_objects(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # DeleteObjects' maximum
-            self.s3.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[start : start + 1000]], "Quiet": True}
-            )
+            chunk = [{"Key": key} for key in keys[start:start + 1000]]
+            self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
 
     # -- files ------------------------------------------------------------------------
 
@@ -113,18 +132,11 @@ class DynamoDBBatches:
     def _expired(self, found: dict[str, Any]) -> bool:
         return found.get("expires_at") is not None and found["expires_at"] <= self.clock()
 
-    def list_files(
-        self,
-        tenant_id: str,
-        purpose: str | None,
-        after: str | None,
-        limit: int,
-        descending: bool,
-        scopes: Iterable[str] | None = None,
-    ) -> list[StoredFile]:
+    def list_files(self, tenant_id: str, purpose: str | None, after: str | None, limit: int,
+                   descending: bool, scopes: Iterable[str] | None = None) -> list[StoredFile]:
         allowed = None if scopes is None else set(scopes)
         chosen = []
-        for found in self._in_time_order(f"{tenant_id}#F", "F", tenant_id, after, descending):
+        for found in self._in_time_order(tenant_id, "F", after, descending):
             if (purpose is not None and found["purpose"] != purpose) or self._expired(found):
                 continue
             if allowed is not None and found.get("scope") is not None and found["scope"] not in allowed:
@@ -134,25 +146,20 @@ class DynamoDBBatches:
                 break
         return chosen
 
-    def _in_time_order(
-        self, owner: str, kind: str, tenant_id: str, after: str | None, descending: bool
-    ) -> Iterator[dict[str, Any]]:
-        """A tenant's files or batches in time order (the `by_time` index), after the one named `after`."""
-        condition, values = "#o = :o", {":o": typed(owner)}
+    def _in_time_order(self, tenant_id: str, kind: str, after: str | None, descending: bool) -> Iterator[dict[str, Any]]:
+        """A tenant's files (F) or batches (B) in time order (`by_time`), after the one named `after`."""
+        listing = f"{tenant_id}#{kind}"
+        condition, values = "listing = :l", {":l": typed(listing)}
         if after is not None:
-            key = {"pk": f"T#{tenant_id}", "sk": f"F#{after}"} if kind == "F" else {"pk": f"B#{after}", "sk": "batch"}
-            cursor = self.table.get(key)
-            if cursor is None or cursor["owner"] != owner:
+            cursor = self.table.get({"pk": f"T#{tenant_id}", "sk": f"F#{after}"} if kind == "F" else
+                                    {"pk": f"B#{after}", "sk": "batch"})
+            if cursor is None or cursor["listing"] != listing:  # another tenant's id: an empty page
                 return
-            condition += f" AND #t {'<' if descending else '>'} :t"
-            values[":t"] = typed(cursor["at"])
-        yield from self.table.query_pages(
-            IndexName="by_time",
-            KeyConditionExpression=condition,
-            ExpressionAttributeNames={"#o": "owner", **({"#t": "at"} if after else {})},
-            ExpressionAttributeValues=values,
-            ScanIndexForward=not descending,
-        )
+            condition += f" AND #at {'<' if descending else '>'} :at"
+            values[":at"] = typed(cursor["at"])
+        extra = {"ExpressionAttributeNames": {"#at": "at"}} if after is not None else {}
+        yield from self.table.query_pages(IndexName="by_time", KeyConditionExpression=condition,
+                                          ExpressionAttributeValues=values, ScanIndexForward=not descending, **extra)
 
     def read_file(self, tenant_id: str, file_id: str) -> Iterator[bytes] | None:
         if self.get_file(tenant_id, file_id) is None:
@@ -160,23 +167,21 @@ class DynamoDBBatches:
         return self._read(self._key("files", tenant_id, file_id))
 
     def delete_file(self, tenant_id: str, file_id: str) -> bool:
-        reply = self.table.client.delete_item(
-            TableName=self.table.name, Key=item({"pk": f"T#{tenant_id}", "sk": f"F#{file_id}"}), ReturnValues="ALL_OLD"
-        )
+        reply = self.table.delete({"pk": f"T#{tenant_id}", "sk": f"F#{file_id}"}, ReturnValues="ALL_OLD")
         if "Attributes" not in reply:
             return False  # no such file: no key is made of an id this store never gave out
         self.s3.delete_object(Bucket=self.bucket, Key=self._key("files", tenant_id, file_id))
         return True
 
     def holdings(self, tenant_id: str) -> tuple[int, int]:
-        """Read from the tenant's items (files and uploads: at most MAX_TENANT_FILES of them)."""
+        """From the tenant's file and upload items (at most MAX_TENANT_FILES of them): sort keys
+        from "F#" up to "U$", the first key past every "U#..."."""
         size = count = 0
-        for found in self.table.query_pages(
-            KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
-            ExpressionAttributeValues={":pk": typed(f"T#{tenant_id}"), ":from": typed("F#"), ":to": typed("U$")},
-            ProjectionExpression="sk, #b, expires_at, #s",
-            ExpressionAttributeNames={"#b": "bytes", "#s": "status"},
-        ):
+        for found in self.table.query_pages(KeyConditionExpression="pk = :pk AND sk BETWEEN :from AND :to",
+                                            ExpressionAttributeValues={":pk": typed(f"T#{tenant_id}"),
+                                                                       ":from": typed("F#"), ":to": typed("U$")},
+                                            ProjectionExpression="sk, #b, expires_at, #s", ConsistentRead=True,
+                                            ExpressionAttributeNames={"#b": "bytes", "#s": "status"}):
             upload = found["sk"].startswith("U#")  # a pending one counts until the sweep expires it
             if (upload and found.get("status") != "pending") or (not upload and self._expired(found)):
                 continue
@@ -184,26 +189,19 @@ class DynamoDBBatches:
         return size, count
 
     def delete_expired(self, now: float) -> int:
-        """Files and pending uploads past their expiry (the `expiring` index); ended batches' ledgers
-        and ended batches themselves go by TTL and `drop_lines`."""
+        """Files and pending uploads past their expiry (the `expiring` index); ended batches and
+        their ledgers go by `drop_lines` and TTL."""
         gone = 0
         for found in self._expiring("file", now):
-            tenant_id, file_id = found["pk"].removeprefix("T#"), found["sk"].removeprefix("F#")
-            self.delete_file(tenant_id, file_id)
-            gone += 1
+            gone += self.delete_file(found["pk"].removeprefix("T#"), found["sk"].removeprefix("F#"))
         for found in self._expiring("upload", now):
             upload = Upload(**json.loads(found["document"]))
             gone += self.set_upload(replace(upload, status="expired"), "pending")
         return gone
 
     def _expiring(self, kind: str, now: float) -> list[dict[str, Any]]:
-        return list(
-            self.table.query_pages(
-                IndexName="expiring",
-                KeyConditionExpression="expiring = :k AND expires_at <= :now",
-                ExpressionAttributeValues={":k": typed(kind), ":now": typed(now)},
-            )
-        )
+        return list(self.table.query_pages(IndexName="expiring", KeyConditionExpression="expiring = :k AND expires_at <= :now",
+                                           ExpressionAttributeValues={":k": typed(kind), ":now": typed(now)}))
 
     # -- uploads ----------------------------------------------------------------------
 
@@ -216,12 +214,8 @@ class DynamoDBBatches:
 
     def set_upload(self, upload: Upload, expect: str) -> bool:
         try:
-            self.table.put(
-                _upload_item(upload),
-                ConditionExpression="#s = :expect",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={":expect": typed(expect)},
-            )
+            self.table.put(_upload_item(upload), ConditionExpression="#s = :expect",
+                           ExpressionAttributeNames={"#s": "status"}, ExpressionAttributeValues={":expect": typed(expect)})
         except self.table.refused:
             return False
         if upload.status != "pending":
@@ -230,20 +224,12 @@ class DynamoDBBatches:
 
     def add_part(self, upload: Upload, part: UploadPart, data: bytes) -> None:
         self._write(self._key("parts", upload.tenant_id, upload.id, part.id), [data])
-        self.table.put(
-            {
-                "pk": f"U#{upload.id}",
-                "sk": f"P#{part.id}",
-                "bytes": part.bytes,
-                "created_at": part.created_at,
-                "ttl": ttl_of(upload.expires_at + 86400),
-            }
-        )
+        self.table.put({"pk": f"U#{upload.id}", "sk": f"P#{part.id}", "bytes": part.bytes, "created_at": part.created_at,
+                        "ttl": ttl_of(upload.expires_at + 86400)})
 
     def parts(self, upload_id: str) -> list[UploadPart]:
-        found = self.table.query_pages(
-            KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": typed(f"U#{upload_id}")}
-        )
+        found = self.table.query_pages(KeyConditionExpression="pk = :pk", ConsistentRead=True,
+                                       ExpressionAttributeValues={":pk": typed(f"U#{upload_id}")})
         parts = [UploadPart(f["sk"].removeprefix("P#"), upload_id, int(f["bytes"]), f["created_at"]) for f in found]
         return sorted(parts, key=lambda p: (p.created_at, p.id))
 
@@ -258,54 +244,44 @@ class DynamoDBBatches:
         key = self._key("files", file.tenant_id, file.id)
         stored = replace(file, bytes=self._write(key, self.read_parts(upload, part_ids)))
         done = replace(upload, status="completed", file_id=file.id)
-        try:  # the file and the upload's completion in one write
-            self.table.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table.name,
-                            "Item": item(_upload_item(done)),
-                            "ConditionExpression": "#s = :p",
-                            "ExpressionAttributeNames": {"#s": "status"},
-                            "ExpressionAttributeValues": {":p": typed("pending")},
-                        }
-                    },
-                    {"Put": {"TableName": self.table.name, "Item": item(_file_item(stored))}},
-                ]
-            )
-        except self.table.client.exceptions.TransactionCanceledException:
+        completed = self.table.transact([  # the file and the upload's completion in one write
+            {"Put": {"TableName": self.table.name, "Item": item(_upload_item(done)), "ConditionExpression": "#s = :p",
+                     "ExpressionAttributeNames": {"#s": "status"}, "ExpressionAttributeValues": {":p": typed("pending")}}},
+            {"Put": {"TableName": self.table.name, "Item": item(_file_item(stored))}}])
+        if not completed:
             self.s3.delete_object(Bucket=self.bucket, Key=key)
-            raise ValueError("the upload is no longer pending") from None
+            raise ValueError("the upload is no longer pending")
         self._drop_parts(upload)
         return stored
 
     def _drop_parts(self, upload: Upload) -> None:
         parts = self.parts(upload.id)
-        self._delete_items([{"pk": f"U#{upload.id}", "sk": f"P#{p.id}"} for p in parts])
+        self.table.batch_write([{"DeleteRequest": {"Key": item({"pk": f"U#{upload.id}", "sk": f"P#{p.id}"})}}
+                                for p in parts])
         self._delete_objects([self._key("parts", upload.tenant_id, upload.id, p.id) for p in parts])
 
     # -- batches ----------------------------------------------------------------------
 
     def put_batch(self, batch: Batch) -> None:
-        values = {**_batch_item(batch), **dict.fromkeys(_COUNTS, 0)}
-        self.table.put(values, ConditionExpression="attribute_not_exists(pk)")
+        self.table.put({**_batch_item(batch), **dict.fromkeys(_COUNTS, 0)}, ConditionExpression="attribute_not_exists(pk)")
 
     def get_batch(self, tenant_id: str, batch_id: str) -> Batch | None:
-        found = self.table.get({"pk": f"B#{batch_id}", "sk": "batch"})
+        found = self.table.get(_batch_key(batch_id))
         return None if found is None or found["tenant"] != tenant_id else _batch(found)
 
-    def list_batches(self, tenant_id: str, after: str | None, limit: int, scopes: Iterable[str] | None = None) -> list[Batch]:
+    def list_batches(self, tenant_id: str, after: str | None, limit: int,
+                     scopes: Iterable[str] | None = None) -> list[Batch]:
         allowed = None if scopes is None else set(scopes)
         chosen = []
-        for found in self._in_time_order(f"{tenant_id}#B", "B", tenant_id, after, descending=True):
+        for found in self._in_time_order(tenant_id, "B", after, descending=True):
             if allowed is None or found["scope"] in allowed:
-                chosen.append(_batch(self.table.get({"pk": found["pk"], "sk": "batch"}) or found))  # counts as of now
+                chosen.append(_batch(self.table.get(_batch_key(found["pk"].removeprefix("B#"))) or found))  # counts now
                 if len(chosen) == limit:
                     break
         return chosen
 
     def update_batch(self, batch: Batch, expect: str) -> bool:
-        names, values, sets, removes = {"#s": "status"}, {":expect": typed(expect)}, [], []
+        names, values, sets, removes = {}, {":expect": typed(expect)}, [], []
         for name, value in _batch_item(batch).items():
             if name in ("pk", "sk"):
                 continue
@@ -316,317 +292,204 @@ class DynamoDBBatches:
                 values[f":{name}"] = typed(value)
                 sets.append(f"#{name} = :{name}")
         if batch.status in FINAL:
-            removes.append("#open")
             names["#open"] = "open"
+            removes.append("#open")
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         try:
-            self.table.update(
-                _batch_key(batch),
-                UpdateExpression=expression,
-                ConditionExpression="#s = :expect",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            self.table.update(_batch_key(batch.id), UpdateExpression=expression, ConditionExpression="#status = :expect",
+                              ExpressionAttributeNames=names, ExpressionAttributeValues=values)
         except self.table.refused:
             return False
         return True
 
+    def _open_items(self) -> Iterator[dict[str, Any]]:
+        """The `open` index (eventually consistent: a batch that has just ended may be listed;
+        whoever acts on it reads it again, consistently)."""
+        return self.table.query_pages(**_OPEN)
+
     def open_batches(self) -> list[Batch]:
-        """From the `open` index (eventually consistent: a batch that has just ended may still be
-        listed; its worker reads it again, consistently, and stops)."""
-        found = self.table.query_pages(
-            IndexName="open",
-            KeyConditionExpression="#o = :o",
-            ExpressionAttributeNames={"#o": "open"},
-            ExpressionAttributeValues={":o": typed("open")},
-        )
-        return [batch for batch in map(_batch, found) if batch.status not in FINAL]
+        return [batch for batch in map(_batch, self._open_items()) if batch.status not in FINAL]
 
     def stalled(self, now: float, quiet_s: float) -> list[Batch]:
-        found = self.table.query_pages(IndexName="open", KeyConditionExpression="#o = :o",
-                                       ExpressionAttributeNames={"#o": "open"}, ExpressionAttributeValues={":o": typed("open")})
         since = now - quiet_s
-        return [_batch(f) for f in found if f.get("lease_until", 0) <= since and f["created_at"] <= since]
+        return [_batch(f) for f in self._open_items()
+                if max(f["created_at"], f.get("lease_until", 0), f.get("announced_at", 0)) <= since]
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         try:
-            self.table.update(
-                {"pk": f"B#{batch_id}", "sk": "batch"},
-                UpdateExpression="SET lease_owner = :o, lease_until = :u",
-                ConditionExpression="attribute_exists(pk) AND (attribute_not_exists(lease_owner)"
-                " OR lease_owner = :o OR lease_until <= :now)",
-                ExpressionAttributeValues={":o": typed(owner), ":u": typed(until), ":now": typed(now)},
-            )
+            self.table.update(_batch_key(batch_id), UpdateExpression="SET lease_owner = :o, lease_until = :u",
+                              ConditionExpression="attribute_exists(pk) AND (attribute_not_exists(lease_owner)"
+                                                  " OR lease_owner = :o OR lease_until <= :now)",
+                              ExpressionAttributeValues={":o": typed(owner), ":u": typed(until), ":now": typed(now)})
         except self.table.refused:
-            return not self._exists(batch_id)  # none (ended and gone): the worker reads that and stops
+            return self.table.get(_batch_key(batch_id)) is None  # none (ended and gone): its worker reads that and stops
         return True
 
-    def _exists(self, batch_id: str) -> bool:
-        return self.table.get({"pk": f"B#{batch_id}", "sk": "batch"}) is not None
+    def next_turn(self, batch_id: str, now: float) -> int | None:
+        try:
+            reply = self.table.update(_batch_key(batch_id), UpdateExpression="ADD turn :one SET announced_at = :now",
+                                      ConditionExpression="attribute_exists(#open)", ExpressionAttributeNames={"#open": "open"},
+                                      ExpressionAttributeValues={":one": typed(1), ":now": typed(now)},
+                                      ReturnValues="UPDATED_NEW")
+        except self.table.refused:
+            return None
+        return int(reply["Attributes"]["turn"]["N"])
+
+    def turn_of(self, batch_id: str) -> int | None:
+        found = self.table.get(_batch_key(batch_id))
+        return None if found is None or "turn" not in found or "open" not in found else int(found["turn"])
 
     # -- the ledger -------------------------------------------------------------------
 
     def add_lines(self, batch: Batch, lines: list[Line], expect: str) -> bool:
-        """The lines first (a batch with no status change has no ledger anyone reads), then the
-        batch's status from `expect`; should that fail, the lines are taken back."""
         ttl = ttl_of(batch.expires_at + LINE_TTL_S)
-        puts = [self._line_item(line, ttl) for line in lines]
-        self._write_items(puts)
+        self.table.batch_write([{"PutRequest": {"Item": item(self._line_item(line, ttl))}} for line in lines])
         if self.update_batch(batch, expect):
             return True
         self.drop_lines(batch.id)
         return False
 
     def _line_item(self, line: Line, ttl: int) -> dict[str, Any]:
-        values = {
-            "pk": f"L#{line.batch_id}",
-            "sk": f"{line.number:09d}",
-            "custom_id": line.custom_id,
-            "state": line.state,
-            "decision_id": line.decision_id,
-            "tries": line.tries,
-            "not_before": line.not_before,
-            "failed": line.failed,
-            "ttl": ttl,
-        }
-        values["body"] = self._spilled(line, "body", line.body)
-        values["reply"] = self._spilled(line, "reply", line.reply)
+        values = {**_line_key(line), "custom_id": line.custom_id, "state": line.state, "decision_id": line.decision_id,
+                  "tries": line.tries, "not_before": line.not_before, "failed": line.failed, "ttl": ttl,
+                  **self._texts(line, "body", line.body), **self._texts(line, "reply", line.reply)}
         if line.state != "done":
             values["waiting"] = values["sk"]
         return values
 
-    def _spilled(self, line: Line, name: str, text: str | None) -> str | None:
-        """The text, or (one too large for an item) a reference to the S3 object that holds it."""
+    def _texts(self, line: Line, name: str, text: str | None) -> dict[str, Any]:
+        """The text as an attribute, or (one too large for an item) the key of the S3 object that
+        holds it, in an attribute of its own (`<name>_s3`): a line's text is never read as a key."""
         if text is None or len(text.encode("utf-8", "surrogatepass")) <= SPILL_BYTES:
-            return text
+            return {name: text, f"{name}_s3": None}
         key = f"ledger/{line.batch_id}/{line.number}.{name}"
         self._write(key, [text.encode("utf-8", "surrogatepass")])
-        return json.dumps({"s3": key})
+        return {name: None, f"{name}_s3": key}
 
-    def _unspilled(self, text: str | None) -> str | None:
-        if text is None or not text.startswith('{"s3": '):
-            return text
-        pieces = self._read(json.loads(text)["s3"])
+    def _text(self, found: dict[str, Any], name: str) -> str | None:
+        key = found.get(f"{name}_s3")
+        if key is None:
+            return found.get(name)
+        pieces = self._read(key)
         return None if pieces is None else b"".join(pieces).decode("utf-8", "surrogatepass")
 
     def runnable_lines(self, batch_id: str, now: float, limit: int) -> list[Line]:
+        """Candidates from the `waiting` index (their keys and `not_before`), each read from the
+        table: one the index still lists though it was done is skipped."""
         runnable = []
-        for found in self._waiting(batch_id):
-            if found["not_before"] <= now:
-                runnable.append(self._line(found))
+        for found in self.table.query_pages(IndexName="waiting", KeyConditionExpression="pk = :pk",
+                                            FilterExpression="not_before <= :now",
+                                            ExpressionAttributeValues={":pk": typed(f"L#{batch_id}"), ":now": typed(now)}):
+            line = self.table.get({"pk": found["pk"], "sk": found["sk"]})
+            if line is not None and line["state"] != "done":
+                runnable.append(self._line(line))
                 if len(runnable) == limit:
                     break
         return runnable
 
-    def _waiting(self, batch_id: str) -> Iterator[dict[str, Any]]:
-        return self.table.query_pages(
-            IndexName="waiting", KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": typed(f"L#{batch_id}")}
-        )
-
     def put_line(self, line: Line, expect_tries: int | None = None) -> bool:
         condition = "attribute_exists(pk) AND #st <> :done" + ("" if expect_tries is None else " AND tries = :t")
-        values = {
-            ":done": typed("done"),
-            ":state": typed(line.state),
-            ":tries": typed(line.tries),
-            ":nb": typed(line.not_before),
-            ":failed": typed(line.failed),
-        }
-        if expect_tries is not None:
-            values[":t"] = typed(expect_tries)
-        sets = ["#st = :state", "tries = :tries", "not_before = :nb", "failed = :failed"]
-        removes = []
-        for name, value in (("decision_id", line.decision_id), ("reply", self._spilled(line, "reply", line.reply))):
-            if value is None:
-                removes.append(name)
-            else:
-                values[f":{name}"] = typed(value)
-                sets.append(f"{name} = :{name}")
-        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        values = {":done": typed("done")} | ({} if expect_tries is None else {":t": typed(expect_tries)})
+        fields = {"#st": line.state, "tries": line.tries, "not_before": line.not_before, "failed": line.failed,
+                  "decision_id": line.decision_id, **self._texts(line, "reply", line.reply)}
         try:
-            self.table.update(
-                _line_key(line),
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#st": "state"},
-                ExpressionAttributeValues=values,
-            )
+            self.table.update(_line_key(line), ConditionExpression=condition, ExpressionAttributeNames={"#st": "state"},
+                              **_set_or_remove(fields, values))
         except self.table.refused:
             return False
         return True
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:
-        values = {
-            ":done": typed("done"),
-            ":tries": typed(line.tries),
-            ":failed": typed(line.failed),
-            ":ok": typed(int(not line.failed)),
-            ":bad": typed(int(line.failed)),
-            ":in": typed(usage.input_tokens),
-            ":out": typed(usage.output_tokens),
-            ":cached": typed(usage.cached_tokens),
-            ":nano": typed(math.ceil(usage.cost_usd * _NANO)),
-        }
-        reply = self._spilled(line, "reply", line.reply)
-        line_sets = "#st = :done, tries = :tries, failed = :failed" + (", reply = :reply" if reply is not None else "")
-        line_values = {k: values[k] for k in (":done", ":tries", ":failed")}
-        if reply is not None:
-            line_values[":reply"] = typed(reply)
-        if line.decision_id is not None:
-            line_sets += ", decision_id = :d"
-            line_values[":d"] = typed(line.decision_id)
-        try:  # the line done and its batch's counts, in one write; a line done already is left as it is
-            self.table.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self.table.name,
-                            "Key": item(_line_key(line)),
-                            "UpdateExpression": f"SET {line_sets} REMOVE waiting",
-                            "ConditionExpression": "attribute_exists(pk) AND #st <> :done",
-                            "ExpressionAttributeNames": {"#st": "state"},
-                            "ExpressionAttributeValues": line_values,
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self.table.name,
-                            "Key": item({"pk": f"B#{line.batch_id}", "sk": "batch"}),
-                            "UpdateExpression": "ADD completed :ok, failed :bad, input_tokens :in, output_tokens :out,"
-                            " cached_tokens :cached, cost_nano :nano",
-                            "ConditionExpression": "attribute_exists(pk)",
-                            "ExpressionAttributeValues": {
-                                k: values[k] for k in (":ok", ":bad", ":in", ":out", ":cached", ":nano")
-                            },
-                        }
-                    },
-                ]
-            )
-        except self.table.client.exceptions.TransactionCanceledException:
-            return
+        fields = {"#st": "done", "tries": line.tries, "failed": line.failed, "decision_id": line.decision_id,
+                  "waiting": None, **self._texts(line, "reply", line.reply)}
+        counts = {":ok": int(not line.failed), ":bad": int(line.failed), ":in": usage.input_tokens,
+                  ":out": usage.output_tokens, ":cached": usage.cached_tokens, ":nano": math.ceil(usage.cost_usd * _NANO)}
+        # The line done and its batch's counts, in one write; a line done already is left as it is
+        self.table.transact([
+            {"Update": {"TableName": self.table.name, "Key": item(_line_key(line)),
+                        "ConditionExpression": "attribute_exists(pk) AND #st <> :done",
+                        "ExpressionAttributeNames": {"#st": "state"},
+                        **_set_or_remove(fields, {":done": typed("done")})}},
+            {"Update": {"TableName": self.table.name, "Key": item(_batch_key(line.batch_id)),
+                        "UpdateExpression": "ADD completed :ok, failed :bad, input_tokens :in, output_tokens :out,"
+                                            " cached_tokens :cached, cost_nano :nano",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": {k: typed(v) for k, v in counts.items()}}}])
 
     def drop_lines(self, batch_id: str) -> None:
         keys, spilled = [], []
-        for found in self.table.query_pages(
-            KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": typed(f"L#{batch_id}")}
-        ):
+        for found in self._ledger(batch_id):
             keys.append({"pk": found["pk"], "sk": found["sk"]})
-            spilled += [
-                json.loads(v)["s3"]
-                for v in (found.get("body"), found.get("reply"))
-                if isinstance(v, str) and v.startswith('{"s3": ')
-            ]
-        self._delete_items(keys)
+            spilled += [found[k] for k in ("body_s3", "reply_s3") if found.get(k)]
+        self.table.batch_write([{"DeleteRequest": {"Key": item(key)}} for key in keys])
         self._delete_objects(spilled)
 
     def unfinished_lines(self, batch_id: str) -> Iterator[Line]:
-        return (self._line(found) for found in self._waiting(batch_id))
+        return (self._line(f) for f in self._ledger(batch_id, "#st <> :done"))
 
     def finished_lines(self, batch_id: str) -> Iterator[Line]:
-        found = self.table.query_pages(
-            KeyConditionExpression="pk = :pk",
-            FilterExpression="#st = :done",
-            ExpressionAttributeNames={"#st": "state"},
-            ExpressionAttributeValues={":pk": typed(f"L#{batch_id}"), ":done": typed("done")},
-        )
-        return (self._line(f) for f in found)
+        return (self._line(f) for f in self._ledger(batch_id, "#st = :done"))
+
+    def _ledger(self, batch_id: str, condition: str | None = None) -> Iterator[dict[str, Any]]:
+        """The ledger's lines in file order, read consistently from the table (never the index)."""
+        values = {":pk": typed(f"L#{batch_id}")}
+        extra: dict[str, Any] = {}
+        if condition is not None:
+            values[":done"] = typed("done")
+            extra = {"FilterExpression": condition, "ExpressionAttributeNames": {"#st": "state"}}
+        return self.table.query_pages(KeyConditionExpression="pk = :pk", ExpressionAttributeValues=values,
+                                      ConsistentRead=True, **extra)
 
     def _line(self, found: dict[str, Any]) -> Line:
-        return Line(
-            found["pk"].removeprefix("L#"),
-            int(found["sk"]),
-            found["custom_id"],
-            self._unspilled(found["body"]) or "",
-            found["state"],
-            found.get("decision_id"),
-            int(found["tries"]),
-            found["not_before"],
-            self._unspilled(found.get("reply")),
-            bool(found["failed"]),
-        )
+        return Line(found["pk"].removeprefix("L#"), int(found["sk"]), found["custom_id"], self._text(found, "body") or "",
+                    found["state"], found.get("decision_id"), int(found["tries"]), found["not_before"],
+                    self._text(found, "reply"), bool(found["failed"]))
 
-    # -- writes in bulk ---------------------------------------------------------------
 
-    def _write_items(self, puts: list[dict[str, Any]]) -> None:
-        self._batch_write([{"PutRequest": {"Item": item(values)}} for values in puts])
-
-    def _delete_items(self, keys: list[dict[str, Any]]) -> None:
-        self._batch_write([{"DeleteRequest": {"Key": item(key)}} for key in keys])
-
-    def _batch_write(self, requests: list[dict[str, Any]]) -> None:
-        """All of `requests`, 25 at a time, those DynamoDB left unprocessed sent again."""
-        for start in range(0, len(requests), _WRITE_BATCH):
-            pending = requests[start : start + _WRITE_BATCH]
-            for attempt in range(8):
-                reply = self.table.client.batch_write_item(RequestItems={self.table.name: pending})
-                pending = reply.get("UnprocessedItems", {}).get(self.table.name, [])
-                if not pending:
-                    break
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-            else:
-                raise RuntimeError("DynamoDB left writes unprocessed after 8 attempts")
+def _set_or_remove(fields: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """An UpdateExpression that sets the fields with a value and removes those without one."""
+    sets, removes, values = [], [], dict(values)
+    for number, (name, value) in enumerate(fields.items()):
+        if value is None:
+            removes.append(name)
+        else:
+            values[f":v{number}"] = typed(value)
+            sets.append(f"{name} = :v{number}")
+    expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+    return {"UpdateExpression": expression, "ExpressionAttributeValues": values}
 
 
 def _file_item(file: StoredFile) -> dict[str, Any]:
-    values = {
-        "pk": f"T#{file.tenant_id}",
-        "sk": f"F#{file.id}",
-        "owner": f"{file.tenant_id}#F",
-        "at": _at(file.created_at, file.id),
-        "filename": file.filename,
-        "purpose": file.purpose,
-        "bytes": file.bytes,
-        "created_at": file.created_at,
-        "scope": file.scope,
-    }
+    values = {"pk": f"T#{file.tenant_id}", "sk": f"F#{file.id}", "listing": f"{file.tenant_id}#F",
+              "at": _at(file.created_at, file.id), "filename": file.filename, "purpose": file.purpose,
+              "bytes": file.bytes, "created_at": file.created_at, "scope": file.scope}
     if file.expires_at is not None:
         values.update(expires_at=file.expires_at, expiring="file", ttl=ttl_of(file.expires_at + 86400))
     return values
 
 
 def _file(found: dict[str, Any]) -> StoredFile:
-    return StoredFile(
-        found["sk"].removeprefix("F#"),
-        found["pk"].removeprefix("T#"),
-        found["filename"],
-        found["purpose"],
-        int(found["bytes"]),
-        found["created_at"],
-        found.get("expires_at"),
-        found.get("scope"),
-    )
+    return StoredFile(found["sk"].removeprefix("F#"), found["pk"].removeprefix("T#"), found["filename"], found["purpose"],
+                      int(found["bytes"]), found["created_at"], found.get("expires_at"), found.get("scope"))
 
 
 def _upload_item(upload: Upload) -> dict[str, Any]:
-    values = {
-        "pk": f"T#{upload.tenant_id}",
-        "sk": f"U#{upload.id}",
-        "status": upload.status,
-        "bytes": upload.bytes,
-        "expires_at": upload.expires_at,
-        "document": json.dumps(asdict(upload)),
-        "ttl": ttl_of(upload.expires_at + 86400),
-    }
+    values = {"pk": f"T#{upload.tenant_id}", "sk": f"U#{upload.id}", "status": upload.status, "bytes": upload.bytes,
+              "expires_at": upload.expires_at, "document": json.dumps(asdict(upload)),
+              "ttl": ttl_of(upload.expires_at + 86400)}
     if upload.status == "pending":
         values["expiring"] = "upload"
     return values
 
 
-def _batch_key(batch: Batch) -> dict[str, Any]:
-    return {"pk": f"B#{batch.id}", "sk": "batch"}
+def _batch_key(batch_id: str) -> dict[str, Any]:
+    return {"pk": f"B#{batch_id}", "sk": "batch"}
 
 
 def _batch_item(batch: Batch) -> dict[str, Any]:
-    values = {
-        **_batch_key(batch),
-        "tenant": batch.tenant_id,
-        "owner": f"{batch.tenant_id}#B",
-        "at": _at(batch.created_at, batch.id),
-        "scope": ENDPOINTS[batch.endpoint].scope,
-        "status": batch.status,
-        "created_at": batch.created_at,
-        "document": json.dumps(batch.document()),
-    }
+    values = {**_batch_key(batch.id), "tenant": batch.tenant_id, "listing": f"{batch.tenant_id}#B",
+              "at": _at(batch.created_at, batch.id), "scope": ENDPOINTS[batch.endpoint].scope, "status": batch.status,
+              "created_at": batch.created_at, "document": json.dumps(batch.document())}
     if batch.status in FINAL:
         values["ttl"] = ttl_of(batch.created_at + FILE_TTL_S)
     else:
@@ -651,33 +514,19 @@ def _at(created_at: float, name: str) -> str:
     return f"{created_at:020.6f}#{name}"
 
 
+BATCH_INDEXES = (("by_time", "listing", "at"), ("open", "open", "at"), ("expiring", "expiring", "expires_at"),
+                 ("waiting", "pk", "waiting"))
+WAITING_PROJECTION = {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["not_before"]}
+
+
 def create_batches_table(client: Any, name: str) -> None:
     """For tests and local tools; in AWS the template creates it (BatchesTable)."""
-    strings = ("pk", "sk", "owner", "at", "open", "expiring", "waiting")
+    strings = ("pk", "sk", "listing", "at", "open", "expiring", "waiting")
     client.create_table(
-        TableName=name,
-        BillingMode="PAY_PER_REQUEST",
+        TableName=name, BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            *({"AttributeName": a, "AttributeType": "S"} for a in strings),
-            {"AttributeName": "expires_at", "AttributeType": "N"},
-        ],
-        GlobalSecondaryIndexes=[_index(name, partition, sort) for name, partition, sort in BATCH_INDEXES],
-    )
+        AttributeDefinitions=[*({"AttributeName": a, "AttributeType": "S"} for a in strings),
+                              {"AttributeName": "expires_at", "AttributeType": "N"}],
+        GlobalSecondaryIndexes=[index(i, partition, sort, WAITING_PROJECTION if i == "waiting" else None)
+                                for i, partition, sort in BATCH_INDEXES])
     client.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
-
-
-BATCH_INDEXES = (
-    ("by_time", "owner", "at"),
-    ("open", "open", "at"),
-    ("expiring", "expiring", "expires_at"),
-    ("waiting", "pk", "waiting"),
-)
-
-
-def _index(name: str, partition: str, sort: str) -> dict[str, Any]:
-    return {
-        "IndexName": name,
-        "Projection": {"ProjectionType": "ALL"},
-        "KeySchema": [{"AttributeName": partition, "KeyType": "HASH"}, {"AttributeName": sort, "KeyType": "RANGE"}],
-    }

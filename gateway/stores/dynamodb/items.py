@@ -6,6 +6,7 @@ shortest repr, so 0.1 is stored as 0.1), without boto3: its import is most of a 
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -110,5 +111,39 @@ class Table:
     def put(self, values: dict[str, Any], **conditions: Any) -> None:
         self.client.put_item(TableName=self.name, Item=item(values), **conditions)
 
-    def update(self, key: dict[str, Any], **request: Any) -> None:
-        self.client.update_item(TableName=self.name, Key=item(key), **request)
+    def update(self, key: dict[str, Any], **request: Any) -> dict[str, Any]:
+        return self.client.update_item(TableName=self.name, Key=item(key), **request)
+
+    def delete(self, key: dict[str, Any], **request: Any) -> dict[str, Any]:
+        return self.client.delete_item(TableName=self.name, Key=item(key), **request)
+
+    def transact(self, writes: list[dict[str, Any]]) -> bool:
+        """TransactWriteItems: all of `writes` or none. False when a condition failed; any other
+        cancellation (a conflicting write at the same moment, throttling) raises."""
+        try:
+            self.client.transact_write_items(TransactItems=writes)
+        except self.client.exceptions.TransactionCanceledException as exc:
+            codes = {reason.get("Code") for reason in exc.response.get("CancellationReasons", [])} - {None, "None"}
+            if codes == {"ConditionalCheckFailed"}:
+                return False
+            raise
+        return True
+
+    def batch_write(self, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem's puts and deletes, 25 at a time, what DynamoDB left unprocessed sent again."""
+        for start in range(0, len(requests), 25):
+            pending = requests[start:start + 25]
+            for attempt in range(8):
+                reply = self.client.batch_write_item(RequestItems={self.name: pending})
+                pending = reply.get("UnprocessedItems", {}).get(self.name, [])
+                if not pending:
+                    break
+                time.sleep(min(2.0, 0.05 * 2 ** attempt))
+            else:
+                raise RuntimeError("DynamoDB left writes unprocessed after 8 attempts")
+
+
+def index(name: str, partition: str, sort: str, projection: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A global secondary index's definition, for tables the tests and tools create."""
+    return {"IndexName": name, "Projection": projection or {"ProjectionType": "ALL"},
+            "KeySchema": [{"AttributeName": partition, "KeyType": "HASH"}, {"AttributeName": sort, "KeyType": "RANGE"}]}

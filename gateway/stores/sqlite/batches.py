@@ -9,7 +9,6 @@ sub-folder per tenant (a hash of its id, never the id).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -20,7 +19,18 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.batches.model import ENDPOINTS, FILE_TTL_S, FINAL, Batch, Line, LineUsage, StoredFile, Upload, UploadPart
+from gateway.batches.model import (
+    ENDPOINTS,
+    FILE_TTL_S,
+    FINAL,
+    Batch,
+    Line,
+    LineUsage,
+    StoredFile,
+    Upload,
+    UploadPart,
+    tenant_hash,
+)
 from gateway.stores.sqlite.database import Database
 
 _OPEN = f"status NOT IN ({', '.join(repr(status) for status in sorted(FINAL))})"  # its index's WHERE, word for word
@@ -96,6 +106,7 @@ class SQLiteBatches:
     def __init__(self, db: Database, folder: str | Path | None = None) -> None:
         self.db = db
         db.create(_SCHEMA)
+        db.add_columns("batches", {"turn": "INTEGER", "announced_at": "REAL NOT NULL DEFAULT 0"})  # a file from before turns
         if folder is None:
             folder = tempfile.mkdtemp(prefix="batch-files-") if db.path == ":memory:" else f"{db.path}.files"
         self.folder = Path(folder)
@@ -104,7 +115,7 @@ class SQLiteBatches:
     # -- bytes ------------------------------------------------------------------------
 
     def _path(self, tenant_id: str, name: str) -> Path:
-        return self.folder / hashlib.sha256(tenant_id.encode()).hexdigest()[:32] / name
+        return self.folder / tenant_hash(tenant_id) / name
 
     def _write(self, path: Path, content: Iterable[bytes]) -> int:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -301,9 +312,20 @@ class SQLiteBatches:
         return [_batch(row) for row in rows]
 
     def stalled(self, now: float, quiet_s: float) -> list[Batch]:
-        rows = self.db.connect().execute(f"SELECT * FROM batches WHERE {_OPEN} AND lease_until <= ? AND created_at <= ?"  # noqa: S608
-                                         " ORDER BY created_at", (now - quiet_s, now - quiet_s)).fetchall()
+        since = now - quiet_s
+        rows = self.db.connect().execute(f"SELECT * FROM batches WHERE {_OPEN} AND MAX(created_at, lease_until,"  # noqa: S608
+                                         " announced_at) <= ? ORDER BY created_at", (since,)).fetchall()
         return [_batch(row) for row in rows]
+
+    def next_turn(self, batch_id: str, now: float) -> int | None:
+        with self.db.connect() as db:
+            row = db.execute(f"UPDATE batches SET turn = COALESCE(turn, 0) + 1, announced_at = ? WHERE id = ? AND {_OPEN}"  # noqa: S608
+                             " RETURNING turn", (now, batch_id)).fetchone()
+        return None if row is None else row["turn"]
+
+    def turn_of(self, batch_id: str) -> int | None:
+        row = self.db.connect().execute(f"SELECT turn FROM batches WHERE id = ? AND {_OPEN}", (batch_id,)).fetchone()  # noqa: S608
+        return None if row is None else row["turn"]
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         with self.db.connect() as db:

@@ -116,13 +116,13 @@ def test_teardown_deletes_the_stack_then_each_leftover_keeping_secrets_recoverab
     calls = printed_calls(torn_down.stdout)
     operations = [f"{s}.{o}" for s, o, _ in calls]
     assert operations.index("cloudformation.DeleteStack") < operations.index("dynamodb.DeleteTable")
-    assert operations.count("dynamodb.DeleteTable") == 4
-    for operation in ("logs.DeleteLogGroup", "s3.DeleteObject", "ecr.BatchDeleteImage"):
+    assert operations.count("dynamodb.DeleteTable") == 5
+    for operation in ("logs.DeleteLogGroup", "s3.DeleteObject", "ecr.BatchDeleteImage", "s3.DeleteObjects", "s3.DeleteBucket"):
         assert operation in operations
     secrets = [p for s, o, p in calls if o == "DeleteSecret"]
     assert len(secrets) == 2 and all(p["RecoveryWindowInDays"] == 30 and "ForceDeleteWithoutRecovery" not in p
                                      for p in secrets)
-    assert torn_down.stdout.count("would ask to type") == 10  # the stack, then each of 9 leftovers
+    assert torn_down.stdout.count("would ask to type") == 12  # the stack, then each of 11 leftovers
 
 
 @pytest.mark.parametrize("command", ["deploy", "teardown"])

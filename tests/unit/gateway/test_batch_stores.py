@@ -96,3 +96,16 @@ def test_a_line_is_counted_once_however_often_it_is_finished(store):
     store.put_line(waiting)
     assert [ln.number for ln in store.runnable_lines("batch_a", 10.0, 5)] == [2]
 
+
+
+def test_a_batch_has_one_current_turn_while_open_and_is_stalled_only_when_nothing_touched_it(store):
+    started = batch()
+    store.put_batch(started)
+    assert store.turn_of("batch_a") is None and [b.id for b in store.stalled(1.0 + 600, 600)] == ["batch_a"]
+    assert store.next_turn("batch_a", 700.0) == 1 and store.next_turn("batch_a", 701.0) == 2
+    assert store.turn_of("batch_a") == 2 and store.stalled(1000.0, 600) == []  # announced at 701
+    assert store.lease("batch_a", "w", 2000.0, 1000.0) and store.stalled(2500.0, 600) == []  # held until 2000
+    assert [b.id for b in store.stalled(2601.0, 600)] == ["batch_a"]
+    started.status = "cancelled"
+    assert store.update_batch(started, "validating")
+    assert store.next_turn("batch_a", 3000.0) is None and store.turn_of("batch_a") is None

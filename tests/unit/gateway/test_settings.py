@@ -107,3 +107,18 @@ def test_an_endpoint_is_priced_by_its_instance_hour_or_its_serverless_memory():
     quiet, cpu, free = build_registry(settings).endpoints()
     assert quiet.usd_per_second == pytest.approx(6 * 0.00002)
     assert (cpu.usd_per_second, free.usd_per_second) == (pytest.approx(0.001), 0.0)
+
+
+@pytest.mark.parametrize(("variables", "refusal"), [
+    ({"GATEWAY_BATCHES_TABLE": "b"}, "GATEWAY_BATCH_BUCKET"),
+    ({"GATEWAY_BATCHES_TABLE": "b", "GATEWAY_BATCH_BUCKET": "f"}, "GATEWAY_BATCH_QUEUE_URL"),  # accepted, never run
+])
+def test_batches_in_dynamodb_need_their_bucket_and_their_workers_queue(variables, refusal):
+    from gateway.settings import AuthSettings
+
+    tables = {"GATEWAY_TENANTS_TABLE": "t", "GATEWAY_KEYS_TABLE": "k"}
+    with pytest.raises(SettingsError, match=refusal):
+        AuthSettings.from_env({**tables, **variables})
+    whole = AuthSettings.from_env({**tables, "GATEWAY_BATCHES_TABLE": "b", "GATEWAY_BATCH_BUCKET": "f",
+                                   "GATEWAY_BATCH_QUEUE_URL": "https://sqs/q.fifo"})
+    assert (whole.batches_table, whole.batch_bucket, whole.batch_queue_url) == ("b", "f", "https://sqs/q.fifo")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 import itertools
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 

@@ -182,3 +182,43 @@ def outputs(store) -> list[dict]:
         if file_id:
             lines += [json.loads(text) for text in b"".join(store.read_file("acme", file_id)).splitlines()]
     return lines
+
+
+class LaggingIndex:
+    """A store whose list of runnable lines lags behind its writes (DynamoDB's index does): it
+    lists nothing for its first `blind` asks."""
+
+    def __init__(self, store, blind: int) -> None:
+        self.store, self.blind = store, blind
+
+    def runnable_lines(self, batch_id, now, limit):
+        if self.blind > 0:
+            self.blind -= 1
+            return []
+        return self.store.runnable_lines(batch_id, now, limit)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_batch_whose_lines_are_not_listed_yet_is_not_complete_until_its_counts_say_so(tmp_path, clock):
+    worker, store = worker_for(tmp_path, clock, Routes((200, {}), (200, {})))
+    worker.store = LaggingIndex(store, blind=1)
+    assert worker.run("batch_a", "acme", clock["now"] + 1)  # nothing listed: more to do, not "completed with none"
+    assert store.get_batch("acme", "batch_a").status == "in_progress"
+    assert not worker.run("batch_a", "acme", clock["now"] + 1)
+    assert (store.get_batch("acme", "batch_a").status, store.get_batch("acme", "batch_a").completed) == ("completed", 2)
+
+
+def test_a_batch_cancelled_while_validating_ignores_a_ledger_a_dead_validator_left(tmp_path, clock):
+    store = SQLiteBatches(Database(tmp_path / "gateway.db"))
+    store.put_batch(Batch("batch_a", "acme", "/v1/systemone", "file-a", "24h", 1000.0, 1000.0 + 86400,
+                          principal_document(PRINCIPAL), status="cancelling"))
+    with store.db.connect() as db:  # lines written, the status never flipped (the validator died between)
+        db.execute("INSERT INTO batch_lines VALUES ('batch_a', 0, 'c0', '{}', 'pending', NULL, 0, 0, NULL, 0)")
+    worker = BatchWorker(store, Routes(), check_principal=lambda p: p, recorded=lambda t, d: False,
+                         new_decision_id=lambda: "d", model_allowed=lambda p, m, e: None, owner="w",
+                         clock=lambda: clock["now"])
+    worker.finalize(store.get_batch("acme", "batch_a"), "cancelled", "batch_cancelled", "cancelled")
+    done = store.get_batch("acme", "batch_a")
+    assert done.status == "cancelled" and (done.completed, done.failed, done.error_file_id) == (0, 0, None)

@@ -85,3 +85,40 @@ def test_an_ended_batch_leaves_the_open_index_and_is_removed_by_ttl_as_its_files
     found = store.table.get({"pk": "B#batch_a", "sk": "batch"})
     assert found["ttl"] == int(5.0 + FILE_TTL_S) + 1 and "open" not in found
     assert store.get_batch("globex", "batch_a") is None  # another tenant never sees it by its id
+
+
+def test_a_line_whose_body_and_reply_together_pass_an_items_room_is_written(store):
+    batch = Batch("batch_a", "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
+    store.put_batch(batch)
+    batch.status = "in_progress"
+    near = module.SPILL_BYTES - 1024  # each under the spill, both together past what one item may hold with room
+    body = '{"state": "' + "s" * near + '"}'
+    assert store.add_lines(batch, [Line("batch_a", 0, "c0", body)], "validating")
+    [line] = store.runnable_lines("batch_a", 0.0, 1)
+    line.state, line.reply = "done", '{"status_code": 200, "body": {"x": "' + "r" * near + '"}}'
+    store.finish_line(line, LineUsage())
+    assert [ln.reply for ln in store.finished_lines("batch_a")] == [line.reply] and keys(store) == []
+
+
+def test_a_text_that_looks_like_a_key_is_only_text(store):
+    batch = Batch("batch_a", "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
+    store.put_batch(batch)
+    store.put_file(StoredFile("file-x", "globex", "x", "batch", 0, 1.0), [b"secret"])
+    batch.status = "in_progress"
+    body = '{"s3": "files/whatever"}'
+    assert store.add_lines(batch, [Line("batch_a", 0, "c0", body)], "validating")
+    assert [ln.body for ln in store.unfinished_lines("batch_a")] == [body]
+    store.drop_lines("batch_a")
+    assert len(keys(store)) == 1  # globex's file untouched
+
+
+def test_an_object_s3_will_not_show_reads_as_gone(store, monkeypatch):
+    from botocore.exceptions import ClientError
+
+    store.put_file(file(), [b"x"])
+
+    def denied(**kwargs):  # what S3 answers a missing key when the caller may not list the bucket
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+
+    monkeypatch.setattr(store.s3, "get_object", denied)
+    assert store.read_file("acme", "file-a") is None
