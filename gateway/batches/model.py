@@ -326,7 +326,8 @@ class BatchStore(Protocol):
         ...
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
-        """Take (or keep) the batch for `owner` until `until`, if no other owner holds it past `now`."""
+        """Take (or keep) the batch for `owner` until `until`, if no other owner holds it past
+        `now` (`until` = `now` lets it go). True for a batch that does not exist: nothing holds it."""
         ...
 
     def add_lines(self, batch: Batch, lines: list[Line], expect: str) -> bool:

@@ -108,12 +108,7 @@ class BatchWorker:
             if ending is not None:
                 self.finalize(batch, *ending)
                 return False
-            try:
-                self.validate(batch)
-            except Exception:  # a file no reading can take: refused, never read again on every pass
-                log.exception("batch input could not be read", extra={"batch_id": batch.id})
-                self._refuse(batch, [{"code": "invalid_file", "message": "the input file could not be read as a"
-                                      " batch", "param": "input_file_id", "line": None}])
+            self.validate(batch)
             return True
         while True:
             now = self.clock()
@@ -152,7 +147,15 @@ class BatchWorker:
             self._refuse(batch, [{"code": "file_not_found", "message": "the input file was deleted before the batch"
                                   " ran", "param": "input_file_id", "line": None}])
             return
-        parsed, model, errors = read_input(chunks, batch.endpoint)
+        try:
+            parsed, model, errors = read_input(_read_by_store(chunks), batch.endpoint)
+        except _StoreFailed as failed:  # the store, not the file: the turn fails and is taken again
+            raise failed.__cause__ from None
+        except Exception:  # content no reading can take: refused, never read again on every pass
+            log.exception("batch input could not be read", extra={"batch_id": batch.id})
+            self._refuse(batch, [{"code": "invalid_file", "message": "the input file could not be read as a batch",
+                                  "param": "input_file_id", "line": None}])
+            return
         if not errors.count and model is not None:
             reason = self.model_allowed(principal_of(batch.principal), model, batch.endpoint)
             if reason is not None:
@@ -273,6 +276,18 @@ class BatchWorker:
         for line in self.store.finished_lines(batch.id):
             if line.failed == failed:
                 yield (json.dumps(output_line(line), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+class _StoreFailed(Exception):
+    """The store failed while a file was read (its cause): not the file's fault."""
+
+
+def _read_by_store(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The file's pieces, a failure to read them marked as the store's (_StoreFailed)."""
+    try:
+        yield from chunks
+    except Exception as exc:
+        raise _StoreFailed from exc
 
 
 def output_line(line: Line) -> dict[str, Any]:

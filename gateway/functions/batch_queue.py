@@ -16,14 +16,17 @@ A batch's way through it:
    TURN_S (the first turn reads and validates its input file into the ledger), each line
    through the gateway's own routes at the bulk priority, then lets its lease go.
 4. More to do now: the next turn is announced at the back of the group, and this message is
-   done. Lines waiting for a Retry-After (the scorer busy): when the tenant has no other open
-   batch, the message itself comes back when they may run (its visibility, the message
-   reported as not processed); with others, its next turn goes to the back of the group, so
-   that a waiting batch never holds its tenant's others up. Ended: nothing follows.
+   done. Lines waiting for a Retry-After (the scorer busy): when another of the tenant's batches
+   can run now, its next turn goes to the back of the group, so that a waiting batch never
+   holds its tenant's others up; else the message itself comes back when they may run (its
+   visibility, at least MIN_COME_BACK_S; the message reported as not processed). Ended:
+   nothing follows (a batch that did not end after all, its end refused by a cancel at the
+   same moment, is announced again).
 5. The last turn writes the output and error files (S3 `files/`) and drops the ledger.
 
-A turn that fails comes back after the queue's visibility timeout; after MAX_RECEIVES receives
-(failures and waits alike: a day of one-minute waits) the dead-letter queue keeps it. The sweep
+A turn that fails comes back after the queue's visibility timeout (its tenant's group waits for
+it meanwhile); after MAX_RECEIVES receives (failures and waits alike: a day of waits) the
+dead-letter queue keeps it. The sweep
 (every SWEEP_MINUTES) removes expired files and uploads, announces again every open batch that
 nothing touched for STALLED_S (its turn lost or dead-lettered: the new turn makes any old
 message stale), and publishes BatchesPastWindow: open batches more than PAST_WINDOW_S past their
@@ -46,7 +49,8 @@ TURN_S = 120.0  # a batch's turn before its tenant's next batch has one
 STALLED_S = 3600.0  # nothing touched an open batch this long: announced again (a tenant's 10 batches cycle in 20 min)
 PAST_WINDOW_S = 3600.0  # an open batch this far past its window is stuck (BatchesPastWindow)
 SWEEP_MINUTES = 10  # the sweep's schedule (template.yaml: BatchSweepFunction)
-MAX_RECEIVES = 1440  # the queue's redrive policy: a day of one-minute waits before a turn is dead-lettered
+MIN_COME_BACK_S = 30.0  # the shortest a message in hand waits: each wait is a receive
+MAX_RECEIVES = 2880  # the queue's redrive policy: a day of waits (MIN_COME_BACK_S) before a turn is dead-lettered
 HELD_ELSEWHERE_S = 30.0  # a batch another worker holds: its message comes back after this
 INDEX_LAG_S = 5.0
 
@@ -60,21 +64,24 @@ class BatchQueue:
         self.store = store
         self.clock = clock
 
-    def announce(self, batch_id: str, tenant_id: str) -> None:
-        """The batch's next turn, at the back of its tenant's group (a batch that ended: none)."""
+    def announce(self, batch_id: str, tenant_id: str) -> bool:
+        """The batch's next turn, at the back of its tenant's group; False for a batch that ended.
+        (A send that fails after botocore's own retries leaves the batch with a turn no message
+        holds: the sweep announces it again within STALLED_S.)"""
         turn = self.store.next_turn(batch_id, self.clock())
         if turn is None:
-            return
+            return False
         # The group names the tenant by a hash (group ids show in the console and in metrics);
         # the deduplication id is the turn's own, so a send retried by botocore is one message.
         self.sqs.send_message(QueueUrl=self.url, MessageGroupId=tenant_hash(tenant_id),
                               MessageBody=json.dumps({"batch_id": batch_id, "tenant_id": tenant_id, "turn": turn}),
                               MessageDeduplicationId=f"{batch_id}-{turn}")
+        return True
 
     def come_back_in(self, receipt: str, seconds: float) -> None:
         """The message in hand returns to the queue after `seconds` (SQS takes up to 12 hours)."""
         self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=receipt,
-                                           VisibilityTimeout=min(43_200, max(1, math.ceil(seconds))))
+                                           VisibilityTimeout=min(43_200, math.ceil(max(MIN_COME_BACK_S, seconds))))
 
 
 def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], remaining_s: float,
@@ -95,12 +102,14 @@ def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], re
     more = worker.run(batch_id, tenant_id, started + min(TURN_S, remaining_s - worker.lease_s), max_lines)
     now = worker.clock()
     if not more:
+        if store.turn_of(batch_id) is not None:  # still open: its end lost a race with a cancel
+            queue.announce(batch_id, tenant_id)
         return True
     if not store.lease(batch_id, worker.owner, now, now):  # let its lease go: the next turn is anyone's
         queue.come_back_in(record["receiptHandle"], HELD_ELSEWHERE_S)
         return False
     wait = next_turn_in(store, batch_id, now)
-    if wait > 0 and not _others_open(store, batch_id, tenant_id):
+    if wait > 0 and not _others_ready(store, batch_id, tenant_id, now):
         queue.come_back_in(record["receiptHandle"], wait)
         return False
     queue.announce(batch_id, tenant_id)
@@ -117,18 +126,23 @@ def next_turn_in(store: BatchStore, batch_id: str, now: float) -> float:
     return max(1.0, soon[0].not_before - now) if soon else INDEX_LAG_S
 
 
-def _others_open(store: BatchStore, batch_id: str, tenant_id: str) -> bool:
-    return any(b.tenant_id == tenant_id and b.id != batch_id for b in store.open_batches())
+def _others_ready(store: BatchStore, batch_id: str, tenant_id: str, now: float) -> bool:
+    """Another of the tenant's open batches has work now (validation, or a runnable line)."""
+    return any(b.tenant_id == tenant_id and b.id != batch_id
+               and (b.status != "in_progress" or store.runnable_lines(b.id, now, 1)) for b in store.open_batches())
 
 
 def sweep(store: BatchStore, queue: BatchQueue, now: float) -> dict[str, int]:
     """Expired files and uploads removed, stalled batches announced, stuck ones counted."""
     removed = store.delete_expired(now)
-    stalled = store.stalled(now, STALLED_S)
-    for batch in stalled:
-        queue.announce(batch.id, batch.tenant_id)
+    announced = 0
+    for batch in store.stalled(now, STALLED_S):
+        try:
+            announced += queue.announce(batch.id, batch.tenant_id)
+        except Exception:  # one batch's announcement failing leaves the others' and the metric to come
+            log.exception("a stalled batch could not be announced", extra={"batch_id": batch.id})
     stuck = sum(1 for batch in store.open_batches() if now > batch.expires_at + PAST_WINDOW_S)
-    return {"removed": removed, "announced": len(stalled), "past_window": stuck}
+    return {"removed": removed, "announced": announced, "past_window": stuck}
 
 
 # -- the functions ------------------------------------------------------------------------------

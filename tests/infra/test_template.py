@@ -825,13 +825,12 @@ def test_the_authorizer_resumes_from_a_snapshot_and_the_api_calls_its_published_
 
 
 def test_the_batch_tables_indexes_and_ttl_are_the_stores(template):
-    from gateway.stores.dynamodb.batches import BATCH_INDEXES, WAITING_PROJECTION
+    from gateway.stores.dynamodb.batches import BATCH_INDEXES, PROJECTIONS
 
     table = template["Resources"]["BatchesTable"]["Properties"]
     indexes = {(i["IndexName"], *(k["AttributeName"] for k in i["KeySchema"])) for i in table["GlobalSecondaryIndexes"]}
     assert indexes == set(BATCH_INDEXES) and table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
-    [waiting] = [i for i in table["GlobalSecondaryIndexes"] if i["IndexName"] == "waiting"]
-    assert waiting["Projection"] == WAITING_PROJECTION
+    assert {i["IndexName"]: i["Projection"] for i in table["GlobalSecondaryIndexes"]} == PROJECTIONS
 
 
 def _batch_grants(template: dict, function: str) -> dict[str, dict]:

@@ -4,15 +4,17 @@ as `gateway.functions.batch_queue` runs it in AWS. The backend answers uniformly
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from devkit.fake_backend import UniformBackend
-from devkit.gateway_stack import PRINCIPAL, _installed_function, install, settings_for
+from devkit.gateway_stack import PRINCIPAL, _installed_function, event, install, settings_for
 from gateway.functions import batch_queue
 from gateway.functions.batch_worker import batch_store, build_worker
-from tests.gateway_helpers import dynamodb_tenant_store, register_credentials, served, unthrottled
+from tests.gateway_helpers import call, dynamodb_tenant_store, multipart, register_credentials, served, unthrottled
 from tests.integration.test_batches import OTHER, batch, create, jsonl, lines_of, systemone_line, upload
 
 
@@ -107,13 +109,25 @@ def waiting_line(store, batch_id: str) -> None:
     assert store.batches.lease(batch_id, "lambda-0", now, now)  # its turn over, as take_turn ends one
 
 
-def test_a_lone_batch_whose_lines_wait_has_its_message_come_back_when_they_may_run(aws):
+def test_a_lone_batch_whose_lines_wait_has_its_message_come_back_when_they_may_run(aws, monkeypatch):
     store, sqs, url = aws
     created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
     [record] = messages(sqs, url)
     waiting_line(store, created["id"])
-    assert not turn(sqs, url, record)  # not processed: SQS gives it back in about 30 s
-    assert messages(sqs, url) == []
+    back_in = []
+    monkeypatch.setattr(batch_queue.BatchQueue, "come_back_in", lambda self, receipt, seconds: back_in.append(seconds))
+    assert not turn(sqs, url, record)  # not processed: SQS gives it back when its line may run
+    assert 28 < back_in[0] <= 30 and store.batches.turn_of(created["id"]) == 1  # the same turn, not a new one
+
+
+def test_a_batch_whose_end_lost_a_race_with_a_cancel_gets_its_next_turn(aws, monkeypatch):
+    _, sqs, url = aws
+    create(upload(jsonl([systemone_line(0)]))["id"])
+    [record] = messages(sqs, url)
+    monkeypatch.setattr(batch_queue.BatchWorker, "run", lambda *args: False)  # "ended", its end refused meanwhile
+    assert turn(sqs, url, record)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    assert [json.loads(m["body"])["turn"] for m in messages(sqs, url)] == [2]
 
 
 def test_a_waiting_batch_never_holds_its_tenants_others_up(aws):
@@ -197,3 +211,73 @@ def test_the_openai_sdk_round_trip_over_http_on_the_aws_path(aws):
         assert [line["custom_id"] for line in lines] == ["ticket-0", "ticket-1", "ticket-2"]
         assert [b.id for b in client.batches.list()] == [created.id]
         assert client.files.delete(uploaded.id).deleted and client.files.retrieve(done.output_file_id).bytes > 0
+
+
+# -- what each function calls, against what the template grants it ------------------------------
+
+# The IAM action each call needs: a transaction's items need their own actions (Put, Update),
+# a multipart upload's calls s3:PutObject, DeleteObjects s3:DeleteObject for each key.
+IAM_ACTIONS = {("dynamodb", "TransactWriteItems"): ("dynamodb:PutItem", "dynamodb:UpdateItem"),
+               ("s3", "CreateMultipartUpload"): ("s3:PutObject",), ("s3", "UploadPart"): ("s3:PutObject",),
+               ("s3", "CompleteMultipartUpload"): ("s3:PutObject",), ("s3", "DeleteObjects"): ("s3:DeleteObject",)}
+
+
+@contextlib.contextmanager
+def calls_made(*clients) -> Iterator[set[str]]:
+    """The IAM actions of every call the clients make meanwhile."""
+    made: set[str] = set()
+
+    def record(model, **kwargs):
+        service = model.service_model.signing_name  # IAM's prefix: dynamodb, s3, sqs
+        made.update(IAM_ACTIONS.get((service, model.name), (f"{service}:{model.name}",)))
+
+    for client in clients:
+        client.meta.events.register("before-call", record)
+    try:
+        yield made
+    finally:
+        for client in clients:
+            client.meta.events.unregister("before-call", record)
+
+
+def granted(function: str) -> set[str]:
+    import yaml
+
+    from tests.infra.test_template import TEMPLATE, CfnLoader, as_list, statements
+
+    policies = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)["Resources"][function]["Properties"]["Policies"]
+    return {a for s in statements(policies) for a in as_list(s["Action"])}
+
+
+def batch_clients(store, sqs) -> tuple:
+    """The batch store's clients, the test's SQS client and the API's own (its BatchQueue's)."""
+    api_queue = _installed_function().services.batches.announce.__self__
+    return store.batches.table.client, store.batches.s3, sqs, api_queue.sqs
+
+
+def test_each_function_is_granted_every_call_it_makes_on_the_batch_table_bucket_and_queue(aws):
+    store, sqs, url = aws
+    with calls_made(*batch_clients(store, sqs)) as api:  # the API: files, uploads, batches
+        data = jsonl([systemone_line(i) for i in range(2)])
+        file_id = upload(data)["id"]
+        lines_of(file_id)
+        created = create(file_id)[1]
+        batch(created["id"])
+        started = call(event("POST", "/v1/uploads", {"purpose": "batch", "filename": "x.jsonl", "bytes": len(data),
+                                                     "mime_type": "text/jsonl"}))[2]
+        body, content_type = multipart({}, {"data": ("blob", data)})
+        part = call(event("POST", f"/v1/uploads/{started['id']}/parts", raw=body, headers={"Content-Type": content_type}))[2]
+        completed = call(event("POST", f"/v1/uploads/{started['id']}/complete", {"part_ids": [part["id"]]}))[2]
+        assert call(event("DELETE", f"/v1/files/{completed['file']['id']}"))[0] == 200
+    with calls_made(*batch_clients(store, sqs)) as worker:
+        run_queue(sqs, url)
+    pending = call(event("POST", "/v1/uploads", {"purpose": "batch", "filename": "y.jsonl", "bytes": 9,
+                                                 "mime_type": "text/jsonl"}))[2]
+    stalled = create(upload(data)["id"])[1]
+    with calls_made(*batch_clients(store, sqs)) as sweeper:  # an expired upload, a stalled batch
+        queue = batch_queue.BatchQueue(sqs, url, store.batches)
+        batch_queue.sweep(store.batches, queue, max(pending["expires_at"], stalled["created_at"] + batch_queue.STALLED_S) + 1)
+    assert batch(created["id"])["status"] == "completed" and {"s3:PutObject", "sqs:SendMessage"} <= api
+    assert {"dynamodb:UpdateItem", "sqs:SendMessage"} <= sweeper and "s3:GetObject" in worker
+    for function, made in (("GatewayFunction", api), ("BatchWorkerFunction", worker), ("BatchSweepFunction", sweeper)):
+        assert made - {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= granted(function), (function, made - granted(function))

@@ -275,7 +275,9 @@ class DynamoDBBatches:
         chosen = []
         for found in self._in_time_order(tenant_id, "B", after, descending=True):
             if allowed is None or found["scope"] in allowed:
-                chosen.append(_batch(self.table.get(_batch_key(found["pk"].removeprefix("B#"))) or found))  # counts now
+                batch = self.table.get({"pk": found["pk"], "sk": found["sk"]})  # the index holds none of its document
+                if batch is not None:
+                    chosen.append(_batch(batch))
                 if len(chosen) == limit:
                     break
         return chosen
@@ -303,12 +305,16 @@ class DynamoDBBatches:
         return True
 
     def _open_items(self) -> Iterator[dict[str, Any]]:
-        """The `open` index (eventually consistent: a batch that has just ended may be listed;
-        whoever acts on it reads it again, consistently)."""
-        return self.table.query_pages(**_OPEN)
+        """Open batches' items: candidates from the `open` index (its keys alone: a batch's
+        lease and counts change with every line, and an index holding them would be written
+        as often), each read from the table as it stands now."""
+        for found in self.table.query_pages(**_OPEN):
+            now = self.table.get({"pk": found["pk"], "sk": found["sk"]})
+            if now is not None and now["status"] not in FINAL:
+                yield now
 
     def open_batches(self) -> list[Batch]:
-        return [batch for batch in map(_batch, self._open_items()) if batch.status not in FINAL]
+        return [_batch(found) for found in self._open_items()]
 
     def stalled(self, now: float, quiet_s: float) -> list[Batch]:
         since = now - quiet_s
@@ -346,7 +352,9 @@ class DynamoDBBatches:
         self.table.batch_write([{"PutRequest": {"Item": item(self._line_item(line, ttl))}} for line in lines])
         if self.update_batch(batch, expect):
             return True
-        self.drop_lines(batch.id)
+        now = self.table.get(_batch_key(batch.id))
+        if now is None or now["status"] != "in_progress":  # not a ledger another validator's batch runs on
+            self.drop_lines(batch.id)
         return False
 
     def _line_item(self, line: Line, ttl: int) -> dict[str, Any]:
@@ -381,7 +389,7 @@ class DynamoDBBatches:
                                             FilterExpression="not_before <= :now",
                                             ExpressionAttributeValues={":pk": typed(f"L#{batch_id}"), ":now": typed(now)}):
             line = self.table.get({"pk": found["pk"], "sk": found["sk"]})
-            if line is not None and line["state"] != "done":
+            if line is not None and line["state"] != "done" and line["not_before"] <= now:  # as it stands now
                 runnable.append(self._line(line))
                 if len(runnable) == limit:
                     break
@@ -516,7 +524,13 @@ def _at(created_at: float, name: str) -> str:
 
 BATCH_INDEXES = (("by_time", "listing", "at"), ("open", "open", "at"), ("expiring", "expiring", "expires_at"),
                  ("waiting", "pk", "waiting"))
-WAITING_PROJECTION = {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["not_before"]}
+# What each index holds beside its keys: what its readers use and that changes rarely (a batch's
+# item changes with every line: an index holding those attributes would be written as often).
+PROJECTIONS = {"by_time": {"ProjectionType": "INCLUDE",
+                           "NonKeyAttributes": ["filename", "purpose", "bytes", "created_at", "expires_at", "scope"]},
+               "open": {"ProjectionType": "KEYS_ONLY"},
+               "expiring": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["document"]},
+               "waiting": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["not_before"]}}
 
 
 def create_batches_table(client: Any, name: str) -> None:
@@ -527,6 +541,5 @@ def create_batches_table(client: Any, name: str) -> None:
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         AttributeDefinitions=[*({"AttributeName": a, "AttributeType": "S"} for a in strings),
                               {"AttributeName": "expires_at", "AttributeType": "N"}],
-        GlobalSecondaryIndexes=[index(i, partition, sort, WAITING_PROJECTION if i == "waiting" else None)
-                                for i, partition, sort in BATCH_INDEXES])
+        GlobalSecondaryIndexes=[index(i, partition, sort, PROJECTIONS[i]) for i, partition, sort in BATCH_INDEXES])
     client.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})

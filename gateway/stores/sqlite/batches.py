@@ -318,10 +318,12 @@ class SQLiteBatches:
         return [_batch(row) for row in rows]
 
     def next_turn(self, batch_id: str, now: float) -> int | None:
-        with self.db.connect() as db:
-            row = db.execute(f"UPDATE batches SET turn = COALESCE(turn, 0) + 1, announced_at = ? WHERE id = ? AND {_OPEN}"  # noqa: S608
-                             " RETURNING turn", (now, batch_id)).fetchone()
-        return None if row is None else row["turn"]
+        with self.db.connect() as db:  # one transaction: the turn read is the one written
+            db.execute("BEGIN IMMEDIATE")
+            if not db.execute(f"UPDATE batches SET turn = COALESCE(turn, 0) + 1, announced_at = ? WHERE id = ? AND {_OPEN}",  # noqa: S608
+                              (now, batch_id)).rowcount:
+                return None
+            return db.execute("SELECT turn FROM batches WHERE id = ?", (batch_id,)).fetchone()["turn"]
 
     def turn_of(self, batch_id: str) -> int | None:
         row = self.db.connect().execute(f"SELECT turn FROM batches WHERE id = ? AND {_OPEN}", (batch_id,)).fetchone()  # noqa: S608
@@ -329,9 +331,12 @@ class SQLiteBatches:
 
     def lease(self, batch_id: str, owner: str, until: float, now: float) -> bool:
         with self.db.connect() as db:
-            return bool(db.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND"
-                                   " (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?)",
-                                   (owner, until, batch_id, owner, now)).rowcount)
+            if db.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND"
+                          " (lease_owner IS NULL OR lease_owner = ? OR lease_until <= ?)",
+                          (owner, until, batch_id, owner, now)).rowcount:
+                return True
+            # None to hold (ended and gone): its worker reads that and stops
+            return db.execute("SELECT 1 FROM batches WHERE id = ?", (batch_id,)).fetchone() is None
 
     # -- the ledger -------------------------------------------------------------------
 
