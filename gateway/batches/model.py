@@ -72,6 +72,26 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
+class DigestMismatch(ValueError):
+    """An upload's parts are not the bytes whose md5 its caller gave."""
+
+
+class Digested:
+    """Pieces of bytes passed on as they are read, their md5 taken on the way."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = iter(pieces)
+        self._md5 = hashlib.md5(usedforsecurity=False)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self._pieces:
+            self._md5.update(piece)
+            yield piece
+
+    def matches(self, md5: str | None) -> bool:
+        return md5 is None or self._md5.hexdigest() == md5.lower()
+
+
 def tenant_hash(tenant_id: str) -> str:
     """What names a tenant where names show (object keys and folders, queue message groups): a
     hash of its id, never the id."""
@@ -290,8 +310,10 @@ class BatchStore(Protocol):
         """The parts' bytes, in that order."""
         ...
 
-    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile) -> StoredFile:
-        """The parts, in that order, as one new file; the upload completed, its parts dropped."""
+    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile, md5: str | None = None) -> StoredFile:
+        """The parts, in that order, as one new file; the upload completed, its parts dropped.
+        With `md5`, the bytes' digest is checked as they are written (one read of the parts):
+        DigestMismatch, and nothing written, when it differs."""
         ...
 
     def put_batch(self, batch: Batch) -> None: ...

@@ -15,7 +15,6 @@ estimated from its file's size, could not finish within its window on the model'
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -44,6 +43,7 @@ from gateway.batches.model import (
     UPLOAD_TTL_S,
     Batch,
     BatchStore,
+    DigestMismatch,
     StoredFile,
     Upload,
     UploadPart,
@@ -201,10 +201,10 @@ class FileService:
         now = self.clock()
         file = StoredFile(new_id("file-"), upload.tenant_id, upload.filename, upload.purpose, size, now,
                           now + (upload.file_ttl_s or FILE_TTL_S))
-        if md5 is not None and _md5(self.store, upload, part_ids) != md5.lower():
-            raise BadRequest("the parts' md5 is not the one given: a part was lost or changed on the way")
-        try:
-            stored = self.store.complete_upload(upload, part_ids, file)
+        try:  # the md5 taken as the file is written: the parts are read once
+            stored = self.store.complete_upload(upload, part_ids, file, md5)
+        except DigestMismatch:
+            raise BadRequest("the parts' md5 is not the one given: a part was lost or changed on the way") from None
         except ValueError:
             raise Conflict("the upload was completed or cancelled by another request") from None
         self.count_stored(principal.tenant_id, stored.bytes, "(files)")
@@ -356,8 +356,3 @@ def _filename(name: str) -> str:
     return "".join(c for c in name if c.isprintable())[:255] or "upload.jsonl"
 
 
-def _md5(store: BatchStore, upload: Upload, part_ids: list[str]) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    for chunk in store.read_parts(upload, part_ids):
-        digest.update(chunk)
-    return digest.hexdigest()

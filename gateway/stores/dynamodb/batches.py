@@ -36,6 +36,8 @@ from gateway.batches.model import (
     FILE_TTL_S,
     FINAL,
     Batch,
+    Digested,
+    DigestMismatch,
     Line,
     LineUsage,
     StoredFile,
@@ -240,9 +242,13 @@ class DynamoDBBatches:
                 raise ValueError(f"the part {part_id} is gone")
             yield from pieces
 
-    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile) -> StoredFile:
+    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile, md5: str | None = None) -> StoredFile:
         key = self._key("files", file.tenant_id, file.id)
-        stored = replace(file, bytes=self._write(key, self.read_parts(upload, part_ids)))
+        parts = Digested(self.read_parts(upload, part_ids))
+        stored = replace(file, bytes=self._write(key, parts))
+        if not parts.matches(md5):
+            self.s3.delete_object(Bucket=self.bucket, Key=key)
+            raise DigestMismatch("the parts' md5 is not the one given")
         done = replace(upload, status="completed", file_id=file.id)
         completed = self.table.transact([  # the file and the upload's completion in one write
             {"Put": {"TableName": self.table.name, "Item": item(_upload_item(done)), "ConditionExpression": "#s = :p",

@@ -24,6 +24,8 @@ from gateway.batches.model import (
     FILE_TTL_S,
     FINAL,
     Batch,
+    Digested,
+    DigestMismatch,
     Line,
     LineUsage,
     StoredFile,
@@ -250,8 +252,12 @@ class SQLiteBatches:
         for part_id in part_ids:
             yield from self._read(self._path(upload.tenant_id, f"{upload.id}.{part_id}"))
 
-    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile) -> StoredFile:
-        stored = replace(file, bytes=self._write(self._path(file.tenant_id, file.id), self.read_parts(upload, part_ids)))
+    def complete_upload(self, upload: Upload, part_ids: list[str], file: StoredFile, md5: str | None = None) -> StoredFile:
+        parts = Digested(self.read_parts(upload, part_ids))
+        stored = replace(file, bytes=self._write(self._path(file.tenant_id, file.id), parts))
+        if not parts.matches(md5):
+            self._path(file.tenant_id, file.id).unlink(missing_ok=True)
+            raise DigestMismatch("the parts' md5 is not the one given")
         done = replace(upload, status="completed", file_id=file.id)
         with self.db.connect() as db:  # the file and the upload's completion in one write
             db.execute("BEGIN IMMEDIATE")

@@ -109,3 +109,18 @@ def test_a_batch_has_one_current_turn_while_open_and_is_stalled_only_when_nothin
     started.status = "cancelled"
     assert store.update_batch(started, "validating")
     assert store.next_turn("batch_a", 3000.0) is None and store.turn_of("batch_a") is None
+
+
+def test_an_upload_whose_parts_are_not_the_md5_given_completes_nothing(store):
+    import hashlib
+
+    from gateway.batches.model import DigestMismatch
+
+    upload = Upload("upload_a", "acme", "x", "batch", 4, "text/plain", 1.0, 10.0 ** 10)
+    store.put_upload(upload)
+    store.add_part(upload, UploadPart("part_a", "upload_a", 4, 1.0), b"abcd")
+    with pytest.raises(DigestMismatch):
+        store.complete_upload(upload, ["part_a"], file("file-a"), md5="0" * 32)
+    assert store.get_file("acme", "file-a") is None and store.get_upload("acme", "upload_a").status == "pending"
+    done = store.complete_upload(upload, ["part_a"], file("file-a"), md5=hashlib.md5(b"abcd").hexdigest())
+    assert done.bytes == 4 and b"".join(store.read_file("acme", "file-a")) == b"abcd"
