@@ -20,7 +20,7 @@ from gateway.errors import Forbidden, NotFound
 from gateway.functions.composition import longest_request_s
 from gateway.functions.handler import GatewayFunction
 
-log = logging.getLogger("gateway.batches.host")
+log = logging.getLogger("gateway.functions.batch_worker")
 SLICE_S = 1.0  # a batch's turn before the next open batch has one
 LEASE_MARGIN_S = 30.0  # a lease outlasts the longest line by this much
 
@@ -68,7 +68,8 @@ def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None
 def batch_store(function: GatewayFunction) -> BatchStore:
     files = function.services.files
     if files is None:
-        raise RuntimeError("this deployment has no batch store (GATEWAY_SQLITE_PATH locally)")
+        raise RuntimeError("this deployment has no batch store (GATEWAY_SQLITE_PATH locally; in AWS"
+                           " GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET)")
     return files.store
 
 

@@ -259,7 +259,8 @@ def refuse_credentials_in_query(event: dict[str, Any]) -> None:
 
 
 def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
-    """A copy of the event whose body is JSON text, or a ServiceError for the caller."""
+    """A copy of the event whose body is JSON text (a form route's: its bytes as they came), or a
+    ServiceError for the caller."""
     body = event.get("body")
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items() if isinstance(v, str)}
     encoding = headers.get("content-encoding", "").strip().lower()
@@ -267,7 +268,7 @@ def prepare_event(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any]:
         return event
     if takes_form(event.get("httpMethod") or "", event.get("path") or ""):
         return event if body is None else _form_event(event, body, encoding, max_body_bytes)
-    if body is None:  # no body: still JSON's, so that a stray Content-Type (a form's) is not parsed as one
+    if body is None:  # no body: rewritten as JSON's all the same, so the multipart parser never sees a form's type
         raw = b""
     elif event.get("isBase64Encoded"):
         try:
