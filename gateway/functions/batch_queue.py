@@ -37,51 +37,21 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from typing import Any
 
-from gateway.batches.model import BatchStore, tenant_hash
+from gateway.batches.model import BatchStore
 from gateway.batches.worker import MAX_RETRY_WAIT_S, BatchWorker
+from gateway.stores.sqs import BatchQueue
 
 log = logging.getLogger("gateway.functions.batch_queue")
 TURN_S = 120.0  # a batch's turn before its tenant's next batch has one
 STALLED_S = 3600.0  # nothing touched an open batch this long: announced again (a tenant's 10 batches cycle in 20 min)
 PAST_WINDOW_S = 3600.0  # an open batch this far past its window is stuck (BatchesPastWindow)
 SWEEP_MINUTES = 10  # the sweep's schedule (template.yaml: BatchSweepFunction)
-MIN_COME_BACK_S = 30.0  # the shortest a message in hand waits: each wait is a receive
 MAX_RECEIVES = 2880  # the queue's redrive policy: a day of waits (MIN_COME_BACK_S) before a turn is dead-lettered
 HELD_ELSEWHERE_S = 30.0  # a batch another worker holds: its message comes back after this
 INDEX_LAG_S = 5.0
-
-
-class BatchQueue:
-    """The queue of batches' turns: one message per turn, grouped by tenant."""
-
-    def __init__(self, sqs: Any, url: str, store: BatchStore, clock: Any = time.time) -> None:
-        self.sqs = sqs
-        self.url = url
-        self.store = store
-        self.clock = clock
-
-    def announce(self, batch_id: str, tenant_id: str) -> bool:
-        """The batch's next turn, at the back of its tenant's group; False for a batch that ended.
-        (A send that fails after botocore's own retries leaves the batch with a turn no message
-        holds: the sweep announces it again within STALLED_S.)"""
-        turn = self.store.next_turn(batch_id, self.clock())
-        if turn is None:
-            return False
-        # The group names the tenant by a hash (group ids show in the console and in metrics);
-        # the deduplication id is the turn's own, so a send retried by botocore is one message.
-        self.sqs.send_message(QueueUrl=self.url, MessageGroupId=tenant_hash(tenant_id),
-                              MessageBody=json.dumps({"batch_id": batch_id, "tenant_id": tenant_id, "turn": turn}),
-                              MessageDeduplicationId=f"{batch_id}-{turn}")
-        return True
-
-    def come_back_in(self, receipt: str, seconds: float) -> None:
-        """The message in hand returns to the queue after `seconds` (SQS takes up to 12 hours)."""
-        self.sqs.change_message_visibility(QueueUrl=self.url, ReceiptHandle=receipt,
-                                           VisibilityTimeout=min(43_200, math.ceil(max(MIN_COME_BACK_S, seconds))))
 
 
 def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], remaining_s: float,

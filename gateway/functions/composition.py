@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway import aws
 from gateway.auth.authenticate import Authenticator
@@ -36,10 +36,8 @@ from gateway.services.tenant_tags import TenantTags
 from gateway.services.throttle import TenantThrottle
 from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, RoutingSettings
 from gateway.stores import Stores
+from gateway.stores.sqs import BatchQueue
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
-
-if TYPE_CHECKING:
-    from gateway.functions.batch_queue import BatchQueue
 
 # Connections kept per SageMaker client (botocore's default is 10): a function instance has
 # one request at a time, but the local runner serves many from one process (make bench-load
@@ -97,8 +95,6 @@ def build_batch_queue(settings: AuthSettings, store: BatchStore) -> BatchQueue |
     """The queue of the batch worker's turns in AWS (None locally: the local worker polls the store)."""
     if not settings.batch_queue_url:
         return None
-    from gateway.functions.batch_queue import BatchQueue
-
     return BatchQueue(aws.client("sqs"), settings.batch_queue_url, store)  # built now (Lambda's init phase); no call made
 
 

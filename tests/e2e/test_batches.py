@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import openai
@@ -179,3 +180,75 @@ def test_the_batches_pages_example_runs_as_written(local_stack, worker):
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
     assert [line.split()[0] for line in printed] == ["ticket-0", "ticket-1", "ticket-2"]
+
+
+@pytest.fixture
+def aws_stack(scorer_url, tmp_path, monkeypatch):
+    """The gateway as deployed in AWS, its batch store and queue on moto (in process), its
+    SageMaker calls passed through to the real scorer: the local runner over HTTP in front."""
+    import boto3
+    from moto import mock_aws
+
+    from devkit.gateway_stack import settings_for
+    from gateway.auth.authenticate import Authenticator
+    from gateway.auth.tenants import create_tenant, issue_api_key
+    from gateway.auth.tokens import file_key_ring, new_key_document
+    from gateway.functions.composition import build_services
+    from gateway.functions.handler import GatewayFunction
+    from gateway.stores.dynamodb import DynamoDBTables, create_tables, dynamodb_stores
+    from tests.gateway_helpers import unthrottled
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)  # moto takes any credential: placeholders
+    with mock_aws(config={"core": {"passthrough": {"urls": [r"http://127\.0\.0\.1:\d+/.*"]}}}):  # the scorer
+        tables = DynamoDBTables("dg-tenants", "dg-keys", "dg-catalogs", "dg-records", "dg-batches", "dg-batch-files")
+        create_tables(boto3.client("dynamodb"), tables)
+        boto3.client("s3").create_bucket(Bucket=tables.batch_bucket)
+        sqs = boto3.client("sqs")
+        url = sqs.create_queue(QueueName="dg-batches.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        store = dynamodb_stores(boto3.client("dynamodb"), tables, s3=boto3.client("s3"))
+        create_tenant(store.tenants, "acme")
+        unthrottled(store, "acme")
+        key = issue_api_key(store.tenants, "acme", ["decide"])
+        (tmp_path / "keys.json").write_text(new_key_document())
+        (tmp_path / "records.json").write_text(new_key_document())
+        authenticator = Authenticator(store, file_key_ring(tmp_path / "keys.json"))
+        services = build_services(settings_for(scorer_url, auth={"batch_queue_url": url}), stores=store,
+                                  authenticator=authenticator, record_keys=file_key_ring(tmp_path / "records.json"))
+        yield GatewayFunction(services), authenticator, key.secret, sqs, url
+
+
+def test_the_sdk_round_trip_on_the_aws_path_answers_as_the_synchronous_route(aws_stack):
+    """The same round trip on DynamoDB, S3 and SQS (moto) as the local stack's, the real model answering."""
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+    from gateway.functions.authorizer import Authorizer
+    from gateway.functions.batch_queue import BatchQueue, take_turn
+    from gateway.functions.batch_worker import batch_store, build_worker
+
+    function, authenticator, secret, sqs, url = aws_stack
+    server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(function), authorizer=Authorizer(authenticator)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1", api_key=secret,
+                               max_retries=0, timeout=60)
+        endpoint = "/v1/systemone"
+        lines = [{"custom_id": f"line-{i}", "method": "POST", "url": endpoint, "body": BODIES[endpoint](i)} for i in range(3)]
+        batch_id = submit(client, endpoint, lines)
+        queue = BatchQueue(sqs, url, batch_store(function))
+        for turn in range(20):  # the event source mapping: each message to a new invocation, deleted once processed
+            received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1).get("Messages", [])
+            if not received:
+                break
+            record = {"messageId": received[0]["MessageId"], "receiptHandle": received[0]["ReceiptHandle"],
+                      "body": received[0]["Body"]}
+            if take_turn(build_worker(function, f"lambda-{turn}"), queue, record, remaining_s=300.0):
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+        batch = client.batches.retrieve(batch_id)
+        assert batch.status == "completed" and batch.request_counts.completed == 3
+        done = output(client, batch.output_file_id)
+        assert [line["custom_id"] for line in done] == ["line-0", "line-1", "line-2"]
+        for line, asked in zip(done, lines, strict=True):
+            same_answer(line["response"]["body"], client.post("/systemone", body=asked["body"], cast_to=object))
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,11 +1,15 @@
 """One contract per store interface, two storages: the embedded SQLite file and DynamoDB
-(through moto). Each test takes the store of the interface it checks."""
+(through moto; batches with S3). Each test takes the store of the interface it checks; what
+only one storage does is tested beside it (tests/unit/gateway/stores/)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from gateway.auth.store import ApiKeyRecord, PrincipalRule, Tenant
+from gateway.batches.model import Batch, Line, LineUsage, StoredFile, Upload, UploadPart
 from gateway.catalogs.model import CatalogVersion, content_hash
 from gateway.catalogs.store import TooManyEntries, VersionTaken
 
@@ -458,3 +462,115 @@ def test_a_sqlite_file_from_before_the_token_figures_reads_and_adds_them(tmp_pat
     counters.add_usage("acme", UsageRow("2026-12-01", "routing", 1, 5, 50, 7, 1200, 1000), 4e9)
     assert counters.usage("acme", "2026-12-01", "2026-12-01") == [UsageRow("2026-12-01", "routing", 4, 35, 350, 7,
                                                                             1200, 1000)]
+
+
+# -- batches: files, uploads, batches and their ledgers (SQLite with a folder; DynamoDB with S3) --
+
+
+@pytest.fixture
+def batches(stores):
+    return stores.batches
+
+
+def file(file_id: str, tenant: str = "acme", created_at: float = 1.0, purpose: str = "batch") -> StoredFile:
+    return StoredFile(file_id, tenant, "in.jsonl", purpose, 0, created_at)
+
+
+def test_files_list_newest_first_a_page_at_a_time_and_by_purpose(batches):
+    for i in range(5):
+        batches.put_file(file(f"file-{i}", created_at=float(i), purpose="batch" if i % 2 else "batch_output"), [b"x"])
+    assert [f.id for f in batches.list_files("acme", None, None, 2, True)] == ["file-4", "file-3"]
+    assert [f.id for f in batches.list_files("acme", None, "file-3", 2, True)] == ["file-2", "file-1"]
+    assert [f.id for f in batches.list_files("acme", "batch", None, 10, False)] == ["file-1", "file-3"]
+    batches.put_file(replace(file("file-out", created_at=9.0), scope="decide"), [b"x"])
+    assert "file-out" not in [f.id for f in batches.list_files("acme", None, None, 10, True, scopes={"chat"})]
+    assert "file-out" in [f.id for f in batches.list_files("acme", None, None, 10, True, scopes={"decide"})]
+    assert batches.holdings("acme") == (6, 6) and batches.holdings("globex") == (0, 0)
+
+
+def test_a_pending_upload_counts_at_the_size_it_was_created_for_and_a_cancelled_one_at_nothing(batches):
+    upload = Upload("upload_a", "acme", "x", "batch", 1000, "text/plain", 1.0, 10.0)
+    batches.put_upload(upload)
+    batches.add_part(upload, UploadPart("part_a", "upload_a", 2, 1.0), b"ab")
+    assert batches.holdings("acme") == (1000, 1)
+    assert batches.set_upload(replace(upload, status="cancelled"), "pending")
+    assert batches.holdings("acme") == (0, 0) and batches.parts("upload_a") == []
+
+
+def test_an_ended_batchs_ledger_is_dropped_and_its_batch_kept(batches):
+    ended = batch()
+    batches.put_batch(ended)
+    ended.status = "in_progress"
+    batches.add_lines(ended, [Line("batch_a", 0, "c", "{}")], "validating")
+    ended.status = "completed"
+    assert batches.update_batch(ended, "in_progress") and batches.open_batches() == []
+    batches.drop_lines("batch_a")
+    assert list(batches.unfinished_lines("batch_a")) == [] and batches.get_batch("acme", "batch_a").status == "completed"
+
+
+def batch(batch_id: str = "batch_a") -> Batch:
+    return Batch(batch_id, "acme", "/v1/systemone", "file-a", "24h", 1.0, 100.0, {})
+
+
+def test_a_lease_is_one_owners_until_it_lapses(batches):
+    batches.put_batch(batch())
+    assert batches.lease("batch_a", "one", 10.0, 0.0) and batches.lease("batch_a", "one", 20.0, 5.0)
+    assert not batches.lease("batch_a", "two", 30.0, 19.0)
+    assert batches.lease("batch_a", "two", 30.0, 20.0)
+
+
+def test_a_batch_changes_only_from_the_status_it_was_read_with(batches):
+    batches.put_batch(batch())
+    changed = batch()
+    changed.status = "cancelling"
+    assert batches.update_batch(changed, "validating") and not batches.update_batch(changed, "validating")
+    assert not batches.add_lines(changed, [Line("batch_a", 0, "c", "{}")], "validating")
+    assert list(batches.unfinished_lines("batch_a")) == []
+
+
+def test_a_line_is_counted_once_however_often_it_is_finished(batches):
+    started = batch()
+    batches.put_batch(started)
+    started.status = "in_progress"
+    assert batches.add_lines(started, [Line("batch_a", n, f"c{n}", "{}") for n in range(3)], "validating")
+    line = batches.runnable_lines("batch_a", 0.0, 1)[0]
+    line.state, line.reply = "done", '{"status_code": 200, "body": {}}'
+    for _ in range(2):
+        batches.finish_line(line, LineUsage(10, 2, 4, 0.5))
+    again = batches.get_batch("acme", "batch_a")
+    assert (again.completed, again.failed, again.usage["input_tokens"], again.cost_usd) == (1, 0, 10, 0.5)
+    assert [ln.number for ln in batches.unfinished_lines("batch_a")] == [1, 2]
+    assert [ln.number for ln in batches.finished_lines("batch_a")] == [0]
+    waiting = batches.runnable_lines("batch_a", 0.0, 1)[0]
+    waiting.not_before = 50.0
+    batches.put_line(waiting)
+    assert [ln.number for ln in batches.runnable_lines("batch_a", 10.0, 5)] == [2]
+
+
+
+def test_a_batch_has_one_current_turn_while_open_and_is_stalled_only_when_nothing_touched_it(batches):
+    started = batch()
+    batches.put_batch(started)
+    assert batches.turn_of("batch_a") is None and [b.id for b in batches.stalled(1.0 + 600, 600)] == ["batch_a"]
+    assert batches.next_turn("batch_a", 700.0) == 1 and batches.next_turn("batch_a", 701.0) == 2
+    assert batches.turn_of("batch_a") == 2 and batches.stalled(1000.0, 600) == []  # announced at 701
+    assert batches.lease("batch_a", "w", 2000.0, 1000.0) and batches.stalled(2500.0, 600) == []  # held until 2000
+    assert [b.id for b in batches.stalled(2601.0, 600)] == ["batch_a"]
+    started.status = "cancelled"
+    assert batches.update_batch(started, "validating")
+    assert batches.next_turn("batch_a", 3000.0) is None and batches.turn_of("batch_a") is None
+
+
+def test_an_upload_whose_parts_are_not_the_md5_given_completes_nothing(batches):
+    import hashlib
+
+    from gateway.batches.model import DigestMismatch
+
+    upload = Upload("upload_a", "acme", "x", "batch", 4, "text/plain", 1.0, 10.0 ** 10)
+    batches.put_upload(upload)
+    batches.add_part(upload, UploadPart("part_a", "upload_a", 4, 1.0), b"abcd")
+    with pytest.raises(DigestMismatch):
+        batches.complete_upload(upload, ["part_a"], file("file-a"), md5="0" * 32)
+    assert batches.get_file("acme", "file-a") is None and batches.get_upload("acme", "upload_a").status == "pending"
+    done = batches.complete_upload(upload, ["part_a"], file("file-a"), md5=hashlib.md5(b"abcd").hexdigest())
+    assert done.bytes == 4 and b"".join(batches.read_file("acme", "file-a")) == b"abcd"

@@ -1,6 +1,6 @@
 """The AWS batch store's own part: bytes in S3 (whole or absent, no tenant in a key, large
 files in parts), lines too large for an item, expiry by the sweep and by TTL
-(tests/unit/gateway/test_batch_stores.py holds the contract both stores keep)."""
+(tests/unit/gateway/test_stores.py holds the contract both stores keep)."""
 
 from dataclasses import replace
 

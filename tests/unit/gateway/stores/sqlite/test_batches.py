@@ -1,5 +1,5 @@
 """The SQLite batch store's own part: its folder (private bytes, no tenant in a path) and its
-sweep (tests/unit/gateway/test_batch_stores.py holds the contract both stores keep)."""
+sweep (tests/unit/gateway/test_stores.py holds the contract both stores keep)."""
 
 import stat
 
