@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import threading
@@ -53,6 +54,7 @@ from scorer_container.errors import (
     RequestError,
     ServiceError,
 )
+from scorer_container.lines import MAX_INVOCATION_BYTES, InLine, is_lines, pieces, read_lines, spooled
 from scorer_container.planning import Plan
 from scorer_container.prefix_tree import cells_for
 from scorer_container.prompts import PROMPT_VERSIONS
@@ -78,6 +80,8 @@ from systemone.sidechannel import (
     work_of,
 )
 
+MAX_INVOCATION_S = 3600.0  # SageMaker's longest asynchronous invocation: a body of lines is answered within it
+MIN_LINE_S = 1.0  # a line that would start with less of the invocation left is not run (503 not_run)
 log = logging.getLogger("scorer")
 # Sequences a decision's prefix tree may use: its deepest path (a handful of nodes) and a batch
 # of sibling leaves (at most 32: a decode's logits rows), so that two decisions and a few chats
@@ -166,7 +170,10 @@ async def _chat_completions(request: Request) -> Response:
 
 
 async def _invocations(request: Request) -> Response:
-    """SageMaker's one route: the custom attributes' `route`, else the body's shape, picks the handler."""
+    """SageMaker's one route: the custom attributes' `route`, else the body's shape, picks the
+    handler; a body of lines (an asynchronous invocation's) is answered line by line (`_lines`)."""
+    if is_lines(request.headers.get("content-type", "")):
+        return await _lines(request)
     service, route = _service(request), route_of(_attributes(request))
 
     async def dispatch(body: Any, deadline: Deadline) -> Response:
@@ -176,6 +183,67 @@ async def _invocations(request: Request) -> Response:
 
     flavor: Flavor = "openai" if route == "chat" else "systemone"
     return await _handle(request, flavor, dispatch)
+
+
+# -- an invocation of many requests (scorer_container.lines) --------------------------------
+
+
+async def _lines(request: Request) -> Response:
+    """Each line answered in turn, within the invocation's deadline (its custom attributes'
+    `timeout_ms`, at most MAX_INVOCATION_S: SageMaker's hour for an asynchronous invocation). A
+    line that starts past it is answered 503 `not_run`. The body is read first, to a file past a
+    few MiB (the answers stream out while a response's own task reads the connection, which a
+    body still arriving would lose), then a line at a time."""
+    service = _service(request)
+    invocation = Deadline(timeout_of(_attributes(request), MAX_INVOCATION_S))
+    request_id = _request_id(request)
+    try:
+        body = await spooled(request.stream(), MAX_INVOCATION_BYTES)
+    except ServiceError as exc:
+        return error_response(exc, "systemone")
+
+    async def answers():
+        counts = {"lines": 0, "answered": 0}
+        with body:
+            async for line in read_lines(pieces(body), service.settings.max_body_bytes):
+                status, answer = await _line(service, line, invocation)
+                counts["lines"] += 1
+                counts["answered"] += status < 400
+                yield (json.dumps({"id": line.id, "line": line.number, "status": status, "body": answer},
+                                  ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        log.info("request %s: %d lines, %d answered", request_id, counts["lines"], counts["answered"])
+
+    return ClosingStreamingResponse(answers(), media_type="application/jsonlines")
+
+
+async def _line(service: ScorerService, line: InLine, invocation: Deadline) -> tuple[int, Any]:
+    """One line's status and body, as its route answers it on its own."""
+    flavor: Flavor = "openai" if line.route == "chat" else "systemone"
+    if line.refused is not None:
+        status, message = line.refused
+        exc = PayloadTooLarge(message) if status == 413 else RequestError(message)
+        response = error_response(exc, flavor)
+        return response.status_code, json.loads(response.body)
+    pairs = parse_attributes(line.attributes)
+    seconds = min(timeout_of(pairs, service.settings.deadline_s), invocation.remaining())
+    if seconds < MIN_LINE_S:
+        response = error_response(QueueTimeout("the invocation's time ran out before this line ran", 1), flavor)
+        return response.status_code, {**json.loads(response.body), "x_state": "not_run"}
+    caller = Caller(tenant_of(pairs), work_of(pairs) if "work" in pairs else "bulk", weight_of(pairs))
+    deadline = Deadline(seconds, given="timeout_ms" in pairs)
+    try:
+        if line.route == "chat":
+            if isinstance(line.body, dict) and line.body.get("stream"):
+                raise RequestError("a line's chat is answered whole: stream is not taken here")
+            response = await _chat(service, line.body, deadline, caller)
+        else:
+            response = await _decide(service, line.body, deadline, caller)
+    except ServiceError as exc:
+        response = error_response(exc, flavor)
+    except Exception:
+        log.exception("a line (%d) failed", line.number)
+        response = error_response(ServiceError("the scorer failed on this line"), flavor)
+    return response.status_code, json.loads(response.body)
 
 
 # -- request handling ----------------------------------------------------------------------

@@ -25,8 +25,9 @@ REPORT = ROOT / "reports" / "container.json"
 REQUEST = """
 import json, sys, urllib.request, urllib.error
 method, path, body = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None
+kind = sys.argv[4] if len(sys.argv) > 4 else "application/json"
 req = urllib.request.Request("http://127.0.0.1:8080" + path, method=method, data=body.encode() if body else None,
-                             headers={"Content-Type": "application/json"})
+                             headers={"Content-Type": kind})
 try:
     with urllib.request.urlopen(req, timeout=60) as reply:
         print(json.dumps({"status": reply.status, "body": reply.read().decode()}))
@@ -91,8 +92,11 @@ class Served:
         self.id = docker("run", "-d", "--network", "none", "-v", f"{model_dir}:/opt/ml/model:ro", *flags,
                          image, "serve").stdout.strip()
 
-    def request(self, method: str, path: str, body: object = None) -> tuple[int, dict]:
+    def request(self, method: str, path: str, body: object = None, lines: list | None = None) -> tuple[int, dict]:
+        """One request; `lines`: a body of JSON lines (an asynchronous invocation's), answered as text."""
         args = [method, path] + ([json.dumps(body)] if body is not None else [])
+        if lines is not None:
+            args = [method, path, "\n".join(json.dumps(line) for line in lines) + "\n", "application/jsonlines"]
         out = docker("exec", self.id, "python", "-c", REQUEST, *args, timeout=90).stdout
         reply = json.loads(out)
         try:
@@ -156,6 +160,18 @@ def test_invocations_answer_a_decision_and_a_chat(served, report):
     assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"]
     assert body["usage"]["completion_tokens"] <= 8
     report["rss_after_requests_mib"] = round(int(served.proc_status()["VmRSS"].split()[0]) / 1024, 1)
+
+
+def test_an_asynchronous_invocations_lines_are_each_answered(served):
+    served.wait_for(200)
+    decision = {"model": "m", "state": "Where is my parcel?",
+                "questions": {"late": {"type": "noul", "instructions": "Is the delivery late?"}}}
+    chat = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "temperature": 0}
+    code, body = served.request("POST", "/invocations", lines=[{"id": "d", "body": decision},
+                                                               {"id": "c", "route": "chat", "body": chat}])
+    answers = [json.loads(line) for line in body["text"].splitlines()]
+    assert code == 200 and [(a["id"], a["status"]) for a in answers] == [("d", 200), ("c", 200)]
+    assert set(answers[0]["body"]["answers"]) == {"late"} and answers[1]["body"]["choices"]
 
 
 def test_a_chat_stream_is_chunked_as_sagemaker_streams_it(served):
