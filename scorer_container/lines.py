@@ -12,8 +12,8 @@ with its own deadline (server.py's `_lines`):
 `attributes` are what the custom attributes header says for a single request
 (systemone.sidechannel): the tenant's tag, the kind of work (bulk, when it does not say), its
 weight, its deadline. A line the scorer cannot read is answered 400 (and one too long 413); a
-line the invocation's time no longer leaves room for is answered 503 `not_run`, so whoever sent
-it sends it again. Lines are read as they come and answers go out as they are made: the
+line the invocation's time no longer leaves room for is answered 503 (`queue_timeout`, busy), so
+whoever sent it sends it again. Lines are read as they come and answers go out as they are made: the
 invocation holds one line at a time, whatever its size.
 """
 

@@ -81,7 +81,7 @@ from systemone.sidechannel import (
 )
 
 MAX_INVOCATION_S = 3600.0  # SageMaker's longest asynchronous invocation: a body of lines is answered within it
-MIN_LINE_S = 1.0  # a line that would start with less of the invocation left is not run (503 not_run)
+MIN_LINE_S = 1.0  # a line that would start with less of the invocation left is not run (503 queue_timeout)
 log = logging.getLogger("scorer")
 # Sequences a decision's prefix tree may use: its deepest path (a handful of nodes) and a batch
 # of sibling leaves (at most 32: a decode's logits rows), so that two decisions and a few chats
@@ -191,7 +191,7 @@ async def _invocations(request: Request) -> Response:
 async def _lines(request: Request) -> Response:
     """Each line answered in turn, within the invocation's deadline (its custom attributes'
     `timeout_ms`, at most MAX_INVOCATION_S: SageMaker's hour for an asynchronous invocation). A
-    line that starts past it is answered 503 `not_run`. The body is read first, to a file past a
+    line that starts past it is answered 503 (`queue_timeout`: resend it). The body is read first, to a file past a
     few MiB (the answers stream out while a response's own task reads the connection, which a
     body still arriving would lose), then a line at a time."""
     service = _service(request)
@@ -226,11 +226,11 @@ async def _line(service: ScorerService, line: InLine, invocation: Deadline) -> t
         return response.status_code, json.loads(response.body)
     pairs = parse_attributes(line.attributes)
     seconds = min(timeout_of(pairs, service.settings.deadline_s), invocation.remaining())
-    if seconds < MIN_LINE_S:
+    if seconds < MIN_LINE_S:  # not run: busy, in the contract's words (queue_timeout), for its sender to resend
         response = error_response(QueueTimeout("the invocation's time ran out before this line ran", 1), flavor)
-        return response.status_code, {**json.loads(response.body), "x_state": "not_run"}
+        return response.status_code, json.loads(response.body)
     caller = Caller(tenant_of(pairs), work_of(pairs) if "work" in pairs else "bulk", weight_of(pairs))
-    deadline = Deadline(seconds, given="timeout_ms" in pairs)
+    deadline = Deadline(seconds, given=timeout_of(pairs, math.inf) != math.inf)
     try:
         if line.route == "chat":
             if isinstance(line.body, dict) and line.body.get("stream"):

@@ -42,4 +42,4 @@ def test_each_line_is_answered_as_its_own_request_in_order(scorer_url):
 def test_lines_past_the_invocations_time_are_not_run(scorer_url):
     lines = [{"id": f"l{i}", "body": DECISION} for i in range(3)]
     answers = invoke(scorer_url, lines, {CUSTOM_ATTRIBUTES: "timeout_ms=500"})
-    assert {(a["status"], a["body"]["x_state"]) for a in answers} == {(503, "not_run")}
+    assert {(a["status"], a["body"]["x_state"]) for a in answers} == {(503, "queue_timeout")}

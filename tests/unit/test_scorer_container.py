@@ -24,6 +24,7 @@ LAYERS = (
     ("budget",),  # what a request may cost here, measured on the engine's own work
     ("service",),  # the loaded model
     ("streaming",),  # chat as server-sent events
+    ("lines",),  # an invocation of many requests: its body read as lines
     ("server",),  # the HTTP routes
     ("__main__",),  # the command line
 )
