@@ -7,11 +7,12 @@ lines, one request each, and answers them one after another, in order, each as i
 with its own deadline (server.py's `_lines`):
 
     in   {"id": "...", "route": "systemone" | "chat", "body": {...}, "attributes": "tenant=...;timeout_ms=..."}
-    out  {"id": "...", "status": 200, "body": {...}}
+    out  {"id": "...", "line": 1, "status": 200, "body": {...}, "x_busy_ms": 412}
 
 `attributes` are what the custom attributes header says for a single request
 (systemone.sidechannel): the tenant's tag, the kind of work (bulk, when it does not say), its
-weight, its deadline. A line the scorer cannot read is answered 400 (and one too long 413); a
+weight, its deadline. `line` is its place in the body (from 1), `x_busy_ms` the time this
+machine spent on it. A line the scorer cannot read is answered 400 (and one too long 413); a
 line the invocation's time no longer leaves room for is answered 503 (`queue_timeout`, busy), so
 whoever sent it sends it again. Lines are read as they come and answers go out as they are made: the
 invocation holds one line at a time, whatever its size.

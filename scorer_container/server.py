@@ -206,11 +206,15 @@ async def _lines(request: Request) -> Response:
         counts = {"lines": 0, "answered": 0}
         with body:
             async for line in read_lines(pieces(body), service.settings.max_body_bytes):
+                started = time.perf_counter()
                 status, answer = await _line(service, line, invocation)
                 counts["lines"] += 1
                 counts["answered"] += status < 400
-                yield (json.dumps({"id": line.id, "line": line.number, "status": status, "body": answer},
-                                  ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+                # The line's time on this machine, which serves the invocation's lines one at a
+                # time: what its sender charges it (a chat's answer says no time of its own)
+                busy_ms = round((time.perf_counter() - started) * 1000)
+                yield (json.dumps({"id": line.id, "line": line.number, "status": status, "body": answer,
+                                   "x_busy_ms": busy_ms}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         log.info("request %s: %d lines, %d answered", request_id, counts["lines"], counts["answered"])
 
     return ClosingStreamingResponse(answers(), media_type="application/jsonlines")

@@ -33,6 +33,9 @@ def test_each_line_is_answered_as_its_own_request_in_order(scorer_url):
     answers = invoke(scorer_url, lines)
     assert [(a["id"], a["line"], a["status"]) for a in answers] == [
         ("a", 1, 200), ("b", 2, 200), (None, 3, 400), ("c", 4, 422), ("d", 5, 400), ("e", 6, 200)]
+    # Each line's time on the scorer: a chat's too, whose answer says none of its own
+    assert answers[1]["x_busy_ms"] > 0 and all(isinstance(a["x_busy_ms"], int) and a["x_busy_ms"] >= 0 for a in answers)
+    assert answers[0]["x_busy_ms"] >= answers[0]["body"]["usage"]["x_busy_ms"]
     for answer, asked in ((answers[0], DECISION), (answers[5], other)):
         same_answer(answer["body"], httpx.post(f"{scorer_url}/invocations", json=asked, timeout=60).json())
     assert answers[1]["body"]["choices"][0]["message"]["content"]
