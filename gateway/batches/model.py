@@ -241,6 +241,9 @@ class Line:
     not_before: float = 0.0
     reply: str | None = None  # JSON text: {"status_code", "body"} or {"error": {code, message}}
     failed: bool = False
+    # The asynchronous invocation its request was sent to, while it waits for the answer (JSON
+    # text: gateway.batches.deferred.Submission); None on a real-time pool.
+    submission: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -365,6 +368,10 @@ class BatchStore(Protocol):
         """Write a line that is not done (taken, answered, waiting to run again); with
         `expect_tries`, only if its stored tries are still that (a worker taking a line: False
         when another took it first)."""
+        ...
+
+    def get_line(self, batch_id: str, number: int) -> Line | None:
+        """One line of the ledger as it stands (read consistently), or None."""
         ...
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:

@@ -366,7 +366,7 @@ class DynamoDBBatches:
     def _line_item(self, line: Line, ttl: int) -> dict[str, Any]:
         values = {**_line_key(line), "custom_id": line.custom_id, "state": line.state, "decision_id": line.decision_id,
                   "tries": line.tries, "not_before": line.not_before, "failed": line.failed, "ttl": ttl,
-                  **self._texts(line, "body", line.body), **self._texts(line, "reply", line.reply)}
+                  "submission": line.submission, **self._texts(line, "body", line.body), **self._texts(line, "reply", line.reply)}
         if line.state != "done":
             values["waiting"] = values["sk"]
         return values
@@ -405,13 +405,18 @@ class DynamoDBBatches:
         condition = "attribute_exists(pk) AND #st <> :done" + ("" if expect_tries is None else " AND tries = :t")
         values = {":done": typed("done")} | ({} if expect_tries is None else {":t": typed(expect_tries)})
         fields = {"#st": line.state, "tries": line.tries, "not_before": line.not_before, "failed": line.failed,
-                  "decision_id": line.decision_id, **self._texts(line, "reply", line.reply)}
+                  "decision_id": line.decision_id, "submission": line.submission,
+                  **self._texts(line, "reply", line.reply)}
         try:
             self.table.update(_line_key(line), ConditionExpression=condition, ExpressionAttributeNames={"#st": "state"},
                               **_set_or_remove(fields, values))
         except self.table.refused:
             return False
         return True
+
+    def get_line(self, batch_id: str, number: int) -> Line | None:
+        found = self.table.get({"pk": f"L#{batch_id}", "sk": f"{number:09d}"})
+        return None if found is None else self._line(found)
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:
         fields = {"#st": "done", "tries": line.tries, "failed": line.failed, "decision_id": line.decision_id,
@@ -457,7 +462,7 @@ class DynamoDBBatches:
     def _line(self, found: dict[str, Any]) -> Line:
         return Line(found["pk"].removeprefix("L#"), int(found["sk"]), found["custom_id"], self._text(found, "body") or "",
                     found["state"], found.get("decision_id"), int(found["tries"]), found["not_before"],
-                    self._text(found, "reply"), bool(found["failed"]))
+                    self._text(found, "reply"), bool(found["failed"]), found.get("submission"))
 
 
 def _set_or_remove(fields: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

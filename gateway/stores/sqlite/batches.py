@@ -93,12 +93,14 @@ CREATE TABLE IF NOT EXISTS batch_lines (
     not_before  REAL NOT NULL,
     reply       TEXT,
     failed      INTEGER NOT NULL,
+    submission  TEXT,
     PRIMARY KEY (batch_id, number)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS batch_lines_open ON batch_lines (batch_id, number) WHERE state != 'done';
 """.replace("{open}", _OPEN)
-_LINE_COLUMNS = "batch_id, number, custom_id, body, state, decision_id, tries, not_before, reply, failed"
-_PUT_LINE = ("UPDATE batch_lines SET state = ?, decision_id = ?, tries = ?, not_before = ?, reply = ?, failed = ?"
+_LINE_COLUMNS = "batch_id, number, custom_id, body, state, decision_id, tries, not_before, reply, failed, submission"
+_PUT_LINE = ("UPDATE batch_lines SET state = ?, decision_id = ?, tries = ?, not_before = ?, reply = ?, failed = ?,"
+             " submission = ?"
              " WHERE batch_id = ? AND number = ? AND state != 'done'")
 _PAGE = 1000  # lines read at a time when a ledger is read in order
 _NANO = 1_000_000_000
@@ -109,6 +111,7 @@ class SQLiteBatches:
         self.db = db
         db.create(_SCHEMA)
         db.add_columns("batches", {"turn": "INTEGER", "announced_at": "REAL NOT NULL DEFAULT 0"})  # a file from before turns
+        db.add_columns("batch_lines", {"submission": "TEXT"})  # a file from before asynchronous pools
         if folder is None:
             folder = tempfile.mkdtemp(prefix="batch-files-") if db.path == ":memory:" else f"{db.path}.files"
         self.folder = Path(folder)
@@ -353,7 +356,7 @@ class SQLiteBatches:
                               (batch.status, json.dumps(batch.document()), batch.id, expect)).rowcount:
                 db.rollback()
                 return False
-            db.executemany(f"INSERT OR REPLACE INTO batch_lines ({_LINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+            db.executemany(f"INSERT OR REPLACE INTO batch_lines ({_LINE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
                            [_line_row(line) for line in lines])
         return True
 
@@ -368,7 +371,12 @@ class SQLiteBatches:
             return bool(db.execute(
                 _PUT_LINE + condition,
                 (line.state, line.decision_id, line.tries, line.not_before, line.reply, int(line.failed),
-                 line.batch_id, line.number, *extra)).rowcount)
+                 line.submission, line.batch_id, line.number, *extra)).rowcount)
+
+    def get_line(self, batch_id: str, number: int) -> Line | None:
+        row = self.db.connect().execute(f"SELECT {_LINE_COLUMNS} FROM batch_lines WHERE batch_id = ? AND number = ?",  # noqa: S608
+                                        (batch_id, number)).fetchone()
+        return None if row is None else _line(row)
 
     def finish_line(self, line: Line, usage: LineUsage) -> None:
         with self.db.connect() as db:
@@ -432,9 +440,9 @@ def _batch(row: sqlite3.Row) -> Batch:
 
 def _line_row(line: Line) -> tuple:
     return (line.batch_id, line.number, line.custom_id, line.body, line.state, line.decision_id, line.tries,
-            line.not_before, line.reply, int(line.failed))
+            line.not_before, line.reply, int(line.failed), line.submission)
 
 
 def _line(row: sqlite3.Row) -> Line:
     return Line(row["batch_id"], row["number"], row["custom_id"], row["body"], row["state"], row["decision_id"],
-                row["tries"], row["not_before"], row["reply"], bool(row["failed"]))
+                row["tries"], row["not_before"], row["reply"], bool(row["failed"]), row["submission"])

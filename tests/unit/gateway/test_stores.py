@@ -548,6 +548,21 @@ def test_a_line_is_counted_once_however_often_it_is_finished(batches):
 
 
 
+def test_a_line_keeps_the_asynchronous_invocation_it_waits_for_and_reads_by_its_number(batches):
+    started = batch()
+    batches.put_batch(started)
+    started.status = "in_progress"
+    assert batches.add_lines(started, [Line("batch_a", n, f"c{n}", "{}") for n in range(2)], "validating")
+    line = batches.get_line("batch_a", 1)
+    assert line is not None and line.submission is None and batches.get_line("batch_a", 2) is None
+    line.state, line.not_before, line.submission = "pending", 500.0, '{"id": "s1"}'
+    assert batches.put_line(line, expect_tries=0)
+    again = batches.get_line("batch_a", 1)
+    assert (again.submission, again.not_before) == ('{"id": "s1"}', 500.0)
+    again.submission = None
+    assert batches.put_line(again) and batches.get_line("batch_a", 1).submission is None
+
+
 def test_a_batch_has_one_current_turn_while_open_and_is_stalled_only_when_nothing_touched_it(batches):
     started = batch()
     batches.put_batch(started)

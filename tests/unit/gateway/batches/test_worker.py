@@ -218,7 +218,7 @@ def test_a_batch_cancelled_while_validating_ignores_a_ledger_a_dead_validator_le
     store.put_batch(Batch("batch_a", "acme", "/v1/systemone", "file-a", "24h", 1000.0, 1000.0 + 86400,
                           principal_document(PRINCIPAL), status="cancelling"))
     with store.db.connect() as db:  # lines written, the status never flipped (the validator died between)
-        db.execute("INSERT INTO batch_lines VALUES ('batch_a', 0, 'c0', '{}', 'pending', NULL, 0, 0, NULL, 0)")
+        db.execute("INSERT INTO batch_lines VALUES ('batch_a', 0, 'c0', '{}', 'pending', NULL, 0, 0, NULL, 0, NULL)")
     worker = BatchWorker(store, Routes(), check_principal=lambda p: p, recorded=lambda t, d: False,
                          new_decision_id=lambda: "d", model_allowed=lambda p, m, e: None, owner="w",
                          clock=lambda: clock["now"])
