@@ -106,6 +106,12 @@ class BackendUnavailable(ServiceError):
         self.retry_after = retry_after
 
 
+class AnsweredLater(BackendUnavailable):
+    """A batch line's request taken down to be sent to an asynchronous pool
+    (gateway.backends.deferred): only the batch worker sees it, and the line waits for the pool's
+    answer. Nothing failed, and nothing is known of any endpoint (the pool asks no other)."""
+
+
 class NoAnswerInTime(BackendUnavailable):
     """An endpoint said nothing before the deadline (a hung or crashed container, far more often
     than oversized work: a scorer cuts its own work first, and says so). The work is not sent

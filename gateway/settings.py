@@ -154,6 +154,9 @@ class AuthSettings(_Settings):
     GATEWAY_CATALOGS_TABLE, GATEWAY_RECORDS_TABLE for catalogs and records,
     GATEWAY_BATCHES_TABLE, GATEWAY_BATCH_BUCKET for batches (their items, their files' bytes),
     GATEWAY_BATCH_QUEUE_URL                   and the SQS queue of their worker's turns;
+    GATEWAY_ASYNC_ENDPOINT                    an Asynchronous Inference endpoint that runs the batch
+                                              lines (its input and output in the batch bucket), and
+    GATEWAY_ASYNC_INSTANCE_TYPE               its instance type (what a line's scorer time costs);
     GATEWAY_RECORD_RETENTION_DAYS             how long records are kept (default 90);
     GATEWAY_SIGNING_SECRET_ID                 a Secrets Manager secret with the signing keys, or
     GATEWAY_SIGNING_KEYS_FILE                 a file with the same document (local stack);
@@ -169,6 +172,8 @@ class AuthSettings(_Settings):
     batches_table: str | None = None
     batch_bucket: str | None = None
     batch_queue_url: str | None = None
+    async_endpoint: str | None = None
+    async_instance_type: str | None = None
     record_retention_days: float = Field(default=90, gt=0, le=3650)
     signing_secret_id: str | None = None
     signing_keys_file: str | None = None
@@ -187,6 +192,9 @@ class AuthSettings(_Settings):
             raise ValueError("batches need both GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
         if self.batches_table and not self.batch_queue_url:  # else a batch is accepted that nothing ever runs
             raise ValueError("batches in DynamoDB need their worker's queue: GATEWAY_BATCH_QUEUE_URL")
+        if self.async_endpoint and not self.batch_queue_url:  # its input and output live beside the batches'
+            raise ValueError("an asynchronous pool serves batches in AWS: GATEWAY_ASYNC_ENDPOINT needs"
+                             " GATEWAY_BATCHES_TABLE, GATEWAY_BATCH_BUCKET and GATEWAY_BATCH_QUEUE_URL")
         return self
 
     @classmethod
@@ -196,7 +204,8 @@ class AuthSettings(_Settings):
                  "keys_table": "GATEWAY_KEYS_TABLE", "signing_secret_id": "GATEWAY_SIGNING_SECRET_ID",
                  "catalogs_table": "GATEWAY_CATALOGS_TABLE", "records_table": "GATEWAY_RECORDS_TABLE",
                  "batches_table": "GATEWAY_BATCHES_TABLE", "batch_bucket": "GATEWAY_BATCH_BUCKET",
-                 "batch_queue_url": "GATEWAY_BATCH_QUEUE_URL",
+                 "batch_queue_url": "GATEWAY_BATCH_QUEUE_URL", "async_endpoint": "GATEWAY_ASYNC_ENDPOINT",
+                 "async_instance_type": "GATEWAY_ASYNC_INSTANCE_TYPE",
                  "record_retention_days": "GATEWAY_RECORD_RETENTION_DAYS",
                  "signing_keys_file": "GATEWAY_SIGNING_KEYS_FILE", "record_key_secret_id": "GATEWAY_RECORD_KEY_SECRET_ID",
                  "record_keys_file": "GATEWAY_RECORD_KEYS_FILE", "revocation_check_s": "GATEWAY_REVOCATION_CHECK_S"}

@@ -117,3 +117,46 @@ def served(principal: dict[str, str]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def asynchronous_inference(pool: Any, answer: Any) -> list[dict[str, Any]]:
+    """SageMaker's side of the asynchronous pool's InvokeEndpointAsync, for `pool`'s client: the
+    call answered once botocore has validated and serialized it against the service model (where
+    the Stubber answers), its input read from S3 and given to `answer` (the invocation's JSONL
+    body: the scorer's answer, bytes, or None for an invocation that fails), the answer or the
+    failure written where the reply says, and the SNS notice SageMaker publishes kept in the list
+    returned (the caller hands each to the notice function)."""
+    import uuid
+
+    import boto3
+    from botocore.awsrequest import AWSResponse
+
+    notices: list[dict[str, Any]] = []
+    s3 = boto3.client("s3")  # SageMaker's own, not the gateway's: its calls are none of the gateway's grants
+
+    def invoke(params: dict[str, Any], model: Any, **_: Any) -> tuple[Any, dict[str, Any]] | None:
+        if model.name != "InvokeEndpointAsync":
+            return None
+        headers = params["headers"]
+        location, inference_id = headers["X-Amzn-SageMaker-InputLocation"], headers["X-Amzn-SageMaker-Inference-Id"]
+        bucket, key = location.removeprefix("s3://").split("/", 1)
+        out, failed = f"async/out/{uuid.uuid4()}.out", f"async/failed/{uuid.uuid4()}.out"
+        written = answer(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        notice = {"awsRegion": "us-east-1", "eventName": "InferenceResult", "eventSource": "aws:sagemaker",
+                  "eventVersion": "1.0", "inferenceId": inference_id,
+                  "requestParameters": {"contentType": headers["X-Amzn-SageMaker-Content-Type"], "endpointName": pool.endpoint_name,
+                                        "inputLocation": location}}
+        if written is None:
+            s3.put_object(Bucket=bucket, Key=failed, Body=b"ClientError: Received server error (500) from model")
+            notice |= {"invocationStatus": "Failed", "failureReason": "ClientError: Received server error (500)"}
+        else:
+            s3.put_object(Bucket=bucket, Key=out, Body=written)
+            notice |= {"invocationStatus": "Completed",
+                       "responseParameters": {"contentType": "application/jsonlines", "outputLocation": f"s3://{bucket}/{out}"}}
+        notices.append(notice)
+        return AWSResponse(location, 202, {}, None), {"InferenceId": inference_id, "OutputLocation": f"s3://{bucket}/{out}",
+                                                      "FailureLocation": f"s3://{bucket}/{failed}"}
+
+    # On the event's root, where a test's own handlers (registered first) still see the call
+    pool.sagemaker.meta.events.register("before-call", invoke)
+    return notices

@@ -17,7 +17,7 @@ from gateway.api import batches, catalogs, chat, decisions, operations, records,
 from gateway.api.docs import ResponseDocs
 from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH, files_api
 from gateway.api.responses import error_response
-from gateway.errors import InvalidParameters, InvalidRequest, ServiceError, UnknownRoute
+from gateway.errors import AnsweredLater, InvalidParameters, InvalidRequest, ServiceError, UnknownRoute
 from gateway.services.instance import InstanceServices
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
@@ -63,7 +63,7 @@ def register_error_handlers(app: APIGatewayRestResolver) -> None:
 
     @app.exception_handler(ServiceError)
     def gateway_error(exc: ServiceError) -> Response:
-        if exc.status >= 500:
+        if exc.status >= 500 and not isinstance(exc, AnsweredLater):
             log.warning("request failed", extra={"status": exc.status, "error_type": exc.error_type})
         return error_response(exc, app.current_event.path)
 

@@ -279,24 +279,29 @@ def _classify(name: str, response: dict[str, Any]) -> Exception:
     error = response.get("Error", {})
     code = error.get("Code", "")
     if code == "ModelError":
-        status, message = original_error(response)
-        hints = hints_of(message)
-        if status == _TIMED_OUT_ORIGINAL:
-            return EndpointTimedOut(name, "container_timeout", answered=False)
-        if hints.state == "deadline_exceeded" and status in _CUT_ORIGINAL:
-            return EndpointTimedOut(name, "container_deadline", answered=True)
-        if status in _BUSY_ORIGINAL and hints.state in OWN_REFUSALS:  # this tenant's or request's share: not busy
-            return EndpointRefused(name, hints.state, hints.retry_after)
-        if status in _BUSY_ORIGINAL:
-            reason = {"not_ready": "container_not_ready", "queue_timeout": "container_queue_timeout"}.get(
-                hints.state or "", f"container_{status}")
-            return EndpointBusy(name, reason, retry_after=hints.retry_after)
-        if 400 <= status < 500:
-            return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
-        return EndpointFailed(name, f"container_{status}")
+        return container_error(name, *original_error(response))
     if code in _BUSY_CODES or code in _BUSY_STATUSES:  # a code, or only the status of a busy answer
         return EndpointBusy(name, code)
     # ValidationError here means the gateway or its configuration is wrong (an endpoint
     # that does not exist, a body the gateway should have refused): not the caller's fault,
     # and the same on every endpoint, so it is neither a 4xx nor a reason to fall back.
     return EndpointFailed(name, code or "unknown_error")
+
+
+def container_error(name: str, status: int, message: str | bytes) -> Exception:
+    """The error a scorer's answer of `status` (its body `message`) is, whatever carried it: an
+    InvokeEndpoint's ModelError, or one line of an asynchronous invocation's output."""
+    hints = hints_of(message)
+    if status == _TIMED_OUT_ORIGINAL:
+        return EndpointTimedOut(name, "container_timeout", answered=False)
+    if hints.state == "deadline_exceeded" and status in _CUT_ORIGINAL:
+        return EndpointTimedOut(name, "container_deadline", answered=True)
+    if status in _BUSY_ORIGINAL and hints.state in OWN_REFUSALS:  # this tenant's or request's share: not busy
+        return EndpointRefused(name, hints.state, hints.retry_after)
+    if status in _BUSY_ORIGINAL:
+        reason = {"not_ready": "container_not_ready", "queue_timeout": "container_queue_timeout"}.get(
+            hints.state or "", f"container_{status}")
+        return EndpointBusy(name, reason, retry_after=hints.retry_after)
+    if 400 <= status < 500:
+        return EndpointRejected(name, status, message.encode() if isinstance(message, str) else bytes(message))
+    return EndpointFailed(name, f"container_{status}")

@@ -21,6 +21,14 @@ allows: bulk work is the lowest priority, and a busy hour is not a reason to giv
 Every other answer is final, a budget exhausted included (its 429 says `x-should-retry: false`):
 the remaining lines fail as lines, each saying so.
 
+On an asynchronous pool (`AsyncLines`: SageMaker's Asynchronous Inference), a turn takes many
+lines at once: each runs through its route with the pool's answer book as its backend
+(gateway.backends.deferred), which takes its request down; the turn sends what it took as one
+invocation, and its lines wait for it (`Line.submission`). When the pool's notice wakes them (or
+POLL_S has passed), each runs through its route again, now answered from the invocation's output,
+so that its record, spend and output are a real-time line's. A line whose invocation failed is
+sent again, up to MAX_ASYNC_SENDS times, then fails with the pool's reason.
+
 A batch is leased to one worker for longer than a line can take (`lease_s`: a line's deadline
 and a margin), renewed before each line; a worker that finds its lease taken stops, and taking a
 line is conditional on its tries being what the worker read, so two workers never run one line.
@@ -37,6 +45,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
+from gateway.backends.async_pool import AsyncPool, Outcome, Submission
+from gateway.backends.deferred import AnswerBook, Asked
 from gateway.batches.jsonl import read_input
 from gateway.batches.model import (
     ENDPOINTS,
@@ -56,6 +66,9 @@ log = logging.getLogger("gateway.batches.worker")
 LEASE_S = 90.0  # longer than a line can take (the streaming routes' 58 s deadline, and a margin)
 RETRY_STATUSES = frozenset({429, 503})
 MAX_RETRY_WAIT_S = 60.0
+SUBMISSION_LINES = 500  # an asynchronous invocation's most lines: its answers read back in one turn
+POLL_S = 900.0  # a line waiting for its invocation is looked at again after this (a lost notice)
+MAX_ASYNC_SENDS = 3  # a line's request sent to the asynchronous pool at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +88,26 @@ class LineRunner(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class AsyncLines:
+    """An asynchronous pool's side of the worker: the answer book its line runs use as their
+    backend (the gateway function it is given is built on it), and the pool its takes go to."""
+
+    book: AnswerBook
+    pool: AsyncPool
+    max_lines: int = SUBMISSION_LINES
+    poll_s: float = POLL_S
+
+
 class BatchWorker:
     def __init__(self, store: BatchStore, run_line: LineRunner, *, check_principal: Callable[[Principal], Principal],
                  recorded: Callable[[str, str], bool], new_decision_id: Callable[[], str],
                  model_allowed: Callable[[Principal, str, str], str | None], owner: str,
                  count_stored: Callable[[str, int, str], None] | None = None,
-                 clock: Callable[[], float] = time.time, lease_s: float = LEASE_S) -> None:
+                 clock: Callable[[], float] = time.time, lease_s: float = LEASE_S,
+                 async_lines: AsyncLines | None = None) -> None:
         self.store = store
+        self.async_lines = async_lines  # None: the lines run on the real-time pools
         self.run_line = run_line
         self.check_principal = check_principal  # the creator, as it stands now (Unauthenticated/Forbidden: revoked)
         self.recorded = recorded  # (tenant, decision id): is that record stored?
@@ -135,9 +161,13 @@ class BatchWorker:
                 self.finalize(batch, "failed", "credential_revoked",
                               f"the credential that created this batch no longer stands ({exc.message})")
                 return False
-            lines = self.store.runnable_lines(batch.id, now, 1)
+            lines = self.store.runnable_lines(batch.id, now, 1 if self.async_lines is None else self.async_lines.max_lines)
             if not lines:
                 return True  # lines wait for their retry time (or are not listed yet)
+            if self.async_lines is not None:
+                self.run_on_pool(batch, principal, lines, until, self.async_lines)
+                max_lines = None if max_lines is None else max_lines - len(lines)
+                continue
             self.run_one(batch, principal, lines[0])
             max_lines = None if max_lines is None else max_lines - 1
 
@@ -173,18 +203,19 @@ class BatchWorker:
         batch.status, batch.failed_at, batch.errors = "failed", self.clock(), errors
         self.store.update_batch(batch, "validating")
 
-    def run_one(self, batch: Batch, principal: Principal, line: Line) -> None:
+    def run_one(self, batch: Batch, principal: Principal, line: Line) -> Asked | None:
         """One line, exactly once: a reply kept before its record is written is final once that
-        record exists; a line taken and not answered runs again (it recorded nothing)."""
+        record exists; a line taken and not answered runs again (it recorded nothing). On an
+        asynchronous pool, the request its route took down to be sent (the line waits), if so."""
         if self._answered(batch, line):
             self._finish(line, failed=False)
-            return
+            return None
         tries = line.tries
         line.state, line.tries, line.reply = "running", tries + 1, None
         if ENDPOINTS[batch.endpoint].records:
             line.decision_id = line.decision_id or self.new_decision_id()
         if not self.store.put_line(line, expect_tries=tries):
-            return  # another worker took it
+            return None  # another worker took it
 
         def keep(status: int, body: Any) -> None:
             line.state, line.reply = "answered", json.dumps({"status_code": status, "body": body})
@@ -193,15 +224,56 @@ class BatchWorker:
         started = self.clock()
         status, headers, body = self.run_line(principal, LineCall(batch.endpoint, line.body, line.request_id,
                                                                   line.decision_id, keep))
-        wait = self._retry_wait(status, headers, body, line, batch)
-        if wait is not None:
+        asked = self.async_lines.book.take(line.request_id) if self.async_lines is not None else None
+        wait = MAX_RETRY_WAIT_S if asked is not None else self._retry_wait(status, headers, body, line, batch)
+        if wait is not None:  # (taken down: waits until its invocation is sent, which says when to look)
             line.state, line.not_before, line.reply = "pending", self.clock() + wait, None
             self.store.put_line(line)
-            return
+            return asked
         line.reply = json.dumps({"status_code": status, "body": body})
         self._finish(line, failed=status >= 400)
         log.info("batch line", extra={"batch_id": batch.id, "line": line.number, "status": status,
                                       "duration_ms": round((self.clock() - started) * 1000, 2)})
+        return None
+
+    def run_on_pool(self, batch: Batch, principal: Principal, lines: list[Line], until: float,
+                    pool: AsyncLines) -> None:
+        """Lines on the asynchronous pool: each one answered from its invocation's output runs
+        through its route; the requests of the others (and of lines whose invocation failed)
+        are sent as one invocation, and those lines wait for it."""
+        outcomes: dict[str, Outcome] = {}
+        taken: list[tuple[Line, Asked]] = []
+        for line in lines:
+            if self.clock() >= until or self.stopping.is_set():
+                break
+            if line.submission is not None:
+                submission = Submission.read(line.submission)
+                if submission.id not in outcomes:
+                    outcomes[submission.id] = pool.pool.outcome(submission)
+                outcome = outcomes[submission.id]
+                if outcome.state == "waiting":
+                    line.not_before = min(submission.until, self.clock() + pool.poll_s)
+                    self.store.put_line(line)
+                    continue
+                if outcome.state == "failed":
+                    log.warning("an asynchronous invocation failed", extra={"batch_id": batch.id, "line": line.number,
+                                                                            "submission": submission.id})
+                    if line.tries >= MAX_ASYNC_SENDS:  # each send a run of the line (taken down)
+                        line.reply = json.dumps({"error": {"code": "model_failed", "message": "the asynchronous pool"
+                                                           f" did not answer this request: {outcome.reason}"}})
+                        self._finish(line, failed=True)
+                        continue
+                elif line.request_id in outcome.answers:
+                    pool.book.learn(line.request_id, outcome.answers[line.request_id])
+                line.submission = None
+            asked = self.run_one(batch, principal, line)
+            if asked is not None:
+                taken.append((line, asked))
+        if taken:
+            submission = pool.pool.submit(batch.tenant_id, batch.id, [asked for _, asked in taken])
+            for line, _ in taken:
+                line.submission, line.not_before = submission.text(), min(submission.until, self.clock() + pool.poll_s)
+                self.store.put_line(line)
 
     def _answered(self, batch: Batch, line: Line) -> bool:
         """Its reply was kept and stands: a chat line's, or a decision line's whose record exists."""

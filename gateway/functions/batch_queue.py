@@ -16,10 +16,12 @@ A batch's way through it:
    TURN_S (the first turn reads and validates its input file into the ledger), each line
    through the gateway's own routes at the bulk priority, then lets its lease go.
 4. More to do now: the next turn is announced at the back of the group, and this message is
-   done. Lines waiting for a Retry-After (the scorer busy): when another of the tenant's batches
-   can run now, its next turn goes to the back of the group, so that a waiting batch never
-   holds its tenant's others up; else the message itself comes back when they may run (its
-   visibility, at least MIN_COME_BACK_S; the message reported as not processed). Ended:
+   done. Lines waiting for an asynchronous invocation: the message is done, and the pool's
+   notice (`wake`) announces the next turn. Lines waiting for a Retry-After (the scorer
+   busy): when another of the tenant's batches can run now, its next turn goes to the back of
+   the group, so that a waiting batch never holds its tenant's others up; else the message
+   itself comes back when they may run (its visibility, at least MIN_COME_BACK_S; the message
+   reported as not processed). Ended:
    nothing follows (a batch that did not end after all, its end refused by a cancel at the
    same moment, is announced again).
 5. The last turn writes the output and error files (S3 `files/`) and drops the ledger.
@@ -28,8 +30,8 @@ A turn that fails comes back after the queue's visibility timeout (its tenant's 
 it meanwhile); after MAX_RECEIVES receives (failures and waits alike: a day of waits) the
 dead-letter queue keeps it. The sweep
 (every SWEEP_MINUTES) removes expired files and uploads, announces again every open batch that
-nothing touched for STALLED_S (its turn lost or dead-lettered: the new turn makes any old
-message stale), and publishes BatchesPastWindow: open batches more than PAST_WINDOW_S past their
+nothing touched for STALLED_S (its turn lost or dead-lettered, or an asynchronous pool's notice
+lost: the new turn makes any old message stale), and publishes BatchesPastWindow: open batches more than PAST_WINDOW_S past their
 window, which a working queue would have ended. Alarms watch that metric and the dead-letter queue.
 """
 
@@ -40,8 +42,9 @@ import logging
 import time
 from typing import Any
 
+from gateway.backends.async_pool import AsyncPool, Submission
 from gateway.batches.model import BatchStore
-from gateway.batches.worker import MAX_RETRY_WAIT_S, BatchWorker
+from gateway.batches.worker import MAX_RETRY_WAIT_S, AsyncLines, BatchWorker
 from gateway.stores.sqs import BatchQueue
 
 log = logging.getLogger("gateway.functions.batch_queue")
@@ -78,6 +81,10 @@ def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], re
     if not store.lease(batch_id, worker.owner, now, now):  # let its lease go: the next turn is anyone's
         queue.come_back_in(record["receiptHandle"], HELD_ELSEWHERE_S)
         return False
+    if worker.async_lines is not None and waits_for_pool(store, batch_id, now, worker.async_lines.poll_s):
+        # Its lines wait for their invocation: its notice gives the batch its next turn (the sweep,
+        # if the notice is lost). A message kept to come back would hold the tenant's group shut.
+        return True
     wait = next_turn_in(store, batch_id, now)
     if wait > 0 and not _others_ready(store, batch_id, tenant_id, now):
         queue.come_back_in(record["receiptHandle"], wait)
@@ -94,6 +101,13 @@ def next_turn_in(store: BatchStore, batch_id: str, now: float) -> float:
         return 0.0
     soon = store.runnable_lines(batch_id, now + MAX_RETRY_WAIT_S, 1)
     return max(1.0, soon[0].not_before - now) if soon else INDEX_LAG_S
+
+
+def waits_for_pool(store: BatchStore, batch_id: str, now: float, poll_s: float) -> bool:
+    """No line of the batch may run within a retry's wait, and some wait for an asynchronous
+    invocation (looked at again within `poll_s`)."""
+    return not store.runnable_lines(batch_id, now + MAX_RETRY_WAIT_S, 1) and bool(
+        store.runnable_lines(batch_id, now + poll_s + 1, 1))
 
 
 def _others_ready(store: BatchStore, batch_id: str, tenant_id: str, now: float) -> bool:
@@ -115,6 +129,35 @@ def sweep(store: BatchStore, queue: BatchQueue, now: float) -> dict[str, int]:
     return {"removed": removed, "announced": announced, "past_window": stuck}
 
 
+def wake(store: BatchStore, queue: BatchQueue, pool: AsyncPool, message: dict[str, Any], now: float) -> int:
+    """An asynchronous invocation's notice (answered or failed): its lines that still wait for it
+    may run now, and their batch has a turn. The lines it names are read from the input this
+    gateway wrote (the notice's own fields are only where to look); the lines woken."""
+    submission_id = message.get("inferenceId")
+    location = (message.get("requestParameters") or {}).get("inputLocation")
+    if not isinstance(submission_id, str) or not isinstance(location, str):
+        log.error("an asynchronous pool's notice names no invocation; dropped")
+        return 0
+    metadata, request_ids = pool.sent_lines(location)
+    tenant_id, batch_id = metadata.get("tenant", ""), metadata.get("batch", "")
+    if store.turn_of(batch_id) is None:
+        return 0  # the batch ended (cancelled, expired) meanwhile
+    woken = 0
+    for request_id in request_ids:
+        number = request_id.rpartition("_")[2]
+        line = store.get_line(batch_id, int(number)) if number.isdigit() else None
+        if (line is None or line.state == "done" or line.submission is None
+                or Submission.read(line.submission).id != submission_id or line.not_before <= now):
+            continue
+        line.not_before = now
+        woken += store.put_line(line, expect_tries=line.tries)
+    if woken:
+        queue.announce(batch_id, tenant_id)
+    log.info("asynchronous invocation ended", extra={"batch_id": batch_id, "submission": submission_id,
+                                                     "status": message.get("invocationStatus"), "woken": woken})
+    return woken
+
+
 # -- the functions ------------------------------------------------------------------------------
 
 
@@ -128,15 +171,33 @@ def _queue(store: BatchStore) -> BatchQueue:
     return queue
 
 
+_async: tuple[Any, AsyncLines] | None = None  # the asynchronous pool's function and lines, built once
+
+
+def _worker_function() -> tuple[Any, AsyncLines | None]:
+    """The gateway function the worker runs lines through: the instance's own, or (an
+    asynchronous pool configured) one built on that pool's answer book."""
+    global _async
+    from gateway.functions.composition import build_async_lines
+    from gateway.functions.handler import GatewayFunction, built_function
+    from gateway.settings import AuthSettings, GatewaySettings
+
+    if _async is None:
+        if not AuthSettings.from_env().async_endpoint:
+            return built_function(), None
+        services, lines = build_async_lines(GatewaySettings.from_env())
+        _async = GatewayFunction(services), lines
+    return _async
+
+
 def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """BatchWorkerFunction: the turns SQS hands it (one at a time: its event source mapping's
     batch size), each line run as the gateway function's own routes run it."""
     from gateway.functions.batch_worker import batch_store, build_worker
-    from gateway.functions.handler import built_function
 
-    function = built_function()
+    function, async_lines = _worker_function()
     store = batch_store(function)
-    worker = build_worker(function, owner=f"lambda-{getattr(context, 'aws_request_id', '')}")
+    worker = build_worker(function, owner=f"lambda-{getattr(context, 'aws_request_id', '')}", async_lines=async_lines)
     queue = _queue(store)
     failures = []
     for record in event.get("Records", []):
@@ -167,3 +228,29 @@ def sweep_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     recorder.flush_metrics()
     log.info("batch sweep", extra={"summary": summary})
     return summary
+
+
+def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
+    """BatchNoticeFunction: the asynchronous pool's SNS notices, success and failure alike."""
+    from gateway.functions.composition import build_async_pool, build_stores
+    from gateway.observability import configure_logging
+    from gateway.settings import AuthSettings
+
+    configure_logging()
+    settings = AuthSettings.from_env()
+    stores = build_stores(settings)
+    if stores is None or stores.batches is None:
+        raise RuntimeError("the notices need the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
+    store, pool = stores.batches, build_async_pool(settings)
+    queue, woken = _queue(store), 0
+    for record in event.get("Records", []):
+        try:
+            message = json.loads(record["Sns"]["Message"])
+        except (KeyError, TypeError, ValueError):
+            log.error("an SNS record without a JSON message; dropped")
+            continue
+        try:
+            woken += wake(store, queue, pool, message if isinstance(message, dict) else {}, time.time())
+        except ValueError:  # an input this gateway did not write: nothing of its own to wake
+            log.error("an asynchronous pool's notice names an input that is not this gateway's; dropped")
+    return {"woken": woken}

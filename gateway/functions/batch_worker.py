@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from gateway.auth.credentials import Principal
 from gateway.batches.model import Batch, BatchStore
-from gateway.batches.worker import BatchWorker
+from gateway.batches.worker import AsyncLines, BatchWorker
 from gateway.errors import Forbidden, NotFound
 from gateway.functions.composition import longest_request_s
 from gateway.functions.handler import GatewayFunction
@@ -26,7 +26,9 @@ LEASE_MARGIN_S = 30.0  # a lease outlasts the longest line by this much
 
 
 def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None = None,
-                 clock: Callable[[], float] = time.time) -> BatchWorker:
+                 clock: Callable[[], float] = time.time, async_lines: AsyncLines | None = None) -> BatchWorker:
+    """A worker on the function's services; with `async_lines`, on the asynchronous pool whose
+    answer book the function's services were built on (composition.build_async_lines)."""
     services = function.services
     store = batch_store(function)
     authenticator = services.authenticator
@@ -62,7 +64,7 @@ def build_worker(function: GatewayFunction, owner: str, *, lease_s: float | None
                        and records.get_record(tenant_id, record_id) is not None,
                        new_decision_id=services.decide.recorder.new_id, model_allowed=model_allowed, owner=owner,
                        count_stored=spending.count_stored if spending is not None else None, clock=clock,
-                       lease_s=lease)
+                       lease_s=lease, async_lines=async_lines)
 
 
 def batch_store(function: GatewayFunction) -> BatchStore:

@@ -9,6 +9,7 @@ while the function initialises (the init phase), SageMaker clients included.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -17,10 +18,13 @@ from gateway import aws
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
+from gateway.backends.async_pool import AsyncPool
 from gateway.backends.base import Endpoint, InferenceBackend
+from gateway.backends.deferred import AnswerBook
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.routing import ModelRegistry, ModelRoute
 from gateway.batches.model import BatchStore
+from gateway.batches.worker import MAX_RETRY_WAIT_S, AsyncLines
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.cost import endpoint_usd_per_second
 from gateway.decisions.records import DecisionRecorder
@@ -46,10 +50,11 @@ MAX_SAGEMAKER_CONNECTIONS = 16
 
 
 def build_services(settings: GatewaySettings, backend: InferenceBackend | None = None, stores: Stores | None = None,
-                  authenticator: Authenticator | None = None, record_keys: KeyRing | None = None) -> InstanceServices:
+                  authenticator: Authenticator | None = None, record_keys: KeyRing | None = None,
+                  registry: ModelRegistry | None = None) -> InstanceServices:
     """The function's services, on the given stores (else the configured ones) and authenticator
-    (else one on those stores)."""
-    registry = build_registry(settings)
+    (else one on those stores), and the given models (else the configured ones)."""
+    registry = registry if registry is not None else build_registry(settings)
     if backend is None:
         from gateway.backends.sagemaker import SageMakerInvoker
 
@@ -89,6 +94,29 @@ def build_services(settings: GatewaySettings, backend: InferenceBackend | None =
             count_stored=spending.count_stored if spending is not None else None),
         batches=None if batch_store is None else BatchService(batch_store, registry, settings.batches,
                                                               announce=_announcer(settings.auth, batch_store)))
+
+
+def build_async_lines(settings: GatewaySettings, **options: Any) -> tuple[InstanceServices, AsyncLines]:
+    """The services a batch worker runs lines through on the asynchronous pool
+    (GATEWAY_ASYNC_ENDPOINT), and that pool's side of the worker: every model's lines go to
+    it, answered by its answer book (gateway.backends.deferred) and charged at its price.
+    `options`: build_services's (stores, authenticator, record keys)."""
+    pool = build_async_pool(settings.auth, settings.region)
+    name = pool.endpoint_name
+    book = AnswerBook(wait_s=round(MAX_RETRY_WAIT_S))
+    price = endpoint_usd_per_second(None, None, instance_type=settings.auth.async_instance_type)
+    registry = build_registry(settings, clock=book.clock,
+                              only=lambda first: replace(first, name=name, usd_per_second=price, max_body_bytes=None,
+                                                         billed_by_duration=False))
+    return build_services(settings, book, registry=registry, **options), AsyncLines(book, pool)
+
+
+def build_async_pool(settings: AuthSettings, region: str | None = None) -> AsyncPool:
+    """The asynchronous pool's invocations and their objects in the batch bucket (no call made)."""
+    if not settings.async_endpoint or not settings.batch_bucket:
+        raise ValueError("an asynchronous pool needs GATEWAY_ASYNC_ENDPOINT and GATEWAY_BATCH_BUCKET")
+    return AsyncPool(aws.client("sagemaker-runtime", region_name=region), aws.client("s3"), settings.batch_bucket,
+                     settings.async_endpoint)
 
 
 def build_batch_queue(settings: AuthSettings, store: BatchStore) -> BatchQueue | None:
@@ -147,15 +175,20 @@ def sagemaker_client(endpoint: Endpoint) -> Any:
     return aws.client("sagemaker-runtime", region_name=region, endpoint_url=endpoint.endpoint_url, config=config)
 
 
-def build_registry(settings: GatewaySettings) -> ModelRegistry:
+def build_registry(settings: GatewaySettings, clock: Callable[[], float] = time.monotonic,
+                   only: Callable[[Endpoint], Endpoint] | None = None) -> ModelRegistry:
+    """The models and their pools; with `only`, each model's pool is the one endpoint it makes
+    of the model's first (an asynchronous pool's, with the model's timeouts)."""
     # One set of circuits for every pool: an endpoint serving two models is one endpoint.
     circuits = Circuits(pool_policy(settings.routing))
     routes = []
     for m in settings.models:
         members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=tier, weight=e.weight)
                         for e, tier in zip(m.endpoints, m.tiers(), strict=True))
+        if only is not None:
+            members = (PoolEndpoint(only(members[0].endpoint), tier=0),)
         policy = replace(pool_policy(m.routing or settings.routing), line=m.line, min_instances=m.min_instances)
-        pool = EndpointPool(members, policy, circuits)
+        pool = EndpointPool(members, policy, circuits, clock=clock)
         routes.append(ModelRoute(m.name, m.aliases, m.serves, m.description, m.release_date, pool,
                                  m.max_request_tokens))
     return ModelRegistry(routes)

@@ -213,19 +213,41 @@ def aws_stack(scorer_url, tmp_path, monkeypatch):
         (tmp_path / "keys.json").write_text(new_key_document())
         (tmp_path / "records.json").write_text(new_key_document())
         authenticator = Authenticator(store, file_key_ring(tmp_path / "keys.json"))
-        services = build_services(settings_for(scorer_url, auth={"batch_queue_url": url}), stores=store,
-                                  authenticator=authenticator, record_keys=file_key_ring(tmp_path / "records.json"))
-        yield GatewayFunction(services), authenticator, key.secret, sqs, url
+        # The batch tables as the template names them, and an asynchronous pool its worker may use
+        settings = settings_for(scorer_url, auth={"batch_queue_url": url, "batches_table": tables.batches,
+                                                  "batch_bucket": tables.batch_bucket, "async_endpoint": "dg-async"})
+        services = build_services(settings, stores=store, authenticator=authenticator,
+                                  record_keys=file_key_ring(tmp_path / "records.json"))
+        yield GatewayFunction(services), authenticator, key.secret, sqs, url, store
 
 
-def test_the_sdk_round_trip_on_the_aws_path_answers_as_the_synchronous_route(aws_stack):
-    """The same round trip on DynamoDB, S3 and SQS (moto) as the local stack's, the real model answering."""
-    from devkit.local import InProcessFunction, LocalApiGateway, make_server
-    from gateway.functions.authorizer import Authorizer
-    from gateway.functions.batch_queue import BatchQueue, take_turn
+def run_turns(function, sqs, url: str, async_lines=None, notices: list | None = None) -> None:
+    """The event source mapping: each message to a new invocation of the worker, deleted once
+    processed; and, with an asynchronous pool, each of its notices to the notice function."""
+    from gateway.functions.batch_queue import BatchQueue, take_turn, wake
     from gateway.functions.batch_worker import batch_store, build_worker
 
-    function, authenticator, secret, sqs, url = aws_stack
+    queue = BatchQueue(sqs, url, batch_store(function))
+    for turn in range(20):
+        while notices:
+            wake(batch_store(function), queue, async_lines.pool, notices.pop(0), time.time())
+        received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1).get("Messages", [])
+        if not received:
+            if notices:  # published while the last turn ran
+                continue
+            return
+        record = {"messageId": received[0]["MessageId"], "receiptHandle": received[0]["ReceiptHandle"],
+                  "body": received[0]["Body"]}
+        if take_turn(build_worker(function, f"lambda-{turn}", async_lines=async_lines), queue, record, remaining_s=300.0):
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+
+
+def sdk_round_trip(function, authenticator, secret: str, run) -> list[dict]:
+    """Three System One lines sent as a batch with the OpenAI SDK, run by `run`, each answered as
+    the synchronous route answers the same request; the output's lines."""
+    from devkit.local import InProcessFunction, LocalApiGateway, make_server
+    from gateway.functions.authorizer import Authorizer
+
     server = make_server("127.0.0.1", 0, LocalApiGateway(InProcessFunction(function), authorizer=Authorizer(authenticator)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -234,21 +256,53 @@ def test_the_sdk_round_trip_on_the_aws_path_answers_as_the_synchronous_route(aws
         endpoint = "/v1/systemone"
         lines = [{"custom_id": f"line-{i}", "method": "POST", "url": endpoint, "body": BODIES[endpoint](i)} for i in range(3)]
         batch_id = submit(client, endpoint, lines)
-        queue = BatchQueue(sqs, url, batch_store(function))
-        for turn in range(20):  # the event source mapping: each message to a new invocation, deleted once processed
-            received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1).get("Messages", [])
-            if not received:
-                break
-            record = {"messageId": received[0]["MessageId"], "receiptHandle": received[0]["ReceiptHandle"],
-                      "body": received[0]["Body"]}
-            if take_turn(build_worker(function, f"lambda-{turn}"), queue, record, remaining_s=300.0):
-                sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+        run()
         batch = client.batches.retrieve(batch_id)
         assert batch.status == "completed" and batch.request_counts.completed == 3
         done = output(client, batch.output_file_id)
         assert [line["custom_id"] for line in done] == ["line-0", "line-1", "line-2"]
         for line, asked in zip(done, lines, strict=True):
             same_answer(line["response"]["body"], client.post("/systemone", body=asked["body"], cast_to=object))
+        return done
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_sdk_round_trip_on_the_aws_path_answers_as_the_synchronous_route(aws_stack):
+    """The same round trip on DynamoDB, S3 and SQS (moto) as the local stack's, the real model answering."""
+    function, authenticator, secret, sqs, url, _ = aws_stack
+    sdk_round_trip(function, authenticator, secret, lambda: run_turns(function, sqs, url))
+
+
+def scorer_answers(scorer_url: str):
+    """An invocation's body as SageMaker hands it to the container: POSTed to its /invocations."""
+    import urllib.request
+
+    def answer(body: bytes) -> bytes:
+        request = urllib.request.Request(f"{scorer_url}/invocations", data=body, method="POST",
+                                         headers={"Content-Type": "application/jsonlines"})
+        with urllib.request.urlopen(request, timeout=300) as answered:
+            return answered.read()
+
+    return answer
+
+
+def test_the_sdk_round_trip_on_the_asynchronous_pool_answers_as_the_synchronous_route(aws_stack, scorer_url, tmp_path):
+    """The same round trip with the worker's lines on an asynchronous pool: sent as one
+    invocation, answered by the real scorer's lines route, read back through the routes when
+    the notice wakes them; records and spend as a real-time line's."""
+    from gateway.auth.tokens import file_key_ring
+    from gateway.functions.composition import build_async_lines
+    from gateway.functions.handler import GatewayFunction
+    from tests.gateway_helpers import asynchronous_inference
+
+    function, authenticator, secret, sqs, url, store = aws_stack
+    worker_services, async_lines = build_async_lines(function.services.settings, stores=store, authenticator=authenticator,
+                                                     record_keys=file_key_ring(tmp_path / "records.json"))
+    notices = asynchronous_inference(async_lines.pool, scorer_answers(scorer_url))
+    done = sdk_round_trip(function, authenticator, secret,
+                          lambda: run_turns(GatewayFunction(worker_services), sqs, url, async_lines, notices))
+    assert notices == []  # one invocation, its notice handled
+    for line in done:  # charged the scorer's own time on the pool, not the instant its answer was read back
+        assert line["response"]["body"]["usage"]["x_endpoint_s"] > 0.01

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, _installed_function, event, install, settings_for
+from gateway.backends.base import Endpoint
 from gateway.functions import batch_queue
 from gateway.functions.batch_worker import batch_store, build_worker
 from tests.gateway_helpers import call, dynamodb_tenant_store, multipart, register_credentials, served, unthrottled
@@ -231,8 +233,8 @@ def calls_made(*clients) -> Iterator[set[str]]:
         service = model.service_model.signing_name  # IAM's prefix: dynamodb, s3, sqs
         made.update(IAM_ACTIONS.get((service, model.name), (f"{service}:{model.name}",)))
 
-    for client in clients:
-        client.meta.events.register("before-call", record)
+    for client in clients:  # first: a stand-in's own before-call handler answers the call and ends the event
+        client.meta.events.register_first("before-call", record)
     try:
         yield made
     finally:
@@ -281,3 +283,151 @@ def test_each_function_is_granted_every_call_it_makes_on_the_batch_table_bucket_
     assert {"dynamodb:UpdateItem", "sqs:SendMessage"} <= sweeper and "s3:GetObject" in worker
     for function, made in (("GatewayFunction", api), ("BatchWorkerFunction", worker), ("BatchSweepFunction", sweeper)):
         assert made - {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= granted(function), (function, made - granted(function))
+
+
+# -- the asynchronous pool: a turn's lines as one invocation, read back when its notice comes ----
+
+
+def uniform_invocation(body: bytes) -> bytes:
+    """An invocation's lines answered as the scorer's lines route answers them, each by the
+    uniform backend."""
+    answers = []
+    for number, raw in enumerate(body.splitlines(), 1):
+        line = json.loads(raw)
+        answered = UniformBackend().invoke(Endpoint("dg-async"), json.dumps(line["body"]).encode(), line["route"])
+        answers.append(json.dumps({"id": line["id"], "line": number, "status": 200, "body": json.loads(answered)}))
+    return "\n".join(answers).encode() + b"\n"
+
+
+@pytest.fixture
+def on_pool(aws):
+    """The worker's services on an asynchronous pool (the installed function's settings, with
+    GATEWAY_ASYNC_ENDPOINT), its invocations answered as `answer` says (`pool.answer`)."""
+    from devkit.gateway_stack import RECORD_KEYS
+    from gateway.auth.tokens import CachedKeyRing
+    from gateway.functions.composition import build_async_lines
+    from gateway.functions.handler import GatewayFunction
+    from tests.gateway_helpers import asynchronous_inference
+
+    store, _, _ = aws
+    installed = _installed_function().services
+    auth = installed.settings.auth.model_copy(update={"batches_table": "dg-batches", "batch_bucket": "dg-batch-files",
+                                                      "async_endpoint": "dg-async",
+                                                      "async_instance_type": "ml.g5.xlarge"})
+    services, lines = build_async_lines(installed.settings.model_copy(update={"auth": auth}), stores=store,
+                                        authenticator=installed.authenticator,
+                                        record_keys=CachedKeyRing(lambda: RECORD_KEYS))
+    answers: list = [uniform_invocation]
+    notices = asynchronous_inference(lines.pool, lambda body: answers[0](body))
+    return GatewayFunction(services), lines, notices, answers
+
+
+def pool_turns(sqs, url: str, function, lines, notices: list, most: int = 30) -> list[str]:
+    """The queue's turns on the pool's worker, and each notice to the notice function's `wake`
+    as it comes; what each turn was (the batch ids)."""
+    store, order = batch_store(function), []
+    for number in range(most):
+        while notices:
+            batch_queue.wake(store, batch_queue.BatchQueue(sqs, url, store), lines.pool, notices.pop(0), time.time())
+        received = messages(sqs, url, 1)
+        if not received:
+            if notices:  # published while the last turn ran
+                continue
+            return order
+        [record] = received
+        order.append(json.loads(record["body"])["batch_id"])
+        worker = build_worker(function, f"lambda-{number}", async_lines=lines)
+        if batch_queue.take_turn(worker, batch_queue.BatchQueue(sqs, url, store), record, remaining_s=300.0):
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    raise AssertionError("the queue did not empty")
+
+
+def test_a_turns_lines_go_as_one_invocation_and_run_through_their_routes_when_its_notice_comes(aws, on_pool):
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    created = create(upload(jsonl([systemone_line(i) for i in range(3)] + [systemone_line(3, state=7)]))["id"])[1]
+    order = pool_turns(sqs, url, function, lines, notices)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+    output = lines_of(done["output_file_id"])
+    assert [line["custom_id"] for line in output] == ["ticket-0", "ticket-1", "ticket-2"]
+    assert lines_of(done["error_file_id"])[0]["response"]["status_code"] == 422  # refused by its route: never sent
+    [sent] = store.batches.s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")["Contents"]  # one invocation
+    sent_lines = store.batches.s3.get_object(Bucket="dg-batch-files", Key=sent["Key"])["Body"].read().splitlines()
+    assert len(sent_lines) == 3 and all("work=bulk" in json.loads(line)["attributes"] for line in sent_lines)
+    for line in output:  # recorded as a real-time line is, under the id its ledger chose
+        decision_id = line["response"]["body"]["x_decision_id"]
+        assert store.records.get_record("acme", decision_id) is not None
+    # validation, the lines sent, then (woken by the notice) read back, the output written
+    assert order == [created["id"]] * 3
+
+
+def test_a_failed_invocation_sends_its_lines_again_until_the_line_fails_with_the_pools_reason(aws, on_pool):
+    from gateway.batches.worker import MAX_ASYNC_SENDS
+
+    _, sqs, url = aws
+    function, lines, notices, answers = on_pool
+    answers[0] = lambda body: None  # every invocation fails
+    created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
+    pool_turns(sqs, url, function, lines, notices)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
+    [failed] = lines_of(done["error_file_id"])
+    assert failed["error"]["code"] == "model_failed" and "server error (500)" in failed["error"]["message"]
+    inputs = batch_store(function).s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")["Contents"]
+    assert len(inputs) == MAX_ASYNC_SENDS
+
+
+def test_the_notice_function_wakes_only_its_invocations_waiting_lines_and_drops_what_is_not_its_own(aws, on_pool,
+                                                                                                    monkeypatch):
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    for name, value in (("GATEWAY_BATCH_QUEUE_URL", url), ("GATEWAY_TENANTS_TABLE", "dg-tenants"),
+                        ("GATEWAY_KEYS_TABLE", "dg-keys"), ("GATEWAY_BATCHES_TABLE", "dg-batches"),
+                        ("GATEWAY_BATCH_BUCKET", "dg-batch-files"), ("GATEWAY_ASYNC_ENDPOINT", "dg-async")):
+        monkeypatch.setenv(name, value)  # the template's variables for BatchNoticeFunction
+    created = create(upload(jsonl([systemone_line(i) for i in range(2)]))["id"])[1]
+    for number in range(2):  # validated, then its lines sent as one invocation
+        [record] = messages(sqs, url, 1)
+        assert batch_queue.take_turn(build_worker(function, f"lambda-{number}", async_lines=lines),
+                                     batch_queue.BatchQueue(sqs, url, store.batches), record, remaining_s=300.0)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    assert messages(sqs, url) == [] and store.batches.runnable_lines(created["id"], time.time(), 5) == []  # they wait
+    [notice] = notices
+
+    def sns(*messages_: dict | str) -> dict:
+        return {"Records": [{"EventSource": "aws:sns", "Sns": {"Message": m if isinstance(m, str) else json.dumps(m)}}
+                            for m in messages_]}
+
+    foreign = {**notice, "requestParameters": {**notice["requestParameters"],
+                                               "inputLocation": "s3://someone-elses/async/in/x.jsonl"}}
+    assert batch_queue.notice_handler(sns("not json", {"no": "invocation"}, foreign), None) == {"woken": 0}
+    assert batch_queue.notice_handler(sns(notice), None) == {"woken": 2}
+    assert batch_queue.notice_handler(sns(notice), None) == {"woken": 0}  # SNS delivered it twice: woken once
+    [announced] = messages(sqs, url)
+    assert json.loads(announced["body"])["batch_id"] == created["id"]
+    assert len(store.batches.runnable_lines(created["id"], time.time(), 5)) == 2
+
+
+def test_the_pools_worker_and_notice_function_are_granted_every_call_they_make(aws, on_pool):
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    create(upload(jsonl([systemone_line(i) for i in range(2)]))["id"])
+    clients = (*batch_clients(store, sqs), lines.pool.sagemaker, lines.pool.s3)
+    with calls_made(*clients) as worker:  # validation, the lines sent as one invocation
+        for number in range(2):
+            [record] = messages(sqs, url, 1)
+            batch_queue.take_turn(build_worker(function, f"lambda-{number}", async_lines=lines),
+                                  batch_queue.BatchQueue(sqs, url, store.batches), record, remaining_s=300.0)
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+    with calls_made(*clients) as notice:
+        [sent] = notices
+        assert batch_queue.wake(store.batches, batch_queue.BatchQueue(sqs, url, store.batches), lines.pool, sent,
+                                time.time()) == 2
+    with calls_made(*clients) as reading_back:
+        pool_turns(sqs, url, function, lines, notices)
+    worker |= reading_back
+    assert {"sagemaker:InvokeEndpointAsync", "s3:PutObject", "s3:GetObject"} <= worker
+    assert {"s3:GetObject", "dynamodb:UpdateItem", "sqs:SendMessage"} <= notice
+    for name, made in (("BatchWorkerFunction", worker), ("BatchNoticeFunction", notice)):
+        assert made - {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= granted(name), (name, made - granted(name))
