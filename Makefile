@@ -202,7 +202,7 @@ LAMBDA_PLATFORM_x86_64 := manylinux2014_x86_64 --platform manylinux_2_28_x86_64
 # Its conflict check reads the interpreter's own packages, not the target folder: silenced.
 LAMBDA_PIP = $(shell $(PYTHON) -c 'import sys; print(sys.executable)') -m pip
 
-build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction build-RefitFunction build-BatchWorkerFunction build-BatchSweepFunction:
+build-GatewayFunction build-StreamingFunction build-AuthorizerFunction build-RotationFunction build-RefitFunction build-BatchWorkerFunction build-BatchSweepFunction build-BatchNoticeFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -R gateway systemone "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/gateway" "$(ARTIFACTS_DIR)/systemone" -name __pycache__ -prune -exec rm -rf {} +

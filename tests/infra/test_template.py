@@ -54,6 +54,8 @@ def resources(template: dict, kind: str) -> dict[str, dict]:
 
 
 def statements(policies: list) -> list[dict]:
+    """The policies' statements, a conditional one (an optional part's: Fn::If) as it is where that
+    part is deployed."""
     found = []
     for policy in policies:
         if isinstance(policy, dict) and "Statement" in policy:
@@ -62,7 +64,7 @@ def statements(policies: list) -> list[dict]:
             found.extend(policy["PolicyDocument"]["Statement"])
         else:
             pytest.fail(f"a policy that is not an inline statement list: {policy!r} (managed policies grant too much)")
-    return found
+    return [s["Fn::If"][1] if isinstance(s, dict) and "Fn::If" in s else s for s in found]
 
 
 def as_list(value) -> list:
@@ -853,7 +855,7 @@ def test_the_batch_worker_serves_lines_with_the_gateways_grants_and_reaches_only
         return {json.dumps(r).split("/")[1] for s in grants.values() if "s3:" in json.dumps(s["Action"])
                 for r in as_list(s["Resource"])}
 
-    assert prefixes(worker) == {"files", "ledger"} and prefixes(gateway) == {"files", "parts"}
+    assert prefixes(worker) == {"files", "ledger", "async"} and prefixes(gateway) == {"files", "parts"}
     assert prefixes(sweep) == {"files", "parts"} and {a for s in sweep.values() for a in as_list(s["Action"])
                                                        if a.startswith("s3:")} == {"s3:DeleteObject"}
     for grants in (gateway, worker, sweep):
@@ -898,3 +900,46 @@ def test_the_worker_takes_one_turn_a_message_from_a_fifo_queue_and_stuck_batches
     for function in ("GatewayFunction", "StreamingFunction", "BatchWorkerFunction", "BatchSweepFunction"):
         variables = resources_[function]["Properties"]["Environment"]["Variables"]
         assert {"GATEWAY_BATCHES_TABLE", "GATEWAY_BATCH_BUCKET", "GATEWAY_BATCH_QUEUE_URL"} <= set(variables), function
+
+
+def test_the_asynchronous_pool_is_opt_in_scales_to_zero_and_each_side_reaches_only_its_own_prefixes(template):
+    from gateway.backends import async_pool
+
+    resources_ = template["Resources"]
+    parameter = template["Parameters"]["DeployAsyncEndpoint"]
+    assert parameter["Default"] == "false" and "untested" in parameter["Description"]
+    optional = [name for name, r in resources_.items() if r.get("Condition") == "HasAsync"]
+    assert {"AsyncEndpoint", "AsyncEndpointConfig", "AsyncModel", "AsyncExecutionRole", "AsyncSuccessTopic",
+            "AsyncErrorTopic", "AsyncScalableTarget", "AsyncBacklogScalingPolicy", "AsyncFromZeroPolicy",
+            "BatchNoticeFunction"} <= set(optional)
+    config = resources_["AsyncEndpointConfig"]["Properties"]["AsyncInferenceConfig"]
+    output = config["OutputConfig"]
+    assert output["S3OutputPath"] == {"Fn::Sub": f"s3://${{BatchFilesBucket}}/{async_pool.OUTPUT_PREFIX}"}
+    assert output["S3FailurePath"] == {"Fn::Sub": f"s3://${{BatchFilesBucket}}/{async_pool.FAILURE_PREFIX}"}
+    assert set(output["NotificationConfig"]) == {"SuccessTopic", "ErrorTopic"}
+    assert "IncludeInferenceResponseIn" not in output["NotificationConfig"]  # a notice never carries an answer
+    assert resources_["AsyncScalableTarget"]["Properties"]["MinCapacity"] == 0
+    backlog = resources_["AsyncBacklogScalingPolicy"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert backlog["CustomizedMetricSpecification"]["MetricName"] == "ApproximateBacklogSizePerInstance"
+    from_zero = resources_["AsyncBacklogWithoutCapacityAlarm"]["Properties"]
+    assert from_zero["MetricName"] == "HasBacklogWithoutCapacity"
+    assert from_zero["AlarmActions"] == [{"Ref": "AsyncFromZeroPolicy"}]
+    notices = resources_["BatchNoticeFunction"]["Properties"]
+    assert {e["Properties"]["Topic"]["Ref"] for e in notices["Events"].values()} == {"AsyncSuccessTopic", "AsyncErrorTopic"}
+    assert notices["Handler"] == "gateway.functions.batch_queue.notice_handler"
+
+    def objects(grants: list[dict], action: str) -> set[str]:
+        return {r["Fn::Sub"].split("}/")[1] for s in grants if action in as_list(s["Action"])
+                for r in as_list(s["Resource"]) if "BatchFilesBucket" in json.dumps(r)}
+
+    inputs, outputs = f"{async_pool.INPUT_PREFIX}*", {f"{async_pool.OUTPUT_PREFIX}*", f"{async_pool.FAILURE_PREFIX}*"}
+    pool = statements(resources_["AsyncExecutionRole"]["Properties"]["Policies"])
+    assert objects(pool, "s3:GetObject") == {inputs} and objects(pool, "s3:PutObject") == outputs
+    worker = statements(resources_["BatchWorkerFunction"]["Properties"]["Policies"])
+    assert {inputs} | outputs <= objects(worker, "s3:GetObject") and inputs in objects(worker, "s3:PutObject")
+    assert objects(statements(notices["Policies"]), "s3:GetObject") == {inputs}
+    [invoke] = [s for s in worker if "sagemaker:InvokeEndpointAsync" in as_list(s["Action"])]
+    assert "AsyncEndpoint.EndpointName" in json.dumps(invoke["Resource"])
+    rules = {r["Id"]: r for r in resources_["BatchFilesBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert rules["async"]["Prefix"] == "async/" and rules["async"]["ExpirationInDays"] * 86400 > (
+        async_pool.REQUEST_TTL_S + async_pool.INVOCATION_TIMEOUT_S)
