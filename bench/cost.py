@@ -24,6 +24,12 @@ and refuses a call over 60 s; it runs on CPU with fewer cores than a large insta
 (`--serverless-vcpus`, an assumption: AWS does not publish them); its cold starts are unbilled but slow (a pool to route a
 quiet tenant to, not a fallback). The gateway's own share (API Gateway requests, the
 Lambda's requests and GB-seconds while it waits on the endpoint) is added to every pool.
+The asynchronous pool (DeployAsyncEndpoint: batch lines only, their answers within the batch's
+window) runs the GPU instance only while a backlog waits: each hour with traffic pays its busy
+time, a burst's first hour a cold start (`--async-cold-start-min`: an instance, the image and the
+model loading; an assumption, as the pool is untested in AWS) and its last the idle minutes
+before the pool scales back to zero (`--async-idle-min`: the 600 s scale-in cooldown and the
+backlog alarm's minutes). It answers no interactive request, so it is never in the break-even.
 Prices: gateway/decisions/prices.json (one file, with its source and date, which
 the gateway prices each decision with too). Writes reports/cost.json
 and reports/cost.png (price per 1,000 decisions against steady traffic).
@@ -49,7 +55,7 @@ SERVERLESS_MAX_S = 60.0
 @dataclass(frozen=True)
 class Pool:
     name: str
-    kind: str  # "realtime" or "serverless"
+    kind: str  # "realtime", "serverless" or "async"
     seconds: float  # service time per decision: what an instance is busy with one
     figure: str  # which measurement `seconds` is (p50, mean, given)
     instance: str | None = None
@@ -83,9 +89,16 @@ def busy_per_1000(pool: Pool) -> float:
     return 1000 * pool.seconds / pool.concurrency * PRICES["sagemaker_realtime_usd_per_hour"][pool.instance] / 3600
 
 
-def month(pool: Pool, hourly: list[float], utilisation: float, min_instances: int) -> Month:
+ASYNC_COLD_START_MIN = 8.0
+ASYNC_IDLE_MIN = 20.0
+
+
+def month(pool: Pool, hourly: list[float], utilisation: float, min_instances: int,
+          cold_start_min: float = ASYNC_COLD_START_MIN, idle_min: float = ASYNC_IDLE_MIN) -> Month:
     """A month of `hourly` traffic (decisions in each hour of the day) on `pool`."""
     daily = sum(hourly)
+    if pool.kind == "async":
+        return async_month(pool, hourly, cold_start_min, idle_min)
     gateway = DAYS_PER_MONTH * daily * gateway_usd(pool.seconds)
     if pool.kind == "serverless":
         endpoint = DAYS_PER_MONTH * daily * busy_per_1000(pool) / 1000
@@ -98,8 +111,30 @@ def month(pool: Pool, hourly: list[float], utilisation: float, min_instances: in
     return Month(pool.name, DAYS_PER_MONTH * daily, hours * price, gateway, hours, busy / hours if hours else 0.0)
 
 
+def async_month(pool: Pool, hourly: list[float], cold_start_min: float, idle_min: float) -> Month:
+    """A month on the asynchronous pool: instance time only while work waits (its busy time at
+    full use, lines one after another), a cold start where a burst begins and the idle minutes
+    where it ends (the day wraps around); no gateway request per line (the worker reads each
+    answer back in milliseconds: its Lambda time is counted, at no wait)."""
+    hours = 0.0
+    for hour, rate in enumerate(hourly):
+        if rate <= 0:
+            continue
+        hours += rate * pool.seconds / pool.concurrency / 3600
+        hours += cold_start_min / 60 if hourly[hour - 1] <= 0 else 0.0
+        hours += idle_min / 60 if hourly[(hour + 1) % 24] <= 0 else 0.0
+    daily = sum(hourly)
+    busy = daily * pool.seconds / pool.concurrency / 3600
+    price = PRICES["sagemaker_realtime_usd_per_hour"][pool.instance]
+    gateway = DAYS_PER_MONTH * daily * (gateway_usd(0.0) - PRICES["api_gateway_rest_usd_per_million_requests"] / 1e6)
+    return Month(pool.name, DAYS_PER_MONTH * daily, DAYS_PER_MONTH * hours * price, gateway, DAYS_PER_MONTH * hours,
+                 busy / hours if hours else 0.0)
+
+
 def break_even(pools: list[Pool], utilisation: float, min_instances: int) -> list[tuple[float, str]]:
-    """Steady traffic (decisions an hour) at which the cheapest pool changes, and the pool from there on."""
+    """Steady traffic (decisions an hour) at which the cheapest pool for interactive requests
+    changes, and the pool from there on (the asynchronous pool answers batches only)."""
+    pools = [p for p in pools if p.kind != "async"]
     changes: list[tuple[float, str]] = []
     for step in range(0, 601):
         rate = 10 ** (step / 100)  # 1 to 1,000,000 an hour
@@ -133,6 +168,17 @@ def measured_pools(serverless_gb: float) -> list[Pool]:
             Pool(f"Serverless {serverless_gb:g} GB", "serverless", seconds, label, memory_gb=serverless_gb)]
 
 
+def async_pool(pools: list[Pool], instance: str | None) -> Pool:
+    """The asynchronous pool on the GPU figures' instance (the CPU's where only it was measured),
+    or on `instance` at the same seconds a decision (its own speed is not measured)."""
+    base = next((p for p in pools if p.name.startswith("GPU")), pools[0])
+    chosen = instance or base.instance
+    if chosen not in PRICES["sagemaker_realtime_usd_per_hour"]:
+        raise SystemExit(f"--async-instance {chosen}: not in gateway/decisions/prices.json")
+    figure = base.figure if chosen == base.instance else f"{base.figure} on {base.instance}"
+    return Pool(f"Async {chosen}", "async", base.seconds, figure, chosen)
+
+
 def hourly_traffic(args: argparse.Namespace) -> list[float]:
     if args.hourly:
         values = [float(v) for v in args.hourly.split(",")]
@@ -150,8 +196,10 @@ def main() -> int:
     pools = [Pool(p.name, p.kind, given[p.name.split()[0]], "given", p.instance, args.concurrency, p.memory_gb)
              if given[p.name.split()[0]] else
              Pool(p.name, p.kind, p.seconds, p.figure, p.instance, args.concurrency, p.memory_gb) for p in pools]
+    pools.append(async_pool(pools, args.async_instance))
     hourly = hourly_traffic(args)
-    months = [month(p, hourly, args.utilisation, args.min_instances) for p in pools]
+    months = [month(p, hourly, args.utilisation, args.min_instances, args.async_cold_start_min, args.async_idle_min)
+              for p in pools]
     changes = break_even(pools, args.utilisation, args.min_instances)
     print_report(pools, months, changes, hourly, args)
     REPORTS.mkdir(exist_ok=True)
@@ -159,7 +207,9 @@ def main() -> int:
               "pools": [{**asdict(p), "busy_per_1000_usd": busy_per_1000(p)} for p in pools],
               "months": [{**asdict(m), "usd": m.usd, "per_1000_usd": m.per_1000} for m in months],
               "break_even": [{"from_per_hour": rate, "cheapest": name} for rate, name in changes],
-              "utilisation_target": args.utilisation, "min_instances": args.min_instances}
+              "utilisation_target": args.utilisation, "min_instances": args.min_instances,
+              "async": {"cold_start_min": args.async_cold_start_min, "idle_min": args.async_idle_min,
+                        "untested": "the asynchronous pool has not run in AWS: its cold start is an assumption"}}
     (REPORTS / "cost.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(pools, args, REPORTS / "cost.png")
     print(f"\nwrote {REPORTS / 'cost.json'} and {REPORTS / 'cost.png'}")
@@ -181,7 +231,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--serverless-s", type=float, help="seconds per decision on Serverless")
     parser.add_argument("--serverless-vcpus", type=float, default=4.0,
                         help="cores Serverless gives --serverless-gb (AWS does not publish it: an assumption)")
+    parser.add_argument("--async-instance", help="the asynchronous pool's instance (default: the GPU figures' own)")
+    parser.add_argument("--async-cold-start-min", type=float, default=ASYNC_COLD_START_MIN,
+                        help="minutes an asynchronous pool pays to come back from zero (an assumption: untested in AWS)")
+    parser.add_argument("--async-idle-min", type=float, default=ASYNC_IDLE_MIN,
+                        help="minutes it idles after a burst before it scales back to zero")
     args = parser.parse_args()
+    if args.async_cold_start_min < 0 or args.async_idle_min < 0:
+        parser.error("--async-cold-start-min and --async-idle-min are minutes, at least 0")
     if not 0 < args.utilisation <= 1 or args.min_instances < 0 or args.concurrency < 1:
         parser.error("--utilisation is in (0, 1], --min-instances at least 0, --concurrency at least 1")
     if not 1 <= args.serverless_gb <= 6:
@@ -199,7 +256,10 @@ def print_report(pools: list[Pool], months: list[Month], changes: list[tuple[flo
         cost = f"{m.per_1000:>8.3f} {m.usd:>10,.2f}" if m.served else f"{'refused: over 60 s':>19}"
         print(f"{pool.name:<22} {pool.seconds:>10.3f}  {pool.figure[:34]:<34} {busy_per_1000(pool):>9.3f} {cost}"
               f" {m.instance_hours:>7.0f} {m.utilisation:>5.0%}")
-    print("\ncheapest at steady traffic:")
+    print(f"\nAsync: batch lines only (answered within the batch's window); a burst pays a cold start of"
+          f" {args.async_cold_start_min:g} min (assumed: the pool is untested in AWS) and {args.async_idle_min:g} min idle"
+          " before it scales back to zero")
+    print("\ncheapest for interactive requests at steady traffic:")
     for (rate, name), following in zip(changes, [*changes[1:], None], strict=True):
         upto = f"up to {following[0]:,.0f}" if following else "and above"
         print(f"  from {rate:,.0f} decisions an hour {upto}: {name}")
@@ -214,7 +274,8 @@ def plot(pools: list[Pool], args: argparse.Namespace, out: Path) -> None:
     rates = [10 ** (step / 20) for step in range(0, 101)]
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for pool in pools:
-        months = [month(pool, [r] * 24, args.utilisation, args.min_instances) for r in rates]
+        months = [month(pool, [r] * 24, args.utilisation, args.min_instances, args.async_cold_start_min,
+                        args.async_idle_min) for r in rates]
         ax.plot(rates, [m.per_1000 if m.served else math.nan for m in months], label=pool.name)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cost import PRICES, Pool, break_even, busy_per_1000, month, seeds_pools
+from bench.cost import PRICES, Pool, async_pool, break_even, busy_per_1000, month, seeds_pools
 
 
 def test_it_reproduces_the_walkthroughs_arithmetic_within_a_cent():
@@ -44,3 +44,20 @@ def test_the_cheapest_pool_goes_from_serverless_to_the_gpu_as_traffic_grows():
     changes = break_even(seeds_pools(6.0, 4.0), 0.7, 1)
     assert changes[0][1].startswith("Serverless") and changes[-1][1].startswith("GPU")
     assert [rate for rate, _ in changes] == sorted(rate for rate, _ in changes)
+
+
+def test_the_asynchronous_pool_pays_busy_time_a_cold_start_and_idle_minutes_only_where_work_waits():
+    # Given an hour of 1,000 decisions at night and nothing else, it pays those decisions' GPU
+    # time, one cold start and the idle minutes before it scales to zero: no instance all day.
+    pools = seeds_pools(6.0, 4.0)
+    pool = async_pool(pools, None)
+    assert pool.instance == "ml.g6e.xlarge" and pool.seconds == 0.352
+    night = [1000.0] + [0.0] * 23
+    hours = 1000 * 0.352 / 3600 + 8 / 60 + 20 / 60
+    assert month(pool, night, 0.7, 1).instance_hours == pytest.approx(30 * hours)
+    assert month(pool, night, 0.7, 1, cold_start_min=0, idle_min=0).endpoint_usd == pytest.approx(
+        30 * 1000 * 0.352 / 3600 * 2.605)
+    steady = month(pool, [1000.0] * 24, 0.7, 1)  # busy all day: no burst begins or ends
+    assert steady.instance_hours == pytest.approx(30 * 24 * 1000 * 0.352 / 3600) and steady.utilisation == 1.0
+    assert all(not name.startswith("Async") for _, name in break_even([*pools, pool], 0.7, 1))
+    assert async_pool(pools, "ml.g5.xlarge").name == "Async ml.g5.xlarge"
