@@ -126,7 +126,7 @@ bench-hostile: setup  ## an 8,700-key state built to burn the scorer before admi
 	@$(PY) scripts/docs_pages.py bench-hostile
 
 COST_ARGS ?=
-cost: setup  ## price per 1,000 decisions and per month of a CPU, GPU and Serverless pool, and the break-even traffic (COST_ARGS: see python -m bench.cost --help)
+cost: setup  ## price per 1,000 decisions and per month of a CPU, GPU, Serverless and asynchronous (batch) pool, and the break-even traffic (COST_ARGS: see python -m bench.cost --help)
 	@$(PY) -m bench.cost $(COST_ARGS)
 	@$(PY) scripts/docs_pages.py cost
 

@@ -315,8 +315,13 @@ def render_cost(report: dict) -> list[str]:
                      f"${month['usd']:,.2f}" if served else "-", f"{month['utilisation']:.0%}"])
     lines += table(["pool", "per decision", "which figure", "busy, per 1,000", "per 1,000", "per month",
                     "busy share"], rows)
+    if "async" in report:
+        assumed = report["async"]
+        lines += [f"The Async pool answers batch lines only (within the batch's window): a burst pays a cold start"
+                  f" of {assumed['cold_start_min']:g} min and {assumed['idle_min']:g} min idle before it scales back"
+                  " to zero, both assumed (the pool is untested in AWS).", ""]
     changes = report["break_even"]
-    lines += ["Cheapest at steady traffic:", ""]
+    lines += ["Cheapest for interactive requests at steady traffic:", ""]
     for change, following in zip(changes, [*changes[1:], None], strict=True):
         upto = f"to {following['from_per_hour']:,.0f}" if following else "and above"
         lines.append(f"- from {change['from_per_hour']:,.0f} decisions an hour {upto}: {change['cheapest']}")
