@@ -214,15 +214,15 @@ def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def sweep_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     """BatchSweepFunction: the schedule's sweep, and the BatchesPastWindow metric."""
-    from gateway.functions.composition import build_stores
+    from gateway.functions.composition import build_batch_store
     from gateway.observability import configure_logging, metrics
     from gateway.settings import AuthSettings
 
     configure_logging()
-    stores = build_stores(AuthSettings.from_env())
-    if stores is None or stores.batches is None:
+    store = build_batch_store(AuthSettings.from_env())
+    if store is None:
         raise RuntimeError("the batch sweep needs the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
-    summary = sweep(stores.batches, _queue(stores.batches), time.time())
+    summary = sweep(store, _queue(store), time.time())
     recorder = metrics()
     recorder.add_metric(name="BatchesPastWindow", unit="Count", value=summary["past_window"])
     recorder.flush_metrics()
@@ -232,16 +232,16 @@ def sweep_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
 
 def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     """BatchNoticeFunction: the asynchronous pool's SNS notices, success and failure alike."""
-    from gateway.functions.composition import build_async_pool, build_stores
+    from gateway.functions.composition import build_async_pool, build_batch_store
     from gateway.observability import configure_logging
     from gateway.settings import AuthSettings
 
     configure_logging()
     settings = AuthSettings.from_env()
-    stores = build_stores(settings)
-    if stores is None or stores.batches is None:
+    store = build_batch_store(settings)
+    if store is None:
         raise RuntimeError("the notices need the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
-    store, pool = stores.batches, build_async_pool(settings)
+    pool = build_async_pool(settings)
     queue, woken = _queue(store), 0
     for record in event.get("Records", []):
         try:

@@ -212,6 +212,20 @@ def build_stores(settings: AuthSettings) -> Stores | None:
     return None
 
 
+def build_batch_store(settings: AuthSettings) -> BatchStore | None:
+    """The batch store alone, from its own variables: what the sweep and notice functions use
+    (no client built for the tables they never read)."""
+    if settings.sqlite_path:
+        from gateway.stores.sqlite import open_sqlite
+
+        return open_sqlite(settings.sqlite_path).batches
+    if settings.batches_table and settings.batch_bucket:
+        from gateway.stores.dynamodb.batches import DynamoDBBatches
+
+        return DynamoDBBatches(aws.client("dynamodb"), aws.client("s3"), settings.batches_table, settings.batch_bucket)
+    return None
+
+
 def build_authenticator(settings: AuthSettings, stores: Stores | None = None) -> Authenticator | None:
     stores = stores or build_stores(settings)
     if stores is None:

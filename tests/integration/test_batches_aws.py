@@ -189,6 +189,10 @@ def test_the_worker_function_reports_the_turns_to_come_back_and_drops_what_names
     [next_turn] = messages(sqs, url)
     assert json.loads(next_turn["body"]) == {"batch_id": created["id"], "tenant_id": "acme", "turn": 2}
     assert batch(created["id"])["status"] == "in_progress"
+    for name in ("GATEWAY_TENANTS_TABLE", "GATEWAY_KEYS_TABLE"):  # the sweep needs its own variables only
+        monkeypatch.delenv(name)
+    assert template_variables("BatchSweepFunction") == {"GATEWAY_BATCH_QUEUE_URL", "GATEWAY_BATCHES_TABLE",
+                                                         "GATEWAY_BATCH_BUCKET"}
     assert batch_queue.sweep_handler({}, None)["announced"] == 0
 
 
@@ -249,6 +253,15 @@ def granted(function: str) -> set[str]:
 
     policies = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)["Resources"][function]["Properties"]["Policies"]
     return {a for s in statements(policies) for a in as_list(s["Action"])}
+
+
+def template_variables(function: str) -> set[str]:
+    import yaml
+
+    from tests.infra.test_template import TEMPLATE, CfnLoader
+
+    return set(yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)["Resources"][function]["Properties"]["Environment"]
+               ["Variables"])
 
 
 def batch_clients(store, sqs) -> tuple:
@@ -382,10 +395,11 @@ def test_the_notice_function_wakes_only_its_invocations_waiting_lines_and_drops_
                                                                                                     monkeypatch):
     store, sqs, url = aws
     function, lines, notices, _ = on_pool
-    for name, value in (("GATEWAY_BATCH_QUEUE_URL", url), ("GATEWAY_TENANTS_TABLE", "dg-tenants"),
-                        ("GATEWAY_KEYS_TABLE", "dg-keys"), ("GATEWAY_BATCHES_TABLE", "dg-batches"),
+    for name, value in (("GATEWAY_BATCH_QUEUE_URL", url), ("GATEWAY_BATCHES_TABLE", "dg-batches"),
                         ("GATEWAY_BATCH_BUCKET", "dg-batch-files"), ("GATEWAY_ASYNC_ENDPOINT", "dg-async")):
-        monkeypatch.setenv(name, value)  # the template's variables for BatchNoticeFunction
+        monkeypatch.setenv(name, value)  # the function's own variables in the template (none of Globals')
+    assert template_variables("BatchNoticeFunction") == {"GATEWAY_BATCH_QUEUE_URL", "GATEWAY_BATCHES_TABLE",
+                                                          "GATEWAY_BATCH_BUCKET", "GATEWAY_ASYNC_ENDPOINT"}
     created = create(upload(jsonl([systemone_line(i) for i in range(2)]))["id"])[1]
     for number in range(2):  # validated, then its lines sent as one invocation
         [record] = messages(sqs, url, 1)
