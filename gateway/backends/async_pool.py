@@ -28,7 +28,7 @@ FAILURE_PREFIX = "async/failed/"
 JSONLINES = "application/jsonlines"
 REQUEST_TTL_S = 6 * 3600  # how long SageMaker keeps an invocation queued (a pool scaling up from none)
 INVOCATION_TIMEOUT_S = 3600  # SageMaker's most: an invocation's lines answered within the hour
-MAX_OUTPUT_BYTES = 256 << 20  # an output this gateway reads (a turn's lines, answered: a few MB)
+MAX_OUTPUT_BYTES = 64 << 20  # an output read back at most (500 lines' answers: a few MB; past it, lines are resent)
 FAILURE_READ_BYTES = 2048
 
 

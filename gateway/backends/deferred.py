@@ -105,9 +105,11 @@ class AnswerBook:
             self._answers[request_id] = answer
 
     def take(self, request_id: str) -> Asked | None:
-        """The request this line's run took down (and forget it), or None when it was answered
-        or refused before it reached a backend."""
+        """The request this line's run took down, or None when it was answered or refused
+        before it reached a backend; the book keeps nothing of the line after (an answer its
+        route never asked for, refused first, is dropped: a warm worker's book stays empty)."""
         with self._lock:
+            self._answers.pop(request_id, None)
             return self._asked.pop(request_id, None)
 
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:

@@ -266,7 +266,10 @@ class BatchWorker:
                 elif line.request_id in outcome.answers:
                     pool.book.learn(line.request_id, outcome.answers[line.request_id])
                 line.submission = None
-            asked = self.run_one(batch, principal, line)
+            try:
+                asked = self.run_one(batch, principal, line)
+            finally:
+                pool.book.take(line.request_id)  # nothing of a line stays in the book (a run that ended early)
             if asked is not None:
                 taken.append((line, asked))
         if taken:

@@ -87,3 +87,11 @@ def test_the_output_lines_own_time_is_charged_where_the_answer_says_none_a_chats
     before = book.clock()
     assert book.invoke(ENDPOINT, BODY, "chat", CALLER) == chat
     assert book.clock() - before >= 0.75
+
+
+def test_a_line_leaves_nothing_in_the_book_once_taken_even_an_answer_its_route_never_asked_for():
+    book = AnswerBook(wait_s=60)
+    book.learn(CALLER.request_id, PoolAnswer(digest("systemone", BODY), 200, b'{"answers":{}}'))
+    assert book.take(CALLER.request_id) is None  # its route refused it before any call: nothing taken down
+    with pytest.raises(AnsweredLater):  # and the answer it did not ask for is gone
+        book.invoke(ENDPOINT, BODY, "systemone", CALLER)
