@@ -4,18 +4,12 @@ An asynchronous invocation's input is one S3 object (up to 1 GB) that SageMaker 
 /invocations whole, and its answer is the response's body, written back to S3; the invocation
 may run for an hour. With `Content-Type: application/jsonlines` the scorer reads the body as
 lines, one request each, and answers them one after another, in order, each as its own request
-with its own deadline (server.py's `_lines`):
+with its own deadline (server.py's `_lines`), in the format systemone.lines holds.
 
-    in   {"id": "...", "route": "systemone" | "chat", "body": {...}, "attributes": "tenant=...;timeout_ms=..."}
-    out  {"id": "...", "line": 1, "status": 200, "body": {...}, "x_busy_ms": 412}
-
-`attributes` are what the custom attributes header says for a single request
-(systemone.sidechannel): the tenant's tag, the kind of work (bulk, when it does not say), its
-weight, its deadline. `line` is its place in the body (from 1), `x_busy_ms` the time this
-machine spent on it. A line the scorer cannot read is answered 400 (and one too long 413); a
-line the invocation's time no longer leaves room for is answered 503 (`queue_timeout`, busy), so
-whoever sent it sends it again. Lines are read as they come and answers go out as they are made: the
-invocation holds one line at a time, whatever its size.
+A line the scorer cannot read is answered 400 (and one too long 413); a line the invocation's
+time no longer leaves room for is answered 503 (`queue_timeout`, busy), so whoever sent it sends
+it again. Lines are read as they come and answers go out as they are made: the invocation holds
+one line at a time, whatever its size.
 """
 
 from __future__ import annotations
@@ -27,11 +21,8 @@ from typing import IO, Any
 
 from systemone.body import read_json
 from systemone.errors import PayloadTooLarge
+from systemone.lines import CONTENT_TYPES, MAX_ID_CHARS, MAX_LINES
 
-JSONLINES = ("application/jsonlines", "application/jsonl", "application/x-ndjson")
-MAX_LINES = 50_000  # a batch's most (gateway.batches.model.MAX_LINES): an invocation is at most one batch
-MAX_ID_CHARS = 512
-MAX_INVOCATION_BYTES = 1 << 30  # SageMaker's most for an asynchronous invocation's input
 IN_MEMORY_BYTES = 8 << 20  # a body past this is kept in a temporary file while its lines are answered
 
 
@@ -68,7 +59,7 @@ async def pieces(body: IO[bytes], size: int = 1 << 20) -> AsyncIterator[bytes]:
 
 
 def is_lines(content_type: str) -> bool:
-    return content_type.split(";", 1)[0].strip().lower() in JSONLINES
+    return content_type.split(";", 1)[0].strip().lower() in CONTENT_TYPES
 
 
 async def read_lines(stream: AsyncIterator[bytes], max_line_bytes: int) -> AsyncIterator[InLine]:

@@ -54,7 +54,7 @@ from scorer_container.errors import (
     RequestError,
     ServiceError,
 )
-from scorer_container.lines import MAX_INVOCATION_BYTES, InLine, is_lines, pieces, read_lines, spooled
+from scorer_container.lines import InLine, is_lines, pieces, read_lines, spooled
 from scorer_container.planning import Plan
 from scorer_container.prefix_tree import cells_for
 from scorer_container.prompts import PROMPT_VERSIONS
@@ -65,6 +65,7 @@ from scorer_container.settings import ScorerSettings
 from scorer_container.streaming import ClosingStreamingResponse, stream_chat
 from systemone.body import read_json
 from systemone.errors import Flavor, error_parts
+from systemone.lines import MAX_INVOCATION_BYTES, MAX_INVOCATION_S, out_line
 from systemone.sidechannel import (
     CUSTOM_ATTRIBUTES,
     ErrorHints,
@@ -80,7 +81,6 @@ from systemone.sidechannel import (
     work_of,
 )
 
-MAX_INVOCATION_S = 3600.0  # SageMaker's longest asynchronous invocation: a body of lines is answered within it
 MIN_LINE_S = 1.0  # a line that would start with less of the invocation left is not run (503 queue_timeout)
 log = logging.getLogger("scorer")
 # Sequences a decision's prefix tree may use: its deepest path (a handful of nodes) and a batch
@@ -213,8 +213,7 @@ async def _lines(request: Request) -> Response:
                 # The line's time on this machine, which serves the invocation's lines one at a
                 # time: what its sender charges it (a chat's answer says no time of its own)
                 busy_ms = round((time.perf_counter() - started) * 1000)
-                yield (json.dumps({"id": line.id, "line": line.number, "status": status, "body": answer,
-                                   "x_busy_ms": busy_ms}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+                yield out_line(line.id, line.number, status, answer, busy_ms)
         log.info("request %s: %d lines, %d answered", request_id, counts["lines"], counts["answered"])
 
     return ClosingStreamingResponse(answers(), media_type="application/jsonlines")

@@ -1,12 +1,14 @@
 """The asynchronous pool: SageMaker Asynchronous Inference through S3 (template.yaml: AsyncEndpoint).
 
-One invocation carries a turn's lines (`gateway.backends.deferred.Asked`) as one JSONL object
-(`async/in/<batch>/<submission>.jsonl`, its tenant and batch in the object's metadata), in the
-scorer's lines format (scorer_container.lines). SageMaker queues it (for up to REQUEST_TTL_S,
-while the pool scales up from none), runs it for up to INVOCATION_TIMEOUT_S, writes the answer to
-`async/out/` or the reason it failed to `async/failed/`, and says so on the pool's SNS topics.
-What the worker keeps of an invocation is a `Submission`: where its answer or failure will be,
-and until when either may still come; `outcome` reads which it is.
+One invocation carries some of a batch's lines (`gateway.backends.deferred.Asked`: as many as
+their deadlines fit in LINES_BUDGET_S) as one JSONL object (`async/in/<batch>/<submission>.jsonl`,
+its tenant and batch in the object's metadata), in the format systemone.lines holds. SageMaker
+queues it (for up to REQUEST_TTL_S, while the pool scales up from none), runs it for up to
+INVOCATION_TIMEOUT_S (the scorer stops its lines LINES_BUDGET_S in, so that the answer is written
+in time), writes the answer to `async/out/` or the reason it failed to `async/failed/`, and says
+so on the pool's SNS topics. What a line keeps of its invocation is a `Submission`: where its
+answer or failure will be, until when either may still come, and how often the line was sent;
+`outcome` reads which it is.
 """
 
 from __future__ import annotations
@@ -15,31 +17,37 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from gateway.backends.deferred import Asked, PoolAnswer, read_line_id
+from systemone.lines import JSONLINES, MAX_INVOCATION_S, read_out_line
+from systemone.sidechannel import attributes
 
 log = logging.getLogger("gateway.backends.async_pool")
 INPUT_PREFIX = "async/in/"  # the bucket's prefixes (template.yaml grants each function its own)
 OUTPUT_PREFIX = "async/out/"
 FAILURE_PREFIX = "async/failed/"
-JSONLINES = "application/jsonlines"
 REQUEST_TTL_S = 6 * 3600  # how long SageMaker keeps an invocation queued (a pool scaling up from none)
-INVOCATION_TIMEOUT_S = 3600  # SageMaker's most: an invocation's lines answered within the hour
-MAX_OUTPUT_BYTES = 64 << 20  # an output read back at most (500 lines' answers: a few MB; past it, lines are resent)
+INVOCATION_TIMEOUT_S = int(MAX_INVOCATION_S)  # SageMaker's most
+# The scorer's own deadline for the invocation's lines, before SageMaker's: the answer is still
+# to be written back when the last line ends. An invocation carries lines whose deadlines fit it.
+LINES_BUDGET_S = MAX_INVOCATION_S - 120
+MAX_OUTPUT_BYTES = 64 << 20  # an output read back at most (its lines' answers: a few MB; past it, lines are resent)
 FAILURE_READ_BYTES = 2048
+_GONE = ("NoSuchKey", "AccessDenied", "404", "403")  # without s3:ListBucket (no role has it) a missing key is 403
 
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """One invocation, as the lines it carries keep it (`Line.submission`)."""
+    """One invocation, as a line it carries keeps it (`Line.submission`)."""
 
     id: str  # its InferenceId: the batch's id and a token
     output: str  # the S3 URI its answer is written to
     failure: str  # the S3 URI its failure is written to
     until: float  # past this (queued and run at their longest), neither will come
+    sends: int = 1  # how often this line's request has been sent (MAX_ASYNC_SENDS bounds it)
 
     def text(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -52,7 +60,7 @@ class Submission:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     state: Literal["answered", "failed", "waiting"]
-    answers: dict[str, PoolAnswer]  # by request id (answered)
+    answers: dict[str, PoolAnswer]  # by request id (answered: those asked for)
     reason: str = ""  # why it failed
 
 
@@ -75,21 +83,24 @@ class AsyncPool:
         reply = self.sagemaker.invoke_endpoint_async(
             EndpointName=self.endpoint_name, InputLocation=f"s3://{self.bucket}/{key}", ContentType=JSONLINES,
             Accept=JSONLINES, InferenceId=submission_id, RequestTTLSeconds=REQUEST_TTL_S,
-            InvocationTimeoutSeconds=INVOCATION_TIMEOUT_S)
+            InvocationTimeoutSeconds=INVOCATION_TIMEOUT_S,
+            CustomAttributes=attributes("systemone", int(LINES_BUDGET_S * 1000)))
         log.info("asynchronous invocation sent", extra={"batch_id": batch_id, "submission": submission_id,
                                                          "lines": len(asked)})
         return Submission(submission_id, reply["OutputLocation"], reply.get("FailureLocation") or "",
                           sent_at + REQUEST_TTL_S + INVOCATION_TIMEOUT_S)
 
-    def outcome(self, submission: Submission) -> Outcome:
-        """Its answers, once written; failed, when SageMaker says so or the time for either has
-        passed; else waiting."""
-        text = self._read(submission.output, MAX_OUTPUT_BYTES)
-        if text is not None:
-            return Outcome("answered", dict(read_output(text)))
-        failure = self._read(submission.failure, FAILURE_READ_BYTES) if submission.failure else None
+    def outcome(self, submission: Submission, wanted: set[str]) -> Outcome:
+        """Its answers to the `wanted` requests (by id), once written; failed, when SageMaker says
+        so or the time for either has passed; else waiting. The output is read as it streams:
+        only the answers wanted are kept."""
+        body = self._open(submission.output)
+        if body is not None:
+            return Outcome("answered", dict(read_output(_lines_of(body, MAX_OUTPUT_BYTES), wanted)))
+        failure = self._open(submission.failure) if submission.failure else None
         if failure is not None:
-            return Outcome("failed", {}, failure.decode("utf-8", "replace").strip()[:500] or "the invocation failed")
+            reason = failure.read(FAILURE_READ_BYTES).decode("utf-8", "replace").strip()[:500]
+            return Outcome("failed", {}, reason or "the invocation failed")
         if self.clock() > submission.until:
             return Outcome("failed", {}, "the invocation neither answered nor failed in its time")
         return Outcome("waiting", {})
@@ -111,30 +122,37 @@ class AsyncPool:
                 ids.append(found[0])
         return dict(reply.get("Metadata") or {}), ids
 
-    def _read(self, uri: str, limit: int) -> bytes | None:
+    def _open(self, uri: str) -> Any:
+        """The object's body as it streams, or None when it is not (yet) there."""
         bucket, key = _bucket_and_key(uri)
         try:
-            reply = self.s3.get_object(Bucket=bucket, Key=key)
-        except self.s3.exceptions.NoSuchKey:
-            return None
-        return reply["Body"].read(limit)  # past the limit, the lines cut off are not answered: sent again
+            return self.s3.get_object(Bucket=bucket, Key=key)["Body"]
+        except self.s3.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _GONE:
+                return None
+            raise
 
 
-def read_output(text: bytes) -> Iterator[tuple[str, PoolAnswer]]:
-    """The output's lines, each as (request id, answer); a line this gateway cannot read is left
-    out (its request waits, and is sent again when its invocation's time has passed)."""
-    for raw in text.splitlines():
-        try:
-            line = json.loads(raw)
-            found = read_line_id(line.get("id"))
-            status = line.get("status")
-        except (ValueError, AttributeError):
+def read_output(lines: Iterable[bytes], wanted: set[str] | None = None) -> Iterator[tuple[str, PoolAnswer]]:
+    """The output's lines, each as (request id, answer), of the `wanted` requests (None: all); a
+    line this gateway cannot read is left out (its request is sent again)."""
+    for raw in lines:
+        line = read_out_line(raw)
+        found = read_line_id(line.id) if line is not None else None
+        if line is None or found is None or (wanted is not None and found[0] not in wanted):
             continue
-        if found is None or not isinstance(status, int) or isinstance(status, bool):
-            continue
-        busy = line.get("x_busy_ms")
-        busy_s = busy / 1000 if isinstance(busy, int) and not isinstance(busy, bool) and 0 <= busy <= 3_600_000 else None
-        yield found[0], PoolAnswer(found[1], status, json.dumps(line.get("body"), separators=(",", ":")).encode(), busy_s)
+        yield found[0], PoolAnswer(found[1], line.status, line.body, line.busy_s)
+
+
+def _lines_of(body: Any, limit: int) -> Iterator[bytes]:
+    """The body's lines as they stream, up to `limit` bytes (the lines past it are not read)."""
+    read = 0
+    for raw in body.iter_lines():
+        read += len(raw) + 1
+        if read > limit:
+            body.close()
+            return
+        yield raw
 
 
 def _bucket_and_key(uri: str) -> tuple[str, str]:

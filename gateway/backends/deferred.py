@@ -15,7 +15,8 @@ SageMaker invoker:
    and runs the line again. The same request (its route and body, digest for digest) gets its
    answer, or the error its status is (`sagemaker.container_error`, as a real-time answer's);
    a request that changed meanwhile (a catalog entry it names was edited) is not answered
-   with another's answer: it is taken down and sent again.
+   with another's answer, and one the pool did not run (busy: 429, 503) is not an error: both
+   are taken down and sent again. No answer here reaches an endpoint's circuit as busy.
 
 The book's `clock` runs ahead by the scorer's time for each answer it gives (`x_busy_ms`),
 so the pool that times the attempt charges the line what the scorer spent on it, not the
@@ -40,7 +41,10 @@ from gateway.backends.base import (
 )
 from gateway.backends.sagemaker import container_error, deadline_ms
 from gateway.errors import AnsweredLater
+from systemone.lines import busy_seconds, in_line
 from systemone.sidechannel import Route, attributes
+
+RESEND = frozenset({429, 503})  # a line the pool did not run (busy, its share taken): sent again, never a failure
 
 
 def digest(route: Route, body: bytes) -> str:
@@ -55,6 +59,7 @@ class Asked:
     route: Route
     body: bytes  # the scorer's JSON body
     attributes: str  # what the custom attributes header says for a single request
+    deadline_s: float  # its deadline there (what the attributes say): an invocation's lines fit its hour
 
     @property
     def line_id(self) -> str:
@@ -63,9 +68,7 @@ class Asked:
         return f"{self.request_id}#{digest(self.route, self.body)}"
 
     def as_line(self) -> bytes:
-        head = json.dumps({"id": self.line_id, "route": self.route, "attributes": self.attributes},
-                          separators=(",", ":"), ensure_ascii=False)
-        return head[:-1].encode() + b',"body":' + self.body + b"}\n"  # the body as sent, not parsed again
+        return in_line(self.line_id, self.route, self.attributes, self.body)
 
 
 def read_line_id(line_id: Any) -> tuple[str, str] | None:
@@ -104,6 +107,10 @@ class AnswerBook:
         with self._lock:
             self._answers[request_id] = answer
 
+    def __contains__(self, request_id: str) -> bool:
+        """Whether an answer to this line waits in the book."""
+        return request_id in self._answers
+
     def take(self, request_id: str) -> Asked | None:
         """The request this line's run took down, or None when it was answered or refused
         before it reached a backend; the book keeps nothing of the line after (an answer its
@@ -115,11 +122,14 @@ class AnswerBook:
     def invoke(self, endpoint: Endpoint, body: bytes, route: Route, caller: Caller = ANONYMOUS) -> bytes:
         with self._lock:
             answer = self._answers.pop(caller.request_id, None)
-            if answer is None or answer.digest != digest(route, body):
+            # None yet; another request's (this one changed since it was sent); or busy there (not
+            # run in the invocation's hour, or refused its share): sent (again)
+            if answer is None or answer.digest != digest(route, body) or answer.status in RESEND:
+                timeout_ms = deadline_ms(endpoint)
                 self._asked[caller.request_id] = Asked(
                     caller.request_id, route, body,
-                    attributes(route, deadline_ms(endpoint), caller.request_id, tenant=caller.tenant_tag,
-                               work=caller.work, weight=caller.weight))
+                    attributes(route, timeout_ms, caller.request_id, tenant=caller.tenant_tag, work=caller.work,
+                               weight=caller.weight), timeout_ms / 1000)
                 raise AnsweredLater("this request waits for the asynchronous pool's answer", self.wait_s)
             self._ahead += answer.busy_s if answer.busy_s is not None else _busy_s(answer.body)
         if answer.status == 200:
@@ -135,7 +145,6 @@ def _busy_s(body: bytes) -> float:
     """The scorer's own time on the request, as its answer says (`usage.x_busy_ms`), else 0."""
     try:
         usage: Any = json.loads(body).get("usage")
-        busy = usage.get("x_busy_ms") if isinstance(usage, dict) else None
     except (ValueError, AttributeError):
         return 0.0
-    return busy / 1000 if isinstance(busy, int) and not isinstance(busy, bool) and 0 <= busy <= 3_600_000 else 0.0
+    return (busy_seconds(usage.get("x_busy_ms")) if isinstance(usage, dict) else None) or 0.0

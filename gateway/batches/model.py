@@ -193,6 +193,9 @@ class Batch:
     failed: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0})
     cost_usd: float = 0.0  # what its lines were charged, at the batch price
+    # Its asynchronous invocations waiting (their ids: until when either answer may come), kept
+    # by the worker holding its lease (gateway.batches.worker.run_on_pool); none on a real-time pool
+    invocations: dict[str, float] = field(default_factory=dict)
 
     def document(self) -> dict[str, Any]:
         """What a store keeps as the batch's document: its counts and usage are kept beside it,
@@ -242,7 +245,7 @@ class Line:
     reply: str | None = None  # JSON text: {"status_code", "body"} or {"error": {code, message}}
     failed: bool = False
     # The asynchronous invocation its request was sent to, while it waits for the answer (JSON
-    # text: gateway.batches.deferred.Submission); None on a real-time pool.
+    # text: gateway.backends.async_pool.Submission); None on a real-time pool.
     submission: str | None = None
 
     @property

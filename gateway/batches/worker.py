@@ -41,11 +41,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gateway.auth.credentials import Principal
-from gateway.backends.async_pool import AsyncPool, Outcome, Submission
+from gateway.backends.async_pool import LINES_BUDGET_S, AsyncPool, Outcome, Submission
 from gateway.backends.deferred import AnswerBook, Asked
 from gateway.batches.jsonl import read_input
 from gateway.batches.model import (
@@ -67,8 +67,13 @@ LEASE_S = 90.0  # longer than a line can take (the streaming routes' 58 s deadli
 RETRY_STATUSES = frozenset({429, 503})
 MAX_RETRY_WAIT_S = 60.0
 SUBMISSION_LINES = 500  # an asynchronous invocation's most lines: its answers read back in one turn
-POLL_S = 900.0  # a line waiting for its invocation is looked at again after this (a lost notice)
-MAX_ASYNC_SENDS = 3  # a line's request sent to the asynchronous pool at most this often
+# A line waiting for its invocation is not looked at before this (its notice wakes it sooner; a
+# lost notice leaves it to the sweep's turn for a batch nothing touched, STALLED_S)
+POLL_S = 900.0
+MAX_ASYNC_SENDS = 3  # a line's request sent to the asynchronous pool at most this often, for any reason
+# Invocations one batch may have waiting at once: a tenant's (at most MAX_OPEN_BATCHES batches)
+# never fill the pool's queue, which SageMaker serves first come, first served
+MAX_BATCH_INVOCATIONS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +170,8 @@ class BatchWorker:
             if not lines:
                 return True  # lines wait for their retry time (or are not listed yet)
             if self.async_lines is not None:
-                self.run_on_pool(batch, principal, lines, until, self.async_lines)
+                if not self.run_on_pool(batch, principal, lines, until, self.async_lines):
+                    return True  # its lines wait for the pool, or for room in it
                 max_lines = None if max_lines is None else max_lines - len(lines)
                 continue
             self.run_one(batch, principal, lines[0])
@@ -237,46 +243,94 @@ class BatchWorker:
         return None
 
     def run_on_pool(self, batch: Batch, principal: Principal, lines: list[Line], until: float,
-                    pool: AsyncLines) -> None:
-        """Lines on the asynchronous pool: each one answered from its invocation's output runs
-        through its route; the requests of the others (and of lines whose invocation failed)
-        are sent as one invocation, and those lines wait for it."""
-        outcomes: dict[str, Outcome] = {}
-        taken: list[tuple[Line, Asked]] = []
+                    pool: AsyncLines) -> bool:
+        """Lines on the asynchronous pool: each one answered by its invocation's output runs
+        through its route; the requests of the others (new lines, lines whose invocation failed
+        or did not answer them) are sent as one invocation, as many as their deadlines fit in
+        its hour, while the batch has fewer than MAX_BATCH_INVOCATIONS waiting; those lines then
+        wait for it. Stops at `until`, or half a lease in (the lease is renewed between calls).
+        Whether anything was done (else the lines wait: for the pool, or for room in it)."""
+        now = self.clock()
+        stop = min(until, now + self.lease_s / 2)
+        waiting = {name: at for name, at in batch.invocations.items() if at > now}
+        by_submission: dict[str, set[str]] = {}
         for line in lines:
-            if self.clock() >= until or self.stopping.is_set():
-                break
             if line.submission is not None:
-                submission = Submission.read(line.submission)
-                if submission.id not in outcomes:
-                    outcomes[submission.id] = pool.pool.outcome(submission)
-                outcome = outcomes[submission.id]
-                if outcome.state == "waiting":
-                    line.not_before = min(submission.until, self.clock() + pool.poll_s)
-                    self.store.put_line(line)
+                by_submission.setdefault(Submission.read(line.submission).id, set()).add(line.request_id)
+        outcomes: dict[str, Outcome] = {}
+        taken: list[tuple[Line, Asked, int]] = []
+        budget_s, done = LINES_BUDGET_S, False
+        for line in lines:
+            if self.clock() >= stop or self.stopping.is_set():
+                break
+            sends = 0
+            if line.submission is not None:
+                read = self._read_back(batch, line, pool, outcomes, by_submission, waiting)
+                if read is None:  # handled: it waits on, or it failed
+                    done = True
                     continue
-                if outcome.state == "failed":
-                    log.warning("an asynchronous invocation failed", extra={"batch_id": batch.id, "line": line.number,
-                                                                            "submission": submission.id})
-                    if line.tries >= MAX_ASYNC_SENDS:  # each send a run of the line (taken down)
-                        line.reply = json.dumps({"error": {"code": "model_failed", "message": "the asynchronous pool"
-                                                           f" did not answer this request: {outcome.reason}"}})
-                        self._finish(line, failed=True)
-                        continue
-                elif line.request_id in outcome.answers:
-                    pool.book.learn(line.request_id, outcome.answers[line.request_id])
-                line.submission = None
+                sends = read
+            if line.request_id not in pool.book and len(waiting) >= MAX_BATCH_INVOCATIONS:
+                continue  # it would be sent: the batch's invocations waiting leave no room
             try:
                 asked = self.run_one(batch, principal, line)
             finally:
                 pool.book.take(line.request_id)  # nothing of a line stays in the book (a run that ended early)
+            done = True
+            if asked is not None and asked.deadline_s > budget_s:  # the invocation is full: the next one takes it
+                line.not_before = self.clock()
+                self.store.put_line(line, expect_tries=line.tries)
+                break
             if asked is not None:
-                taken.append((line, asked))
+                taken.append((line, asked, sends))
+                budget_s -= asked.deadline_s
         if taken:
-            submission = pool.pool.submit(batch.tenant_id, batch.id, [asked for _, asked in taken])
-            for line, _ in taken:
-                line.submission, line.not_before = submission.text(), min(submission.until, self.clock() + pool.poll_s)
-                self.store.put_line(line)
+            sent = pool.pool.submit(batch.tenant_id, batch.id, [asked for _, asked, _ in taken])
+            waiting[sent.id] = sent.until
+            for line, _, sends in taken:
+                line.submission = replace(sent, sends=sends + 1).text()
+                line.not_before = min(sent.until, self.clock() + pool.poll_s)
+                self.store.put_line(line, expect_tries=line.tries)
+        if waiting != batch.invocations:
+            batch.invocations = waiting
+            self.store.update_batch(batch, batch.status)  # a cancel meanwhile keeps its own
+        return done or bool(taken)
+
+    def _read_back(self, batch: Batch, line: Line, pool: AsyncLines, outcomes: dict[str, Outcome],
+                   by_submission: dict[str, set[str]], waiting: dict[str, float]) -> int | None:
+        """A line sent before: its answer put in the book, and how often it was sent; or None
+        when the line is dealt with here (its invocation still waits: looked at later; sent
+        MAX_ASYNC_SENDS times and never answered: failed)."""
+        submission = Submission.read(line.submission or "")
+        if submission.id not in outcomes:
+            outcomes[submission.id] = pool.pool.outcome(submission, by_submission[submission.id])
+        outcome = outcomes[submission.id]
+        if outcome.state == "waiting":  # a turn the sweep gave: look again later
+            line.not_before = min(submission.until, self.clock() + pool.poll_s)
+            self.store.put_line(line, expect_tries=line.tries)
+            return None
+        waiting.pop(submission.id, None)
+        if line.request_id in outcome.answers:
+            pool.book.learn(line.request_id, outcome.answers[line.request_id])
+        elif submission.sends >= MAX_ASYNC_SENDS:
+            self._unanswered(batch, line, submission, outcome)
+            return None
+        line.submission = None
+        return submission.sends
+
+    def _unanswered(self, batch: Batch, line: Line, submission: Submission, outcome: Outcome) -> None:
+        reason = outcome.reason if outcome.state == "failed" else "its answers did not include this request"
+        log.warning("a line the asynchronous pool never answered", extra={"batch_id": batch.id, "line": line.number,
+                                                                           "submission": submission.id})
+        line.reply = json.dumps({"error": {"code": "model_failed", "message": "the asynchronous pool did not answer"
+                                           f" this request in {submission.sends} invocations: {reason}"}})
+        self._finish(line, failed=True)
+
+    def pool_is_full(self, batch_id: str, tenant_id: str) -> bool:
+        """The batch has MAX_BATCH_INVOCATIONS invocations waiting: its lines wait for one of them."""
+        batch = self.store.get_batch(tenant_id, batch_id)
+        now = self.clock()
+        return batch is not None and sum(1 for at in batch.invocations.values() if at > now) >= MAX_BATCH_INVOCATIONS
 
     def _answered(self, batch: Batch, line: Line) -> bool:
         """Its reply was kept and stands: a chat line's, or a decision line's whose record exists."""

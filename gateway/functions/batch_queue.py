@@ -81,9 +81,11 @@ def take_turn(worker: BatchWorker, queue: BatchQueue, record: dict[str, Any], re
     if not store.lease(batch_id, worker.owner, now, now):  # let its lease go: the next turn is anyone's
         queue.come_back_in(record["receiptHandle"], HELD_ELSEWHERE_S)
         return False
-    if worker.async_lines is not None and waits_for_pool(store, batch_id, now, worker.async_lines.poll_s):
-        # Its lines wait for their invocation: its notice gives the batch its next turn (the sweep,
-        # if the notice is lost). A message kept to come back would hold the tenant's group shut.
+    if worker.async_lines is not None and (waits_for_pool(store, batch_id, now, worker.async_lines.poll_s)
+                                           or worker.pool_is_full(batch_id, tenant_id)):
+        # Its lines wait for their invocations (or for room among them): a notice gives the batch
+        # its next turn (the sweep, if the notices are lost). A message kept to come back would
+        # hold the tenant's group shut.
         return True
     wait = next_turn_in(store, batch_id, now)
     if wait > 0 and not _others_ready(store, batch_id, tenant_id, now):
@@ -142,20 +144,31 @@ def wake(store: BatchStore, queue: BatchQueue, pool: AsyncPool, message: dict[st
     tenant_id, batch_id = metadata.get("tenant", ""), metadata.get("batch", "")
     if store.turn_of(batch_id) is None:
         return 0  # the batch ended (cancelled, expired) meanwhile
-    woken = 0
+    woken = unmarked = 0
     for request_id in request_ids:
         number = request_id.rpartition("_")[2]
         line = store.get_line(batch_id, int(number)) if number.isdigit() else None
-        if (line is None or line.state == "done" or line.submission is None
-                or Submission.read(line.submission).id != submission_id or line.not_before <= now):
+        if line is None or line.state == "done":
             continue
+        if line.submission is None:  # sent, and not yet marked so by its worker (or that worker died)
+            unmarked += 1
+            continue
+        if Submission.read(line.submission).id != submission_id or line.not_before <= now:
+            continue  # sent again since, or awake already
         line.not_before = now
         woken += store.put_line(line, expect_tries=line.tries)
     if woken:
         queue.announce(batch_id, tenant_id)
     log.info("asynchronous invocation ended", extra={"batch_id": batch_id, "submission": submission_id,
                                                      "status": message.get("invocationStatus"), "woken": woken})
+    if unmarked:  # the notice came before the worker marked its lines: SNS's retry finds them marked
+        raise NotMarkedYet(f"{unmarked} lines of {submission_id} are not marked as sent yet")
     return woken
+
+
+class NotMarkedYet(RuntimeError):
+    """A notice came before the worker that sent the invocation marked its lines: the notice is
+    retried (Lambda's retries of an asynchronous event), by when they are."""
 
 
 # -- the functions ------------------------------------------------------------------------------
@@ -243,6 +256,7 @@ def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
         raise RuntimeError("the notices need the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
     pool = build_async_pool(settings)
     queue, woken = _queue(store), 0
+    early: NotMarkedYet | None = None
     for record in event.get("Records", []):
         try:
             message = json.loads(record["Sns"]["Message"])
@@ -253,4 +267,8 @@ def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
             woken += wake(store, queue, pool, message if isinstance(message, dict) else {}, time.time())
         except ValueError:  # an input this gateway did not write: nothing of its own to wake
             log.error("an asynchronous pool's notice names an input that is not this gateway's; dropped")
+        except NotMarkedYet as exc:
+            early = exc
+    if early is not None:
+        raise early  # after the other notices' lines were woken: a retry wakes only what is left
     return {"woken": woken}

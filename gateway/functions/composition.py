@@ -9,6 +9,7 @@ while the function initialises (the init phase), SageMaker clients included.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -179,8 +180,11 @@ def build_registry(settings: GatewaySettings, clock: Callable[[], float] = time.
                    only: Callable[[Endpoint], Endpoint] | None = None) -> ModelRegistry:
     """The models and their pools; with `only`, each model's pool is the one endpoint it makes
     of the model's first (an asynchronous pool's, with the model's timeouts)."""
-    # One set of circuits for every pool: an endpoint serving two models is one endpoint.
-    circuits = Circuits(pool_policy(settings.routing))
+    # One set of circuits for every pool: an endpoint serving two models is one endpoint. An
+    # asynchronous pool's answers were given long before they are read: none says the endpoint
+    # is failing now, so its circuit never opens.
+    policy = pool_policy(settings.routing)
+    circuits = Circuits(policy if only is None else replace(policy, failure_threshold=sys.maxsize))
     routes = []
     for m in settings.models:
         members = tuple(PoolEndpoint(endpoint(e, settings.region), tier=tier, weight=e.weight)

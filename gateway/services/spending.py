@@ -46,7 +46,7 @@ from typing import Any
 
 from gateway.auth.store import CounterStore, TenantLimits, UsageRow
 from gateway.decisions.cost import Cost, Meter
-from gateway.errors import BudgetExhausted, InvalidRequest, RateLimited
+from gateway.errors import AnsweredLater, BudgetExhausted, InvalidRequest, RateLimited
 from gateway.services.throttle import checked
 
 log = logging.getLogger("gateway.spending")
@@ -96,6 +96,9 @@ class Spending:
         meter = Meter(price_factor=price_factor)
         try:
             yield meter
+        except AnsweredLater:  # taken down for an asynchronous pool: no request yet, nothing to count
+            self._give_back(reserved)
+            raise
         except Exception:
             self._settle(tenant_id, reserved, meter, entries, now)
             raise

@@ -936,10 +936,17 @@ def test_the_asynchronous_pool_is_opt_in_scales_to_zero_and_each_side_reaches_on
     pool = statements(resources_["AsyncExecutionRole"]["Properties"]["Policies"])
     assert objects(pool, "s3:GetObject") == {inputs} and objects(pool, "s3:PutObject") == outputs
     worker = statements(resources_["BatchWorkerFunction"]["Properties"]["Policies"])
-    assert {inputs} | outputs <= objects(worker, "s3:GetObject") and inputs in objects(worker, "s3:PutObject")
+    assert {o for o in objects(worker, "s3:GetObject") if o.startswith("async/")} == outputs  # never writes an answer
+    assert {o for o in objects(worker, "s3:PutObject") if o.startswith("async/")} == {inputs}
     assert objects(statements(notices["Policies"]), "s3:GetObject") == {inputs}
     [invoke] = [s for s in worker if "sagemaker:InvokeEndpointAsync" in as_list(s["Action"])]
     assert "AsyncEndpoint.EndpointName" in json.dumps(invoke["Resource"])
+    from gateway.decisions.cost import PRICES
+
+    # Every type it may run on is priced (a line's scorer time is charged at it)
+    assert set(template["Parameters"]["AsyncInstanceType"]["AllowedValues"]) <= set(PRICES["sagemaker_realtime_usd_per_hour"])
+    failed = resources_["AsyncInvocationsFailedAlarm"]["Properties"]
+    assert failed["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["AsyncErrorTopic", "TopicName"]}
     rules = {r["Id"]: r for r in resources_["BatchFilesBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]}
     assert rules["async"]["Prefix"] == "async/" and rules["async"]["ExpirationInDays"] * 86400 > (
         async_pool.REQUEST_TTL_S + async_pool.INVOCATION_TIMEOUT_S)

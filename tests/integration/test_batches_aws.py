@@ -445,3 +445,84 @@ def test_the_pools_worker_and_notice_function_are_granted_every_call_they_make(a
     assert {"s3:GetObject", "dynamodb:UpdateItem", "sqs:SendMessage"} <= notice
     for name, made in (("BatchWorkerFunction", worker), ("BatchNoticeFunction", notice)):
         assert made - {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= granted(name), (name, made - granted(name))
+
+
+def inputs_sent(store) -> list[str]:
+    listed = store.batches.s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+def one_turn(sqs, url: str, store, function, lines, number: int) -> None:
+    [record] = messages(sqs, url, 1)
+    assert batch_queue.take_turn(build_worker(function, f"lambda-{number}", async_lines=lines),
+                                 batch_queue.BatchQueue(sqs, url, store.batches), record, remaining_s=300.0)
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=record["receiptHandle"])
+
+
+def test_an_invocation_carries_the_lines_whose_deadlines_fit_its_hour_and_a_batch_has_two_waiting_at_most(
+        aws, on_pool, monkeypatch):
+    from gateway.batches import worker as worker_module
+
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    monkeypatch.setattr(worker_module, "LINES_BUDGET_S", 50.0)  # two lines' deadlines (about 23 s each)
+    created = create(upload(jsonl([systemone_line(i) for i in range(6)]))["id"])[1]
+    one_turn(sqs, url, store, function, lines, 0)  # validated
+    one_turn(sqs, url, store, function, lines, 1)  # two invocations of two lines: no room for a third
+    assert len(inputs_sent(store)) == 2 and len(notices) == 2 and messages(sqs, url) == []  # it waits for them
+    assert batch(created["id"])["request_counts"]["completed"] == 0
+    pool_turns(sqs, url, function, lines, notices)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
+    assert len(inputs_sent(store)) == 3
+    assert store.batches.get_batch("acme", created["id"]).invocations == {}  # none waiting once read back
+
+
+def test_a_line_the_pool_did_not_run_in_its_hour_is_sent_again_and_answered_then(aws, on_pool):
+    store, sqs, url = aws
+    function, lines, notices, answers = on_pool
+
+    def first_line_not_run(body: bytes) -> bytes:  # the invocation's time ran out before its last line
+        answered = uniform_invocation(body).splitlines()
+        if len(answered) < 2:
+            return uniform_invocation(body)
+        last = json.loads(answered[-1])
+        last |= {"status": 503, "body": {"error": {"message": "not run"}, "x_state": "queue_timeout", "x_retry_after": 1}}
+        return b"\n".join([*answered[:-1], json.dumps(last).encode()]) + b"\n"
+
+    answers[0] = first_line_not_run
+    created = create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])[1]
+    pool_turns(sqs, url, function, lines, notices)
+    done = batch(created["id"])
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
+    assert len(inputs_sent(store)) == 2  # the three, then the one not run
+
+
+def test_a_notice_that_comes_before_its_lines_are_marked_is_retried_and_wakes_them_then(aws, on_pool):
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    created = create(upload(jsonl([systemone_line(i) for i in range(2)]))["id"])[1]
+    one_turn(sqs, url, store, function, lines, 0)  # validated
+    marked = []
+    put_line = store.batches.put_line
+
+    def notice_first(line, expect_tries=None):  # SNS delivers the notice before the worker marks its lines
+        if line.submission is not None and not marked and notices:
+            marked.append(line.number)
+            queue = batch_queue.BatchQueue(sqs, url, store.batches)
+            with pytest.raises(batch_queue.NotMarkedYet):
+                batch_queue.wake(store.batches, queue, lines.pool, notices[0], time.time())
+        return put_line(line, expect_tries)
+
+    store.batches.put_line = notice_first
+    try:
+        one_turn(sqs, url, store, function, lines, 1)
+    finally:
+        store.batches.put_line = put_line
+    assert marked and messages(sqs, url) == []
+    [notice] = notices  # Lambda's retry of the notice, the lines marked by then
+    assert batch_queue.wake(store.batches, batch_queue.BatchQueue(sqs, url, store.batches), lines.pool, notice,
+                            time.time()) == 2
+    notices.clear()
+    pool_turns(sqs, url, function, lines, notices)
+    assert batch(created["id"])["request_counts"] == {"total": 2, "completed": 2, "failed": 0}

@@ -11,7 +11,13 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from gateway import aws
-from gateway.backends.async_pool import INVOCATION_TIMEOUT_S, REQUEST_TTL_S, AsyncPool, Submission
+from gateway.backends.async_pool import (
+    INVOCATION_TIMEOUT_S,
+    LINES_BUDGET_S,
+    REQUEST_TTL_S,
+    AsyncPool,
+    Submission,
+)
 from gateway.backends.deferred import Asked, digest
 
 BUCKET = "dg-batch-files"
@@ -31,7 +37,7 @@ def s3(monkeypatch):
 
 def asked(number: int) -> Asked:
     return Asked(f"batch_req_abc_{number}", "systemone", json.dumps({"state": f"s{number}"}).encode(),
-                 "route=systemone;timeout_ms=22000;work=bulk")
+                 "route=systemone;timeout_ms=22000;work=bulk", 22.0)
 
 
 def pool_with(s3, clock=lambda: 1000.0) -> tuple[AsyncPool, Stubber]:
@@ -47,7 +53,9 @@ def test_a_turns_lines_go_as_one_input_and_one_invocation_that_says_where_its_an
                       {"EndpointName": "dg-async", "InputLocation": ANY,
                        "ContentType": "application/jsonlines", "Accept": "application/jsonlines",
                        "InferenceId": ANY, "RequestTTLSeconds": REQUEST_TTL_S,
-                       "InvocationTimeoutSeconds": INVOCATION_TIMEOUT_S})
+                       "InvocationTimeoutSeconds": INVOCATION_TIMEOUT_S,
+                       # the scorer stops the lines before SageMaker's hour ends, its answer still to write
+                       "CustomAttributes": f"route=systemone;timeout_ms={int(LINES_BUDGET_S * 1000)}"})
     with stub:
         submission = pool.submit("acme", "batch_abc", [asked(0), asked(1)])
     stub.assert_no_pending_responses()
@@ -62,12 +70,13 @@ def test_an_outcome_is_its_answers_its_failure_or_a_wait_until_neither_can_come(
     now = [1000.0]
     pool, _ = pool_with(s3, clock=lambda: now[0])
     submission = Submission("batch_abc.1", f"s3://{BUCKET}/async/out/1.out", f"s3://{BUCKET}/async/failed/1.out", 2000.0)
-    assert pool.outcome(submission).state == "waiting"
+    everyone = {"batch_req_abc_0", "batch_req_abc_1"}
+    assert pool.outcome(submission, everyone).state == "waiting"
     now[0] = 2001.0
-    lost = pool.outcome(submission)
+    lost = pool.outcome(submission, everyone)
     assert lost.state == "failed" and "in its time" in lost.reason
     s3.put_object(Bucket=BUCKET, Key="async/failed/1.out", Body=b"ClientError: the container ran out of memory")
-    failed = pool.outcome(submission)
+    failed = pool.outcome(submission, everyone)
     assert failed.state == "failed" and "out of memory" in failed.reason
     sent = asked(0)
     lines = [{"id": sent.line_id, "line": 1, "status": 200, "body": {"answers": {}}, "x_busy_ms": 1250},
@@ -75,8 +84,9 @@ def test_an_outcome_is_its_answers_its_failure_or_a_wait_until_neither_can_come(
              {"id": asked(1).line_id, "line": 3, "status": 413, "body": {"error": {"message": "too long"}}}]
     s3.put_object(Bucket=BUCKET, Key="async/out/1.out",
                   Body="\n".join(json.dumps(line) for line in lines).encode() + b"\nnot json\n")
-    answered = pool.outcome(submission)
-    assert answered.state == "answered" and set(answered.answers) == {"batch_req_abc_0", "batch_req_abc_1"}
+    answered = pool.outcome(submission, everyone)
+    assert answered.state == "answered" and set(answered.answers) == everyone
+    assert set(pool.outcome(submission, {"batch_req_abc_1"}).answers) == {"batch_req_abc_1"}  # only those in hand
     first = answered.answers["batch_req_abc_0"]
     assert (first.digest, first.status, json.loads(first.body)) == (digest("systemone", sent.body), 200, {"answers": {}})
     assert first.busy_s == 1.25 and answered.answers["batch_req_abc_1"].status == 413
@@ -89,3 +99,30 @@ def test_a_notice_naming_an_input_this_gateway_did_not_write_is_refused(s3):
         with pytest.raises(ValueError):
             pool.sent_lines(location)
 
+
+
+def test_an_answer_not_there_yet_is_a_wait_though_s3_says_access_denied_without_a_listing_grant(s3):
+    # No role may list the bucket: S3 then answers a missing key 403 AccessDenied, never NoSuchKey
+    pool, _ = pool_with(s3)
+    denying = aws.session().create_client("s3", region_name="us-east-1")
+    pool.s3 = denying
+    submission = Submission("batch_abc.1", f"s3://{BUCKET}/async/out/1.out", f"s3://{BUCKET}/async/failed/1.out", 2000.0)
+    with Stubber(denying) as stub:
+        for _ in range(2):  # the answer, then the failure
+            stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
+        assert pool.outcome(submission, {"batch_req_abc_0"}).state == "waiting"
+        stub.add_client_error("get_object", "SlowDown", "Please reduce your request rate", 503)
+        with pytest.raises(denying.exceptions.ClientError):  # the store failing is not an absence
+            pool.outcome(submission, {"batch_req_abc_0"})
+
+
+def test_an_output_is_read_up_to_its_limit_and_the_lines_past_it_are_left_for_another_invocation(s3, monkeypatch):
+    from gateway.backends import async_pool
+
+    pool, _ = pool_with(s3)
+    lines = [json.dumps({"id": asked(n).line_id, "line": n + 1, "status": 200, "body": {"n": n}}) for n in range(3)]
+    s3.put_object(Bucket=BUCKET, Key="async/out/2.out", Body="\n".join(lines).encode() + b"\n")
+    monkeypatch.setattr(async_pool, "MAX_OUTPUT_BYTES", len(lines[0]) + len(lines[1]) + 2)
+    submission = Submission("batch_abc.2", f"s3://{BUCKET}/async/out/2.out", "", 2000.0)
+    answered = pool.outcome(submission, {asked(n).request_id for n in range(3)})
+    assert sorted(answered.answers) == ["batch_req_abc_0", "batch_req_abc_1"]

@@ -340,3 +340,20 @@ def test_the_decide_service_reserves_a_long_requests_ordinary_deadline_on_the_mi
     # When a 58 s request holds its work, then the minute holds 2 s of it, the ordinary deadline
     with services.decide.work("acme", pool, b"{}", ["(chat)"], 58.0):
         assert open_sqlite(path).counters.tally(f"work:acme:{now - 5:.0f}") == 2_000
+
+
+def test_a_request_taken_down_for_the_asynchronous_pool_gives_its_reservation_back_and_counts_nothing(path):
+    # Given a budget, and a batch line whose call the asynchronous pool's answer book took down
+    from gateway.errors import AnsweredLater
+    from gateway.services.spending import Spending
+
+    store = open_sqlite(path)
+    set_limits(store.tenants, "acme", monthly_budget_usd=10.0)
+    spending = Spending(store.counters, lambda tenant: store.tenants.get_tenant(tenant).limits)
+    with pytest.raises(AnsweredLater), spending.spend("acme", worst_case(25.0, 0.1), ["(inline)"], bulk=True) as meter:
+        meter.add("dg-async", 0.001, 0.1)
+        raise AnsweredLater("waits for the pool", 60)
+    # Then its month holds nothing of it, and its usage no request: the line counts when it is answered
+    assert month_tally(path) == 0
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    assert spending.usage("acme", day, day, store.tenants.get_tenant("acme").limits)["total"]["requests"] == 0
