@@ -22,16 +22,19 @@ Every other answer is final, a budget exhausted included (its 429 says `x-should
 the remaining lines fail as lines, each saying so.
 
 On an asynchronous pool (`AsyncLines`: SageMaker's Asynchronous Inference), a turn takes many
-lines at once: each runs through its route with the pool's answer book as its backend
-(gateway.backends.deferred), which takes its request down; the turn sends what it took as one
-invocation, and its lines wait for it (`Line.submission`). When the pool's notice wakes them (or
-POLL_S has passed), each runs through its route again, now answered from the invocation's output,
-so that its record, spend and output are a real-time line's. A line whose invocation failed is
-sent again, up to MAX_ASYNC_SENDS times, then fails with the pool's reason.
+lines at once (`run_on_pool`): each runs through its route with the pool's answer book as its
+backend (gateway.backends.deferred), which takes its request down; the turn sends what it took
+as one invocation (as many lines as their deadlines fit in its hour; at most
+MAX_BATCH_INVOCATIONS waiting for one batch), and its lines wait for it (`Line.submission`).
+When the pool's notice wakes them (or, a notice lost, the sweep gives the batch a turn), each
+runs through its route again, now answered from the invocation's output, so that its record,
+spend and output are a real-time line's. A line is sent at most MAX_ASYNC_SENDS times, then
+fails with the pool's reason.
 
 A batch is leased to one worker for longer than a line can take (`lease_s`: a line's deadline
-and a margin), renewed before each line; a worker that finds its lease taken stops, and taking a
-line is conditional on its tries being what the worker read, so two workers never run one line.
+and a margin), renewed before each line (on the asynchronous pool, before each group of lines,
+which ends half a lease in); a worker that finds its lease taken stops, and taking a line is
+conditional on its tries being what the worker read, so two workers never run one line.
 """
 
 from __future__ import annotations
