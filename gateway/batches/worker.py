@@ -74,9 +74,11 @@ SUBMISSION_LINES = 500  # an asynchronous invocation's most lines: its answers r
 # lost notice leaves it to the sweep's turn for a batch nothing touched, STALLED_S)
 POLL_S = 900.0
 MAX_ASYNC_SENDS = 3  # a line's request sent to the asynchronous pool at most this often, for any reason
-# Invocations one batch may have waiting at once: a tenant's (at most MAX_OPEN_BATCHES batches)
-# never fill the pool's queue, which SageMaker serves first come, first served
+# Invocations one batch may have waiting at once, so that no tenant fills the pool's queue, which
+# SageMaker serves first come, first served
 MAX_BATCH_INVOCATIONS = 2
+MAX_TENANT_INVOCATIONS = 4  # and one tenant's, all its batches together
+TENANT_BATCHES_READ = 100  # a tenant's newest batches read for its invocations waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +252,14 @@ class BatchWorker:
         """Lines on the asynchronous pool: each one answered by its invocation's output runs
         through its route; the requests of the others (new lines, lines whose invocation failed
         or did not answer them) are sent as one invocation, as many as their deadlines fit in
-        its hour, while the batch has fewer than MAX_BATCH_INVOCATIONS waiting; those lines then
-        wait for it. Stops at `until`, or half a lease in (the lease is renewed between calls).
-        Whether anything was done (else the lines wait: for the pool, or for room in it)."""
+        its hour, while the batch has fewer than MAX_BATCH_INVOCATIONS waiting and its tenant
+        fewer than MAX_TENANT_INVOCATIONS; those lines then wait for it. Stops at `until`, or half
+        a lease in (the lease is renewed between calls). Whether anything was done (else the
+        lines wait: for the pool, or for room in it)."""
         now = self.clock()
         stop = min(until, now + self.lease_s / 2)
         waiting = {name: at for name, at in batch.invocations.items() if at > now}
+        room = min(MAX_BATCH_INVOCATIONS, MAX_TENANT_INVOCATIONS - self._tenants_waiting(batch, now)) - len(waiting)
         by_submission: dict[str, set[str]] = {}
         for line in lines:
             if line.submission is not None:
@@ -269,71 +273,98 @@ class BatchWorker:
             sends = 0
             if line.submission is not None:
                 read = self._read_back(batch, line, pool, outcomes, by_submission, waiting)
-                if read is None:  # handled: it waits on, or it failed
+                if read is None:  # dealt with: it waits on, or it failed
                     done = True
                     continue
-                sends = read
-            if line.request_id not in pool.book and len(waiting) >= MAX_BATCH_INVOCATIONS:
-                continue  # it would be sent: the batch's invocations waiting leave no room
+                room, sends = room + read[1], read[0]
+            if line.request_id not in pool.book and room <= 0:
+                continue  # it would be sent: the batch's (or its tenant's) invocations waiting leave no room
             try:
                 asked = self.run_one(batch, principal, line)
             finally:
                 pool.book.take(line.request_id)  # nothing of a line stays in the book (a run that ended early)
             done = True
-            if asked is not None and asked.deadline_s > budget_s:  # the invocation is full: the next one takes it
-                line.not_before = self.clock()
-                self.store.put_line(line, expect_tries=line.tries)
-                break
-            if asked is not None:
+            if asked is None:
+                continue
+            if sends >= MAX_ASYNC_SENDS:  # sent that often, never answered: it fails
+                self._unanswered(batch, line, sends, "its invocations did not answer it")
+            elif room <= 0 or (taken and asked.deadline_s > budget_s):  # no room, or this one is full
+                line.submission, line.not_before = Submission("", "", 0.0, 0.0, sends).text(), self.clock()
+                self.store.put_line(line, expect_tries=line.tries)  # taken again when there is room
+                if room > 0:
+                    break
+            else:
                 taken.append((line, asked, sends))
                 budget_s -= asked.deadline_s
         if taken:
-            sent = pool.pool.submit(batch.tenant_id, batch.id, [asked for _, asked, _ in taken])
-            waiting[sent.id] = sent.until
-            for line, _, sends in taken:
-                line.submission = replace(sent, sends=sends + 1).text()
-                line.not_before = min(sent.until, self.clock() + pool.poll_s)
-                self.store.put_line(line, expect_tries=line.tries)
-        if waiting != batch.invocations:
+            self._send(batch, taken, waiting, pool)
+        elif waiting != batch.invocations:
             batch.invocations = waiting
             self.store.update_batch(batch, batch.status)  # a cancel meanwhile keeps its own
-        return done or bool(taken)
+        return done
+
+    def _send(self, batch: Batch, taken: list[tuple[Line, Asked, int]], waiting: dict[str, float],
+              pool: AsyncLines) -> None:
+        """The lines taken, as one invocation: prepared, kept on the batch and on its lines, then
+        sent (so that its notice finds them marked, and a worker that dies before sending
+        leaves lines that are sent again once SENT_WITHIN_S has passed)."""
+        prepared = pool.pool.prepare(batch.tenant_id, batch.id, [asked for _, asked, _ in taken])
+        batch.invocations = {**waiting, prepared.id: prepared.until}
+        self.store.update_batch(batch, batch.status)
+        for line, _, sends in taken:
+            line.submission = replace(prepared, sends=sends + 1).text()
+            line.not_before = min(prepared.until, self.clock() + pool.poll_s)
+            self.store.put_line(line, expect_tries=line.tries)
+        pool.pool.send(prepared, batch.tenant_id, batch.id, [asked.request_id for _, asked, _ in taken])
+
+    def _tenants_waiting(self, batch: Batch, now: float) -> int:
+        """The invocations the batch's tenant has waiting for its other batches, those it ended
+        (a cancel stops no invocation) included: among its newest batches."""
+        return sum(1 for other in self.store.list_batches(batch.tenant_id, None, TENANT_BATCHES_READ)
+                   if other.id != batch.id for at in other.invocations.values() if at > now)
 
     def _read_back(self, batch: Batch, line: Line, pool: AsyncLines, outcomes: dict[str, Outcome],
-                   by_submission: dict[str, set[str]], waiting: dict[str, float]) -> int | None:
-        """A line sent before: its answer put in the book, and how often it was sent; or None
-        when the line is dealt with here (its invocation still waits: looked at later; sent
-        MAX_ASYNC_SENDS times and never answered: failed)."""
+                   by_submission: dict[str, set[str]], waiting: dict[str, float]) -> tuple[int, int] | None:
+        """A line sent before: its answer put in the book; how often it was sent, and the room
+        its invocation's end made (1 when it ends here). None when the line is dealt with here:
+        its invocation still waits (looked at later), or it was sent MAX_ASYNC_SENDS times and
+        never answered (failed)."""
         submission = Submission.read(line.submission or "")
+        line.submission = None
+        if not submission.id:  # taken, and left for the next invocation: not sent
+            return submission.sends, 0
         if submission.id not in outcomes:
             outcomes[submission.id] = pool.pool.outcome(submission, by_submission[submission.id])
         outcome = outcomes[submission.id]
         if outcome.state == "waiting":  # a turn the sweep gave: look again later
-            line.not_before = min(submission.until, self.clock() + pool.poll_s)
+            line.submission, line.not_before = submission.text(), min(submission.until, self.clock() + pool.poll_s)
             self.store.put_line(line, expect_tries=line.tries)
             return None
-        waiting.pop(submission.id, None)
+        ended = int(waiting.pop(submission.id, None) is not None)
         if line.request_id in outcome.answers:
             pool.book.learn(line.request_id, outcome.answers[line.request_id])
         elif submission.sends >= MAX_ASYNC_SENDS:
-            self._unanswered(batch, line, submission, outcome)
+            reason = outcome.reason if outcome.state == "failed" else "its answers did not include this request"
+            self._unanswered(batch, line, submission.sends, reason)
             return None
-        line.submission = None
-        return submission.sends
+        return submission.sends, ended
 
-    def _unanswered(self, batch: Batch, line: Line, submission: Submission, outcome: Outcome) -> None:
-        reason = outcome.reason if outcome.state == "failed" else "its answers did not include this request"
+    def _unanswered(self, batch: Batch, line: Line, sends: int, reason: str) -> None:
         log.warning("a line the asynchronous pool never answered", extra={"batch_id": batch.id, "line": line.number,
-                                                                           "submission": submission.id})
+                                                                           "sends": sends})
         line.reply = json.dumps({"error": {"code": "model_failed", "message": "the asynchronous pool did not answer"
-                                           f" this request in {submission.sends} invocations: {reason}"}})
+                                           f" this request, sent {sends} times: {reason}"}})
         self._finish(line, failed=True)
 
     def pool_is_full(self, batch_id: str, tenant_id: str) -> bool:
-        """The batch has MAX_BATCH_INVOCATIONS invocations waiting: its lines wait for one of them."""
+        """No invocation may be sent for the batch now (it, or its tenant, has as many waiting as
+        it may): its lines wait for one of them to end."""
         batch = self.store.get_batch(tenant_id, batch_id)
+        if batch is None:
+            return False
         now = self.clock()
-        return batch is not None and sum(1 for at in batch.invocations.values() if at > now) >= MAX_BATCH_INVOCATIONS
+        own = sum(1 for at in batch.invocations.values() if at > now)
+        return own >= MAX_BATCH_INVOCATIONS or own + self._tenants_waiting(batch, now) >= MAX_TENANT_INVOCATIONS
 
     def _answered(self, batch: Batch, line: Line) -> bool:
         """Its reply was kept and stands: a chat line's, or a decision line's whose record exists."""

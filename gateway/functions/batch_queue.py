@@ -133,42 +133,39 @@ def sweep(store: BatchStore, queue: BatchQueue, now: float) -> dict[str, int]:
 
 def wake(store: BatchStore, queue: BatchQueue, pool: AsyncPool, message: dict[str, Any], now: float) -> int:
     """An asynchronous invocation's notice (answered or failed): its lines that still wait for it
-    may run now, and their batch has a turn. The lines it names are read from the input this
-    gateway wrote (the notice's own fields are only where to look); the lines woken."""
+    may run now, and their batch has a turn, and so have its tenant's other open batches (the
+    invocation's end may make room for theirs). The lines it names are read from the sidecar the
+    gateway wrote before sending it (the notice's own fields are only where to look). The lines
+    woken (made runnable: one past its poll is, and is given its turn all the same)."""
     submission_id = message.get("inferenceId")
     location = (message.get("requestParameters") or {}).get("inputLocation")
     if not isinstance(submission_id, str) or not isinstance(location, str):
         log.error("an asynchronous pool's notice names no invocation; dropped")
         return 0
-    metadata, request_ids = pool.sent_lines(location)
-    tenant_id, batch_id = metadata.get("tenant", ""), metadata.get("batch", "")
+    tenant_id, batch_id, request_ids = pool.sent_lines(location)
     if store.turn_of(batch_id) is None:
         return 0  # the batch ended (cancelled, expired) meanwhile
-    woken = unmarked = 0
+    woken = waiting = 0
     for request_id in request_ids:
         number = request_id.rpartition("_")[2]
         line = store.get_line(batch_id, int(number)) if number.isdigit() else None
-        if line is None or line.state == "done":
+        if line is None or line.state == "done" or line.submission is None:
             continue
-        if line.submission is None:  # sent, and not yet marked so by its worker (or that worker died)
-            unmarked += 1
-            continue
-        if Submission.read(line.submission).id != submission_id or line.not_before <= now:
-            continue  # sent again since, or awake already
-        line.not_before = now
-        woken += store.put_line(line, expect_tries=line.tries)
-    if woken:
+        if Submission.read(line.submission).id != submission_id:
+            continue  # sent again since
+        waiting += 1
+        if line.not_before > now:  # (one past its poll is runnable already, and waits for a turn all the same)
+            line.not_before = now
+            woken += store.put_line(line, expect_tries=line.tries)
+    if waiting:
         queue.announce(batch_id, tenant_id)
+        for other in store.open_batches():
+            if other.tenant_id == tenant_id and other.id != batch_id:
+                queue.announce(other.id, tenant_id)
     log.info("asynchronous invocation ended", extra={"batch_id": batch_id, "submission": submission_id,
-                                                     "status": message.get("invocationStatus"), "woken": woken})
-    if unmarked:  # the notice came before the worker marked its lines: SNS's retry finds them marked
-        raise NotMarkedYet(f"{unmarked} lines of {submission_id} are not marked as sent yet")
+                                                     "status": message.get("invocationStatus"), "woken": woken,
+                                                     "waiting": waiting})
     return woken
-
-
-class NotMarkedYet(RuntimeError):
-    """A notice came before the worker that sent the invocation marked its lines: the notice is
-    retried (Lambda's retries of an asynchronous event), by when they are."""
 
 
 # -- the functions ------------------------------------------------------------------------------
@@ -256,7 +253,6 @@ def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
         raise RuntimeError("the notices need the batch store: GATEWAY_BATCHES_TABLE and GATEWAY_BATCH_BUCKET")
     pool = build_async_pool(settings)
     queue, woken = _queue(store), 0
-    early: NotMarkedYet | None = None
     for record in event.get("Records", []):
         try:
             message = json.loads(record["Sns"]["Message"])
@@ -267,8 +263,4 @@ def notice_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
             woken += wake(store, queue, pool, message if isinstance(message, dict) else {}, time.time())
         except ValueError:  # an input this gateway did not write: nothing of its own to wake
             log.error("an asynchronous pool's notice names an input that is not this gateway's; dropped")
-        except NotMarkedYet as exc:
-            early = exc
-    if early is not None:
-        raise early  # after the other notices' lines were woken: a retry wakes only what is left
     return {"woken": woken}

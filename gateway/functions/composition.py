@@ -13,19 +13,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import aws
 from gateway.auth.authenticate import Authenticator
 from gateway.auth.revocation import RevocationCheck
 from gateway.auth.tokens import KeyRing, file_key_ring, secrets_manager_key_ring
-from gateway.backends.async_pool import AsyncPool
 from gateway.backends.base import Endpoint, InferenceBackend
-from gateway.backends.deferred import AnswerBook
 from gateway.backends.pools import Circuits, EndpointPool, PoolEndpoint, PoolPolicy
 from gateway.backends.routing import ModelRegistry, ModelRoute
 from gateway.batches.model import BatchStore
-from gateway.batches.worker import MAX_RETRY_WAIT_S, AsyncLines
 from gateway.catalogs.service import CatalogService
 from gateway.decisions.cost import endpoint_usd_per_second
 from gateway.decisions.records import DecisionRecorder
@@ -43,6 +40,10 @@ from gateway.settings import AuthSettings, EndpointSettings, GatewaySettings, Ro
 from gateway.stores import Stores
 from gateway.stores.sqs import BatchQueue
 from systemone.limits import SERVERLESS_MAX_PAYLOAD_BYTES
+
+if TYPE_CHECKING:  # the batch worker's alone, imported where it is built
+    from gateway.backends.async_pool import AsyncPool
+    from gateway.batches.worker import AsyncLines
 
 # Connections kept per SageMaker client (botocore's default is 10): a function instance has
 # one request at a time, but the local runner serves many from one process (make bench-load
@@ -101,7 +102,11 @@ def build_async_lines(settings: GatewaySettings, **options: Any) -> tuple[Instan
     """The services a batch worker runs lines through on the asynchronous pool
     (GATEWAY_ASYNC_ENDPOINT), and that pool's side of the worker: every model's lines go to
     it, answered by its answer book (gateway.backends.deferred) and charged at its price.
-    `options`: build_services's (stores, authenticator, record keys)."""
+    `options`: build_services's (stores, authenticator, record keys). Its modules are imported
+    here: the gateway function never loads them."""
+    from gateway.backends.deferred import AnswerBook
+    from gateway.batches.worker import MAX_RETRY_WAIT_S, AsyncLines
+
     pool = build_async_pool(settings.auth, settings.region)
     name = pool.endpoint_name
     book = AnswerBook(wait_s=round(MAX_RETRY_WAIT_S))
@@ -114,6 +119,8 @@ def build_async_lines(settings: GatewaySettings, **options: Any) -> tuple[Instan
 
 def build_async_pool(settings: AuthSettings, region: str | None = None) -> AsyncPool:
     """The asynchronous pool's invocations and their objects in the batch bucket (no call made)."""
+    from gateway.backends.async_pool import AsyncPool
+
     if not settings.async_endpoint or not settings.batch_bucket:
         raise ValueError("an asynchronous pool needs GATEWAY_ASYNC_ENDPOINT and GATEWAY_BATCH_BUCKET")
     return AsyncPool(aws.client("sagemaker-runtime", region_name=region), aws.client("s3"), settings.batch_bucket,

@@ -936,7 +936,8 @@ def test_the_asynchronous_pool_is_opt_in_scales_to_zero_and_each_side_reaches_on
     pool = statements(resources_["AsyncExecutionRole"]["Properties"]["Policies"])
     assert objects(pool, "s3:GetObject") == {inputs} and objects(pool, "s3:PutObject") == outputs
     worker = statements(resources_["BatchWorkerFunction"]["Properties"]["Policies"])
-    assert {o for o in objects(worker, "s3:GetObject") if o.startswith("async/")} == outputs  # never writes an answer
+    assert {o for o in objects(worker, "s3:GetObject") if o.startswith("async/")} == outputs | {inputs}
+    # it never writes an answer
     assert {o for o in objects(worker, "s3:PutObject") if o.startswith("async/")} == {inputs}
     assert objects(statements(notices["Policies"]), "s3:GetObject") == {inputs}
     [invoke] = [s for s in worker if "sagemaker:InvokeEndpointAsync" in as_list(s["Action"])]

@@ -365,8 +365,8 @@ def test_a_turns_lines_go_as_one_invocation_and_run_through_their_routes_when_it
     output = lines_of(done["output_file_id"])
     assert [line["custom_id"] for line in output] == ["ticket-0", "ticket-1", "ticket-2"]
     assert lines_of(done["error_file_id"])[0]["response"]["status_code"] == 422  # refused by its route: never sent
-    [sent] = store.batches.s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")["Contents"]  # one invocation
-    sent_lines = store.batches.s3.get_object(Bucket="dg-batch-files", Key=sent["Key"])["Body"].read().splitlines()
+    [sent] = inputs_sent(store)  # one invocation
+    sent_lines = store.batches.s3.get_object(Bucket="dg-batch-files", Key=sent)["Body"].read().splitlines()
     assert len(sent_lines) == 3 and all("work=bulk" in json.loads(line)["attributes"] for line in sent_lines)
     for line in output:  # recorded as a real-time line is, under the id its ledger chose
         decision_id = line["response"]["body"]["x_decision_id"]
@@ -387,8 +387,7 @@ def test_a_failed_invocation_sends_its_lines_again_until_the_line_fails_with_the
     assert done["status"] == "completed" and done["request_counts"] == {"total": 1, "completed": 0, "failed": 1}
     [failed] = lines_of(done["error_file_id"])
     assert failed["error"]["code"] == "model_failed" and "server error (500)" in failed["error"]["message"]
-    inputs = batch_store(function).s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")["Contents"]
-    assert len(inputs) == MAX_ASYNC_SENDS
+    assert len(inputs_sent(aws[0])) == MAX_ASYNC_SENDS
 
 
 def test_the_notice_function_wakes_only_its_invocations_waiting_lines_and_drops_what_is_not_its_own(aws, on_pool,
@@ -418,8 +417,8 @@ def test_the_notice_function_wakes_only_its_invocations_waiting_lines_and_drops_
     assert batch_queue.notice_handler(sns("not json", {"no": "invocation"}, foreign), None) == {"woken": 0}
     assert batch_queue.notice_handler(sns(notice), None) == {"woken": 2}
     assert batch_queue.notice_handler(sns(notice), None) == {"woken": 0}  # SNS delivered it twice: woken once
-    [announced] = messages(sqs, url)
-    assert json.loads(announced["body"])["batch_id"] == created["id"]
+    announced = messages(sqs, url)  # (a turn each time: the second, stale once the first ran)
+    assert {json.loads(m["body"])["batch_id"] for m in announced} == {created["id"]}
     assert len(store.batches.runnable_lines(created["id"], time.time(), 5)) == 2
 
 
@@ -449,7 +448,7 @@ def test_the_pools_worker_and_notice_function_are_granted_every_call_they_make(a
 
 def inputs_sent(store) -> list[str]:
     listed = store.batches.s3.list_objects_v2(Bucket="dg-batch-files", Prefix="async/in/")
-    return [item["Key"] for item in listed.get("Contents", [])]
+    return [item["Key"] for item in listed.get("Contents", []) if item["Key"].endswith(".jsonl")]  # not sidecars
 
 
 def one_turn(sqs, url: str, store, function, lines, number: int) -> None:
@@ -498,31 +497,72 @@ def test_a_line_the_pool_did_not_run_in_its_hour_is_sent_again_and_answered_then
     assert len(inputs_sent(store)) == 2  # the three, then the one not run
 
 
-def test_a_notice_that_comes_before_its_lines_are_marked_is_retried_and_wakes_them_then(aws, on_pool):
+def test_a_notice_that_comes_after_its_lines_poll_still_gives_the_batch_a_turn(aws, on_pool):
     store, sqs, url = aws
     function, lines, notices, _ = on_pool
     created = create(upload(jsonl([systemone_line(i) for i in range(2)]))["id"])[1]
+    for number in range(2):  # validated, then its lines sent: the turn ends, nothing announced
+        one_turn(sqs, url, store, function, lines, number)
+    assert messages(sqs, url) == []
+    later = time.time() + lines.poll_s + 60  # a cold pool: the notice comes after the lines' poll
+    for line in store.batches.unfinished_lines(created["id"]):
+        assert line.not_before < later  # runnable by then, and yet no turn would come without the notice
+    queue = batch_queue.BatchQueue(sqs, url, store.batches)
+    assert batch_queue.wake(store.batches, queue, lines.pool, notices.pop(), later) == 0  # none to move
+    [announced] = messages(sqs, url)
+    assert json.loads(announced["body"])["batch_id"] == created["id"]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=announced["receiptHandle"], VisibilityTimeout=0)
+
+
+def test_an_invocation_that_was_prepared_and_never_sent_is_sent_again(aws, on_pool, monkeypatch):
+    from gateway.backends import async_pool
+
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    created = create(upload(jsonl([systemone_line(0)]))["id"])[1]
     one_turn(sqs, url, store, function, lines, 0)  # validated
-    marked = []
-    put_line = store.batches.put_line
+    send = lines.pool.send
 
-    def notice_first(line, expect_tries=None):  # SNS delivers the notice before the worker marks its lines
-        if line.submission is not None and not marked and notices:
-            marked.append(line.number)
-            queue = batch_queue.BatchQueue(sqs, url, store.batches)
-            with pytest.raises(batch_queue.NotMarkedYet):
-                batch_queue.wake(store.batches, queue, lines.pool, notices[0], time.time())
-        return put_line(line, expect_tries)
+    def throttled(*args):
+        raise RuntimeError("SageMaker throttled the invocation")
 
-    store.batches.put_line = notice_first
-    try:
-        one_turn(sqs, url, store, function, lines, 1)
-    finally:
-        store.batches.put_line = put_line
-    assert marked and messages(sqs, url) == []
-    [notice] = notices  # Lambda's retry of the notice, the lines marked by then
-    assert batch_queue.wake(store.batches, batch_queue.BatchQueue(sqs, url, store.batches), lines.pool, notice,
-                            time.time()) == 2
-    notices.clear()
+    monkeypatch.setattr(lines.pool, "send", throttled)
+    [record] = messages(sqs, url, 1)
+    with pytest.raises(RuntimeError):  # the turn fails (its message comes back after the visibility timeout)
+        batch_queue.take_turn(build_worker(function, "lambda-1", async_lines=lines),
+                              batch_queue.BatchQueue(sqs, url, store.batches), record, remaining_s=300.0)
+    monkeypatch.setattr(lines.pool, "send", send)
+    monkeypatch.setattr(async_pool, "SENT_WITHIN_S", 0.0)  # the time for it to have been sent has passed
+    now = time.time()
+    assert store.batches.lease(created["id"], "lambda-1", now, now)  # the failed turn's lease, lapsed
+    [line] = list(store.batches.unfinished_lines(created["id"]))
+    line.not_before = 0.0  # its poll come, as the sweep's turn finds it
+    store.batches.put_line(line)
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
     pool_turns(sqs, url, function, lines, notices)
-    assert batch(created["id"])["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+    assert batch(created["id"])["request_counts"] == {"total": 1, "completed": 1, "failed": 0}
+    assert len(inputs_sent(store)) == 2  # the one prepared, and the one sent
+    assert store.batches.get_batch("acme", created["id"]).invocations == {}
+
+
+def test_a_tenant_has_four_invocations_waiting_at_most_and_a_cancelled_batchs_keep_their_places(
+        aws, on_pool, monkeypatch):
+    from gateway.batches import worker as worker_module
+
+    store, sqs, url = aws
+    function, lines, notices, _ = on_pool
+    monkeypatch.setattr(worker_module, "LINES_BUDGET_S", 25.0)  # one line an invocation
+    batches = [create(upload(jsonl([systemone_line(i) for i in range(3)]))["id"])[1]["id"] for _ in range(3)]
+    for number in range(12):  # every turn the queue hands out while no notice is read
+        received = messages(sqs, url, 1)
+        if not received:
+            break
+        worker = build_worker(function, f"lambda-{number}", async_lines=lines)
+        assert batch_queue.take_turn(worker, batch_queue.BatchQueue(sqs, url, store.batches), received[0], 300.0)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=received[0]["receiptHandle"])
+    assert len(notices) == 4  # two for the first batch, two for the second, none for the third yet
+    assert [len(store.batches.get_batch("acme", b).invocations) for b in batches] == [2, 2, 0]
+    assert call(event("POST", f"/v1/batches/{batches[0]}/cancel"))[0] == 200
+    pool_turns(sqs, url, function, lines, notices)
+    assert batch(batches[0])["status"] == "cancelled"
+    assert [batch(b)["request_counts"]["completed"] for b in batches[1:]] == [3, 3]

@@ -7,7 +7,7 @@ import json
 
 import boto3
 import pytest
-from botocore.stub import ANY, Stubber
+from botocore.stub import Stubber
 from moto import mock_aws
 
 from gateway import aws
@@ -15,6 +15,7 @@ from gateway.backends.async_pool import (
     INVOCATION_TIMEOUT_S,
     LINES_BUDGET_S,
     REQUEST_TTL_S,
+    SENT_WITHIN_S,
     AsyncPool,
     Submission,
 )
@@ -45,41 +46,66 @@ def pool_with(s3, clock=lambda: 1000.0) -> tuple[AsyncPool, Stubber]:
     return AsyncPool(runtime, s3, BUCKET, "dg-async", clock=clock), Stubber(runtime)
 
 
-def test_a_turns_lines_go_as_one_input_and_one_invocation_that_says_where_its_answer_will_be(s3):
+def test_a_turns_lines_go_as_one_input_and_one_invocation_whose_answers_place_its_sidecar_keeps(s3):
     pool, stub = pool_with(s3)
     out = f"s3://{BUCKET}/async/out/a.out"
-    stub.add_response("invoke_endpoint_async", {"InferenceId": "x", "OutputLocation": out,
+    prepared = pool.prepare("acme", "batch_abc", [asked(0), asked(1)])
+    assert prepared.id.startswith("batch_abc.") and len(prepared.id) <= 64  # InferenceId's most
+    assert prepared.until == 1000.0 + REQUEST_TTL_S + INVOCATION_TIMEOUT_S and Submission.read(prepared.text()) == prepared
+    # Its notice can be read before it is sent: which lines, whose
+    location = f"s3://{BUCKET}/{prepared.key}"
+    assert pool.sent_lines(location) == ("acme", "batch_abc", ["batch_req_abc_0", "batch_req_abc_1"])
+    assert pool.outcome(prepared, {"batch_req_abc_0"}).state == "waiting"  # not sent yet
+    stub.add_response("invoke_endpoint_async", {"InferenceId": prepared.id, "OutputLocation": out,
                                                 "FailureLocation": f"s3://{BUCKET}/async/failed/a.out"},
-                      {"EndpointName": "dg-async", "InputLocation": ANY,
+                      {"EndpointName": "dg-async", "InputLocation": location,
                        "ContentType": "application/jsonlines", "Accept": "application/jsonlines",
-                       "InferenceId": ANY, "RequestTTLSeconds": REQUEST_TTL_S,
+                       "InferenceId": prepared.id, "RequestTTLSeconds": REQUEST_TTL_S,
                        "InvocationTimeoutSeconds": INVOCATION_TIMEOUT_S,
                        # the scorer stops the lines before SageMaker's hour ends, its answer still to write
                        "CustomAttributes": f"route=systemone;timeout_ms={int(LINES_BUDGET_S * 1000)}"})
     with stub:
-        submission = pool.submit("acme", "batch_abc", [asked(0), asked(1)])
+        pool.send(prepared, "acme", "batch_abc", ["batch_req_abc_0", "batch_req_abc_1"])
     stub.assert_no_pending_responses()
-    assert submission.output == out and submission.until == 1000.0 + REQUEST_TTL_S + INVOCATION_TIMEOUT_S
-    assert submission.id.startswith("batch_abc.") and len(submission.id) <= 64
-    assert Submission.read(submission.text()) == submission
-    metadata, ids = pool.sent_lines(f"s3://{BUCKET}/async/in/batch_abc/{submission.id}.jsonl")
-    assert metadata == {"tenant": "acme", "batch": "batch_abc"} and ids == ["batch_req_abc_0", "batch_req_abc_1"]
+    sent = [json.loads(line) for line in s3.get_object(Bucket=BUCKET, Key=prepared.key)["Body"].read().splitlines()]
+    assert [line["id"] for line in sent] == [asked(0).line_id, asked(1).line_id]
+    s3.put_object(Bucket=BUCKET, Key="async/out/a.out", Body=b"")
+    assert pool.outcome(prepared, {"batch_req_abc_0"}).state == "answered"  # where the sidecar says
+
+
+def test_a_prepared_invocation_never_sent_fails_once_it_should_have_been(s3):
+    now = [1000.0]
+    pool, _ = pool_with(s3, clock=lambda: now[0])
+    prepared = pool.prepare("acme", "batch_abc", [asked(0)])
+    assert pool.outcome(prepared, {"batch_req_abc_0"}).state == "waiting"
+    now[0] += SENT_WITHIN_S + 1  # its worker died between preparing and sending
+    failed = pool.outcome(prepared, {"batch_req_abc_0"})
+    assert failed.state == "failed" and "never sent" in failed.reason
+
+
+def sent(s3, pool, output: str = "async/out/1.out", failure: str = "async/failed/1.out") -> Submission:
+    """A submission as `send` leaves it: its sidecar naming where its answer and failure go."""
+    prepared = pool.prepare("acme", "batch_abc", [asked(n) for n in range(3)])
+    s3.put_object(Bucket=BUCKET, Key=prepared.key.removesuffix(".jsonl") + ".json", Body=json.dumps(
+        {"tenant": "acme", "batch": "batch_abc", "lines": [], "output": f"s3://{BUCKET}/{output}",
+         "failure": f"s3://{BUCKET}/{failure}"}).encode())
+    return prepared
 
 
 def test_an_outcome_is_its_answers_its_failure_or_a_wait_until_neither_can_come(s3):
     now = [1000.0]
     pool, _ = pool_with(s3, clock=lambda: now[0])
-    submission = Submission("batch_abc.1", f"s3://{BUCKET}/async/out/1.out", f"s3://{BUCKET}/async/failed/1.out", 2000.0)
+    submission = sent(s3, pool)
     everyone = {"batch_req_abc_0", "batch_req_abc_1"}
     assert pool.outcome(submission, everyone).state == "waiting"
-    now[0] = 2001.0
+    now[0] = submission.until + 1
     lost = pool.outcome(submission, everyone)
     assert lost.state == "failed" and "in its time" in lost.reason
     s3.put_object(Bucket=BUCKET, Key="async/failed/1.out", Body=b"ClientError: the container ran out of memory")
     failed = pool.outcome(submission, everyone)
     assert failed.state == "failed" and "out of memory" in failed.reason
-    sent = asked(0)
-    lines = [{"id": sent.line_id, "line": 1, "status": 200, "body": {"answers": {}}, "x_busy_ms": 1250},
+    first = asked(0)
+    lines = [{"id": first.line_id, "line": 1, "status": 200, "body": {"answers": {}}, "x_busy_ms": 1250},
              {"id": "someone-else", "line": 2, "status": 200, "body": {}},  # not an id this gateway sent
              {"id": asked(1).line_id, "line": 3, "status": 413, "body": {"error": {"message": "too long"}}}]
     s3.put_object(Bucket=BUCKET, Key="async/out/1.out",
@@ -87,27 +113,29 @@ def test_an_outcome_is_its_answers_its_failure_or_a_wait_until_neither_can_come(
     answered = pool.outcome(submission, everyone)
     assert answered.state == "answered" and set(answered.answers) == everyone
     assert set(pool.outcome(submission, {"batch_req_abc_1"}).answers) == {"batch_req_abc_1"}  # only those in hand
-    first = answered.answers["batch_req_abc_0"]
-    assert (first.digest, first.status, json.loads(first.body)) == (digest("systemone", sent.body), 200, {"answers": {}})
-    assert first.busy_s == 1.25 and answered.answers["batch_req_abc_1"].status == 413
+    got = answered.answers["batch_req_abc_0"]
+    assert (got.digest, got.status, json.loads(got.body)) == (digest("systemone", first.body), 200, {"answers": {}})
+    assert got.busy_s == 1.25 and answered.answers["batch_req_abc_1"].status == 413
     assert answered.answers["batch_req_abc_1"].busy_s is None  # not said: the body's own figure is read
 
 
 def test_a_notice_naming_an_input_this_gateway_did_not_write_is_refused(s3):
     pool, _ = pool_with(s3)
-    for location in ("s3://other-bucket/async/in/x.jsonl", f"s3://{BUCKET}/files/acme/file-1", "https://x/y"):
+    for location in ("s3://other-bucket/async/in/x.jsonl", f"s3://{BUCKET}/files/acme/file-1", "https://x/y",
+                     f"s3://{BUCKET}/async/in/batch_x/none.jsonl"):  # ours in form, with no sidecar
         with pytest.raises(ValueError):
             pool.sent_lines(location)
-
 
 
 def test_an_answer_not_there_yet_is_a_wait_though_s3_says_access_denied_without_a_listing_grant(s3):
     # No role may list the bucket: S3 then answers a missing key 403 AccessDenied, never NoSuchKey
     pool, _ = pool_with(s3)
+    submission = sent(s3, pool)
     denying = aws.session().create_client("s3", region_name="us-east-1")
+    sidecar = s3.get_object(Bucket=BUCKET, Key=submission.key.removesuffix(".jsonl") + ".json")["Body"].read()
     pool.s3 = denying
-    submission = Submission("batch_abc.1", f"s3://{BUCKET}/async/out/1.out", f"s3://{BUCKET}/async/failed/1.out", 2000.0)
     with Stubber(denying) as stub:
+        stub.add_response("get_object", {"Body": _body(sidecar)})
         for _ in range(2):  # the answer, then the failure
             stub.add_client_error("get_object", "AccessDenied", "Access Denied", 403)
         assert pool.outcome(submission, {"batch_req_abc_0"}).state == "waiting"
@@ -120,9 +148,17 @@ def test_an_output_is_read_up_to_its_limit_and_the_lines_past_it_are_left_for_an
     from gateway.backends import async_pool
 
     pool, _ = pool_with(s3)
+    submission = sent(s3, pool, output="async/out/2.out")
     lines = [json.dumps({"id": asked(n).line_id, "line": n + 1, "status": 200, "body": {"n": n}}) for n in range(3)]
     s3.put_object(Bucket=BUCKET, Key="async/out/2.out", Body="\n".join(lines).encode() + b"\n")
     monkeypatch.setattr(async_pool, "MAX_OUTPUT_BYTES", len(lines[0]) + len(lines[1]) + 2)
-    submission = Submission("batch_abc.2", f"s3://{BUCKET}/async/out/2.out", "", 2000.0)
     answered = pool.outcome(submission, {asked(n).request_id for n in range(3)})
     assert sorted(answered.answers) == ["batch_req_abc_0", "batch_req_abc_1"]
+
+
+def _body(data: bytes):
+    import io
+
+    from botocore.response import StreamingBody
+
+    return StreamingBody(io.BytesIO(data), len(data))
