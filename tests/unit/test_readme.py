@@ -61,3 +61,23 @@ def test_no_credential_in_the_readme_or_the_docs():
     found = [f"{page.relative_to(ROOT)}: {m.group(0)[:12]}..." for page in pages
              for m in CREDENTIAL.finditer(page.read_text())]
     assert not found, f"credential-shaped strings in the docs: {found}"
+
+
+def test_the_retry_page_says_what_the_installed_sdks_do():
+    # docs/reference/retries.md quotes each SDK's defaults: read from the packages the suite
+    # runs (constraints.txt pins them), so that an upgrade which changes one fails here
+    from importlib.metadata import version
+
+    from openai import _constants as openai_defaults
+    from typesafe_sdk import RetryPolicy
+    from typesafe_sdk import constants as typesafe_defaults
+
+    page = (ROOT / "docs" / "reference" / "retries.md").read_text()
+    assert f"openai {version('openai')}" in page and f"typesafe-sdk {version('typesafe-sdk')}" in page
+    assert (openai_defaults.DEFAULT_MAX_RETRIES, openai_defaults.INITIAL_RETRY_DELAY, openai_defaults.MAX_RETRY_DELAY,
+            openai_defaults.MAX_RETRY_AFTER_DELAY) == (2, 0.5, 8.0, 120)
+    assert (openai_defaults.DEFAULT_TIMEOUT.read, openai_defaults.DEFAULT_TIMEOUT.connect) == (600, 5.0)
+    policy = RetryPolicy()
+    assert (policy.max_retries, policy.backoff_initial, policy.backoff_max, policy.backoff_jitter, policy.timeout,
+            policy.respect_retry_after) == (2, 0.5, 5.0, 0.25, 30.0, True)
+    assert policy.http_statuses == {408, 429, *range(500, 600)} and typesafe_defaults.DEFAULT_TIMEOUT == 10.0
