@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +32,19 @@ def document() -> dict[str, Any]:
     """The OpenAPI document, from the gateway's own handler (GATEWAY_OPENAPI on)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    # The function logs each request and emits metrics on stdout: neither belongs in a page.
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     from gateway.functions.composition import build_services
     from gateway.functions.handler import GatewayFunction
     from gateway.settings import GatewaySettings
 
-    settings = GatewaySettings.model_validate({
-        "models": [{"name": "decision-default", "serves": ["decisions"], "endpoints": [{"name": "unused"}]}],
-        "openapi": True,
-    })
-    function = GatewayFunction(build_services(settings, backend=_NoBackend()))
-    event = {
-        "resource": "/{proxy+}", "path": "/v1/openapi", "httpMethod": "GET", "headers": {}, "multiValueHeaders": {},
-        "queryStringParameters": {"format": "json"}, "multiValueQueryStringParameters": {"format": ["json"]},
-        "pathParameters": {"proxy": "v1/openapi"}, "body": None, "isBase64Encoded": False,
-        "requestContext": {"requestId": "docs-build", "stage": "docs", "httpMethod": "GET", "path": "/v1/openapi",
-                           "resourcePath": "/{proxy+}", "identity": {"sourceIp": "127.0.0.1"}},
-    }
-    result = function(event, None)
+    # With an (empty, throwaway) store, as every deployment has one: the routes that need one
+    # (catalogs, records, usage, files, uploads, batches) are in the document only then.
+    with tempfile.TemporaryDirectory() as folder:
+        settings = GatewaySettings.model_validate({
+            "models": [{"name": "decision-default", "serves": ["decisions"], "endpoints": [{"name": "unused"}]}],
+            "openapi": True, "auth": {"sqlite_path": str(Path(folder) / "docs.sqlite")},
+        })
+        function = GatewayFunction(build_services(settings, backend=_NoBackend()))
+        result = function(_document_event(), None)
     body = result.get("body") or ""
     if result.get("isBase64Encoded"):
         body = base64.b64decode(body).decode()
@@ -62,11 +56,40 @@ def document() -> dict[str, Any]:
     return served
 
 
+def quiet() -> None:
+    """The function logs each request and emits metrics on stdout: neither belongs in a page."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+
+def _document_event() -> dict[str, Any]:
+    return {
+        "resource": "/{proxy+}", "path": "/v1/openapi", "httpMethod": "GET", "headers": {}, "multiValueHeaders": {},
+        "queryStringParameters": {"format": "json"}, "multiValueQueryStringParameters": {"format": ["json"]},
+        "pathParameters": {"proxy": "v1/openapi"}, "body": None, "isBase64Encoded": False,
+        "requestContext": {"requestId": "docs-build", "stage": "docs", "httpMethod": "GET", "path": "/v1/openapi",
+                           "resourcePath": "/{proxy+}", "identity": {"sourceIp": "127.0.0.1"}},
+    }
+
+
 class _NoBackend:
     """The document route calls no backend; any call is a bug."""
 
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError(f"the OpenAPI document should not call the backend ({name})")
+
+
+def validate(document: dict[str, Any], schema: dict[str, Any], instance: Any) -> None:
+    """Hold `instance` to a schema of the document (its references, "#/components/schemas/Name",
+    resolved there: OpenAPI 3.1's schemas are JSON Schema 2020-12); jsonschema.ValidationError
+    says where it does not fit."""
+    import jsonschema
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    registry = Registry().with_resource("urn:openapi", DRAFT202012.create_resource(document))
+    rooted = json.loads(json.dumps(schema).replace('"$ref": "#/', '"$ref": "urn:openapi#/'))
+    jsonschema.Draft202012Validator(rooted, registry=registry).validate(instance)
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -155,6 +178,32 @@ def render_schema(name: str, schema: dict[str, Any]) -> list[str]:
     return lines
 
 
+def indented(text: str) -> str:
+    return "\n".join(("    " + line) if line else "" for line in text.splitlines())
+
+
+def render_example(example: dict[str, Any], source: str) -> list[str]:
+    """An example's request and answer, folded (pymdownx.details), as the run recorded them."""
+    request, response = example["request"], example["response"]
+    target = request["path"] + ("?" + "&".join(f"{k}={v}" for k, v in request["query"].items()) if request["query"] else "")
+    asked = f"{request['method']} {target}"
+    if request.get("body") is not None:
+        asked += "\n\n" + json.dumps(request["body"], indent=2, ensure_ascii=False)
+    elif request.get("form"):
+        asked += "\n\nmultipart/form-data: " + ", ".join(f"{k}={v}" for k, v in request["form"].items())
+        if request.get("form_file"):
+            asked += "\n\n" + request["form_file"].rstrip("\n")
+    headers = "".join(f"\n{k}: {v}" for k, v in response["headers"].items())
+    body = response["body"]
+    shown = body if isinstance(body, str) else json.dumps(body, indent=2, ensure_ascii=False)
+    answer = f"{response['status']}{headers}\n\n{shown}"
+    lines = [f'??? example "Example: {response["status"]} ({source})"', ""]
+    if example.get("note"):
+        lines += [indented(example["note"]), ""]
+    lines += [indented("```http\n" + asked + "\n```"), "", indented("```http\n" + answer.rstrip("\n") + "\n```"), ""]
+    return lines
+
+
 def render_operation(path: str, method: str, op: dict[str, Any]) -> list[str]:
     lines = [f"### `{method.upper()} {path}`", ""]
     if op.get("summary"):
@@ -182,8 +231,12 @@ def render_operation(path: str, method: str, op: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(doc: dict[str, Any]) -> str:
-    """The reference: operations grouped by tag, then every component schema."""
+def markdown(doc: dict[str, Any], examples: dict[str, Any] | None = None) -> str:
+    """The reference: operations grouped by tag, each with its example where `examples` (the
+    document `make api-examples` writes) has one, then every component schema."""
+    recorded = {e["operation"]: e for e in (examples or {}).get("examples", [])}
+    source = (f"`{examples.get('written_by')}`, {examples.get('date')}, model {examples.get('model')}"
+              if examples else "")
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, operations in doc.get("paths", {}).items():
         for method, op in operations.items():
@@ -203,6 +256,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [f"## {tag}", ""]
         for path, method, op in by_tag[tag]:
             lines += render_operation(path, method, op)
+            if f"{method.upper()} {path}" in recorded:
+                lines += render_example(recorded[f"{method.upper()} {path}"], source)
     lines += ["## Schemas", ""]
     for name, schema in sorted(doc.get("components", {}).get("schemas", {}).items()):
         lines += render_schema(name, schema)
@@ -213,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the OpenAPI document there instead of the Markdown")
     args = parser.parse_args(argv)
+    quiet()
     doc = document()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import pytest
 
 from devkit.models import GEMMA_DIR, SMOLLM2_DIR
 from devkit.scorer_process import free_port
+from tests import declared_statuses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +54,7 @@ CANARY_KEY = "dgk_ca11ab1eca11ab1e_" + ("Canary" * 8)[:43]
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    declared_statuses.report_undeclared(item, report)
     leaked = [name for name, text in report.sections if CANARY_KEY in text or CANARY_KEY[:24] in text]
     if leaked and report.passed:
         report.outcome = "failed"
@@ -219,6 +221,15 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     global _thin_fuzz
     _thin_fuzz = config.getoption("--thin-fuzz")
+    declared_statuses.install()
+
+
+def pytest_deselected(items):
+    declared_statuses.LEDGER.deselected = True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    declared_statuses.check_every_status_answered(session)
 
 
 def examples(n: int) -> int:

@@ -9,15 +9,16 @@ bodies by `systemone.errors.error_parts`, in the shape of the route's API.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from gateway.api import batches, catalogs, chat, decisions, operations, records, tokens, usage
 from gateway.api.docs import ResponseDocs
-from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH, files_api
+from gateway.api.paths import IAM_PREFIX, OPENAPI_PATH
 from gateway.api.responses import error_response
-from gateway.errors import AnsweredLater, InvalidParameters, InvalidRequest, ServiceError, UnknownRoute
+from gateway.errors import AnsweredLater, InvalidRequest, ServiceError, UnknownRoute
 from gateway.services.instance import InstanceServices
 from systemone import json_text
 from systemone.errors import QUESTION_TAGS, validation_details
@@ -28,18 +29,31 @@ PUBLIC_QUESTION_TAGS = QUESTION_TAGS | {"predicate", "catalog"}
 API_TITLE = "Decision gateway"
 
 
+class GatewayResolver(APIGatewayRestResolver):
+    """Powertools' resolver, whose OpenAPI document also says what each operation answers
+    besides its success (`gateway.api.reference`)."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        from aws_lambda_powertools.event_handler.openapi.models import OpenAPI
+
+        from gateway.api.reference import finish
+
+        document = super().get_openapi_schema(**kwargs).model_dump(by_alias=True, exclude_none=True, mode="json")
+        return OpenAPI.model_validate(finish(document))
+
+
 def build_app(services: InstanceServices) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=json_text.loads,
+    app = GatewayResolver(enable_validation=True, json_body_deserializer=json_text.loads,
                                  strip_prefixes=[IAM_PREFIX])
     doc = ResponseDocs(served=services.settings.openapi)
     app.include_router(operations.router(services.registry, doc))
     app.include_router(decisions.router(services.decide, services.idempotency, doc))
     app.include_router(records.router(services.records, doc))
     app.include_router(catalogs.router(services.catalogs, services.learning, doc))
-    app.include_router(chat.router(services.decide))
+    app.include_router(chat.router(services.decide, doc))
     app.include_router(tokens.router(services.authenticator, doc))
     if services.files is not None and services.batches is not None:
-        app.include_router(batches.router(services.files, services.batches))
+        app.include_router(batches.router(services.files, services.batches, doc))
     if services.spending is not None:
         app.include_router(usage.router(services.spending, services.decide.limits, doc=doc))
     if services.settings.openapi:
@@ -56,10 +70,9 @@ def build_app(services: InstanceServices) -> APIGatewayRestResolver:
 
 def register_error_handlers(app: APIGatewayRestResolver) -> None:
     @app.exception_handler(RequestValidationError)
-    def invalid(exc: RequestValidationError) -> Response:
+    def invalid(exc: RequestValidationError) -> Response:  # 422; OpenAI's Files, Uploads and Batch APIs: 400
         path = app.current_event.path
-        refusal = InvalidParameters if files_api(path) else InvalidRequest
-        return error_response(refusal(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), path)
+        return error_response(InvalidRequest(validation_details(exc.errors(), PUBLIC_QUESTION_TAGS)), path)
 
     @app.exception_handler(ServiceError)
     def gateway_error(exc: ServiceError) -> Response:

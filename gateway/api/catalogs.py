@@ -30,6 +30,11 @@ class RefitRequest(BaseModel):
                                " only; absent: write it for an advisory entry, report only for an enforcing one.")
 
 
+# PUT's two successes: the content is already the latest version (nothing written), or a new version.
+WRITTEN = {200: (responses.CatalogWritten, "The content was already the latest version: nothing written"),
+           201: (responses.CatalogWritten, "A new version")}
+
+
 def router(service: CatalogService | None, learning: LearningService | None = None, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
@@ -54,7 +59,7 @@ def router(service: CatalogService | None, learning: LearningService | None = No
         return json_response(200, catalogs().get(tenant_id, name).as_dict())
 
     @routes.put("/v1/catalogs/<name>", summary="Write a catalog entry: a new version when its content changed",
-                tags=["Catalogs"])
+                tags=["Catalogs"], responses=doc.each(WRITTEN))
     def put_catalog(name: Name, content: Annotated[CatalogContent, Body(embed=False)]):
         tenant_id = caller(routes, "catalogs:write").tenant_id
         version, created = catalogs().put(tenant_id, name, content)

@@ -11,18 +11,21 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from gateway.api.context import batch_line, caller, request_id, streaming, wait_preference
+from gateway.api.docs import UNSERVED, ResponseDocs
 from gateway.api.responses import json_response, served_by
 from gateway.observability import counters
 from gateway.services.decide import BulkWork, DecideService
 from gateway.streaming.response import EVENT_STREAM, EventStream
+from gateway.wire import responses
 from gateway.wire.openai_chat import ChatRequest, as_event_stream
 
 
-def router(service: DecideService) -> Router:
+def router(service: DecideService, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
     @routes.post("/v1/chat/completions", summary="OpenAI Chat Completions (streams on the streaming integration)",
-                 tags=["OpenAI"])
+                 tags=["OpenAI"], responses=doc.streamed(responses.ChatCompletion, responses.ChatCompletionChunk,
+                                                         "The completion; with `stream: true`, its events"))
     def chat_completions(request: Annotated[ChatRequest, Body(embed=False)]):
         principal = caller(routes, "chat")
         if request.stream and streaming(routes):

@@ -15,7 +15,8 @@ from gateway.wire import responses
 def router(registry: ModelRegistry, doc: ResponseDocs = UNSERVED) -> Router:
     routes = Router()
 
-    @routes.get("/health", summary="Liveness of the gateway function (no credentials needed)", tags=["Operations"])
+    @routes.get("/health", summary="Liveness of the gateway function (no credentials needed)", tags=["Operations"],
+                responses=doc(responses.Health, "The function runs"))
     def health():
         return json_response(200, {"status": "ok"})
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 
-from gateway.api.paths import flavor_of
-from gateway.errors import ServiceError
+from gateway.api.paths import files_api, flavor_of
+from gateway.errors import InvalidParameters, InvalidRequest, ServiceError
 from systemone.errors import error_parts
 
 
@@ -18,6 +18,8 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 
 def error_response(exc: ServiceError, path: str) -> Response:
+    if files_api(path) and type(exc) is InvalidRequest:  # a body the handler could not read, on those APIs: 400
+        exc = InvalidParameters(exc.details)
     flavor = flavor_of(path)
     if flavor is not None:
         status, body, headers = error_parts(exc, flavor)

@@ -50,7 +50,7 @@ def router(authenticator: Authenticator | None, doc: ResponseDocs = UNSERVED) ->
         return json_response(201, minted(token, claims), {"cache-control": "no-store"})
 
     @routes.post("/v1/tokens/revoke", summary="Revoke a token of the caller's tenant (SigV4 callers, or the admin scope)",
-                 tags=["Credentials"])
+                 tags=["Credentials"], responses=doc(responses.Revoked, "Revoked"))
     def revoke_token(request: Annotated[RevokeRequest, Body(embed=False)]):
         principal = caller(routes, None)
         if not principal.iam and "admin" not in principal.scopes:

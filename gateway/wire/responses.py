@@ -94,6 +94,10 @@ class SystemOneResponse(BaseModel):
                                                                 " kept from the model.")
 
 
+class Health(Strict):
+    status: Literal["ok"]
+
+
 class Probability(Strict):
     value: str | bool | int
     label: str | None = None
@@ -181,6 +185,12 @@ class CatalogEntry(BaseModel):
     created_at: float
 
 
+class CatalogWritten(CatalogEntry):
+    """`PUT /v1/catalogs/{name}`: the version the entry now has; `created` false when its content was already it."""
+
+    created: bool
+
+
 class CatalogList(Strict):
     catalogs: list[CatalogEntry]
     next_after: str | None = None  # more entries: pass it back as ?after=
@@ -256,6 +266,15 @@ class UsageReport(Strict):
     budget: UsageBudget
 
 
+class Revoked(Strict):
+    """`POST /v1/tokens/revoke`: a token by its id, or (all_tokens) every token minted before `not_before`."""
+
+    revoked: Literal[True]
+    token_id: str | None = None
+    tenant_id: str | None = None
+    not_before: float | None = None
+
+
 class MintedToken(Strict):
     token: str
     token_id: str
@@ -264,6 +283,198 @@ class MintedToken(Strict):
     models: list[str] | None
     expires_at: float
     expires_in: float
+
+
+# OpenAI's Files, Uploads and Batch APIs, as `gateway.batches.model` renders them.
+
+class FileObject(Strict):
+    id: str
+    object: Literal["file"]
+    bytes: int
+    created_at: int
+    expires_at: int | None
+    filename: str
+    purpose: str
+    status: Literal["processed"]
+    status_details: None
+
+
+class FileDeleted(Strict):
+    id: str
+    object: Literal["file"]
+    deleted: Literal[True]
+
+
+class FilePage(Strict):
+    object: Literal["list"]
+    data: list[FileObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class UploadObject(Strict):
+    id: str
+    object: Literal["upload"]
+    bytes: int
+    created_at: int
+    expires_at: int
+    filename: str
+    purpose: str
+    status: Literal["pending", "completed", "cancelled", "expired"]
+    file: FileObject | None
+
+
+class UploadPartObject(Strict):
+    id: str
+    object: Literal["upload.part"]
+    created_at: int
+    upload_id: str
+
+
+class BatchErrors(Strict):
+    object: Literal["list"]
+    data: list[dict[str, Any]]
+
+
+class BatchCounts(Strict):
+    total: int
+    completed: int
+    failed: int
+
+
+class BatchUsage(Strict):
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+class BatchObject(Strict):
+    id: str
+    object: Literal["batch"]
+    endpoint: str
+    model: str | None
+    errors: BatchErrors | None
+    input_file_id: str
+    completion_window: str
+    status: str  # validating, in_progress, finalizing, completed, failed, expired, cancelling, cancelled
+    output_file_id: str | None
+    error_file_id: str | None
+    created_at: int | None
+    expires_at: int | None
+    in_progress_at: int | None
+    finalizing_at: int | None
+    completed_at: int | None
+    failed_at: int | None
+    expired_at: int | None
+    cancelling_at: int | None
+    cancelled_at: int | None
+    request_counts: BatchCounts
+    metadata: dict[str, str] | None
+    usage: BatchUsage
+    x_cost_usd: float  # what the batch has cost so far, at the bulk price
+
+
+class BatchPage(Strict):
+    object: Literal["list"]
+    data: list[BatchObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+# OpenAI Chat Completions: the scorer's completion relayed (its fields beyond these pass through).
+
+class Relayed(BaseModel):
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+
+class ChatMessageOut(Relayed):
+    role: Literal["assistant"]
+    content: str | None
+
+
+class ChatChoice(Relayed):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str | None
+
+
+class ChatCompletion(Relayed):
+    """A whole completion (`stream` false or absent)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: dict[str, Any] | None = None
+
+
+class ChunkChoice(Relayed):
+    index: int
+    delta: dict[str, Any]  # role, then content, piece by piece; {} with the finish_reason
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(Relayed):
+    """One event of a stream (`stream: true`): `data: <chunk>`, the last `data: [DONE]`."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: dict[str, Any] | None = None
+
+
+# The error bodies (`systemone.errors.error_parts` writes them), for the OpenAPI document's error
+# responses (`gateway.api.reference`): System One's two shapes, OpenAI's, and both at once on the
+# routes both SDKs call.
+
+class ProblemItem(Strict):
+    loc: list[str | int]  # where: "body", "path", "query" or "header", then the field's path
+    msg: str
+    type: str
+
+
+class SystemOneProblems(Strict):
+    """A System One 422: every problem found, each with its place."""
+
+    detail: list[ProblemItem]
+
+
+class SystemOneErrorDetail(Strict):
+    error_type: str
+    message: str
+
+
+class SystemOneError(Strict):
+    """A System One error other than a 422."""
+
+    detail: SystemOneErrorDetail
+
+
+class OpenAIErrorDetail(Strict):
+    message: str
+    type: str  # invalid_request_error, rate_limit_error, insufficient_quota, server_error...
+    param: str | None  # a validation error's first field (dotted)
+    code: str | None
+
+
+class OpenAIError(Strict):
+    """OpenAI's error object: what the OpenAI SDKs raise from."""
+
+    error: OpenAIErrorDetail
+
+
+class EitherError(Strict):
+    """Both shapes at once (`/v1/models`, catalogs, records, tokens, usage): what either SDK reads."""
+
+    error: OpenAIErrorDetail
+    detail: SystemOneErrorDetail | list[ProblemItem]
 
 
 def documented(model: type[BaseModel], description: str, status: int = 200) -> dict[int, Any]:

@@ -1,0 +1,203 @@
+"""The statuses the OpenAPI document declares (gateway.api.reference), driven through the real
+handler on a real SQLite store: the refusals every route shares, on every route that declares
+them. What only some routes send (a 403 for a scope, a 404, a 409, a 504...) is driven by
+those routes' own tests; the suite's recorder (tests/declared_statuses.py) fails a run in
+which some declared status was never answered, and a test in which one undeclared was."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from devkit.api_examples import EXAMPLES, PLACEHOLDERS, Example
+from devkit.fake_backend import UniformBackend
+from devkit.gateway_stack import PRINCIPAL, event, install
+from gateway.api import reference
+from gateway.api.paths import takes_form
+from gateway.auth.tenants import set_limits
+from scripts import openapi_doc
+from tests.gateway_helpers import call, multipart, register_credentials, tenant_store, unthrottled
+
+OPERATIONS = sorted(reference.DECLARED)
+MAX_BODY = 2048
+ALL_SCOPES = {**PRINCIPAL, "scopes": "chat decide catalogs:read catalogs:write outcomes:train admin"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = tenant_store(tmp_path / "gateway.sqlite", "acme")
+    unthrottled(store, "acme")
+    register_credentials(store, ALL_SCOPES)
+    install(UniformBackend(), stores=store, max_body_bytes=MAX_BODY, openapi=True)
+    return store
+
+
+def example_of(operation: tuple[str, str]) -> Example:
+    return next(e for e in EXAMPLES if (e.method, e.template) == operation)
+
+
+def valid_request(operation: tuple[str, str], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """The operation's example as an event: a request its route's own checks accept."""
+    example = example_of(operation)
+    path = example.request_path(PLACEHOLDERS)
+    if example.query:
+        path += "?" + "&".join(f"{k}={v}" for k, v in example.query.items())
+    if example.form is not None:
+        fields = {k: v.encode() for k, v in example.form.items() if isinstance(v, str)}
+        raw, content_type = multipart(fields, {k: v for k, v in example.form.items() if isinstance(v, tuple)})
+        return event(example.method, path, raw=raw, headers={"Content-Type": content_type, **(headers or {})},
+                     principal=ALL_SCOPES)
+    return event(example.method, path, example.request_body(PLACEHOLDERS), principal=ALL_SCOPES, headers=headers)
+
+
+def declaring(status: int) -> list[tuple[str, str]]:
+    return [op for op in OPERATIONS if status in reference.DECLARED[op]]
+
+
+def test_every_operation_the_gateway_serves_declares_its_statuses_and_has_an_example(store):
+    served = call(event("GET", "/v1/openapi?format=json", principal=None))[2]
+    operations = {(method.upper(), path) for path, ops in served["paths"].items() for method in ops}
+    assert operations == set(reference.DECLARED)
+    assert {(e.method, e.template) for e in EXAMPLES} == operations
+
+
+def test_the_document_gives_each_status_its_apis_error_shape_and_headers(store):
+    served = call(event("GET", "/v1/openapi?format=json", principal=None))[2]
+    def body_of(method: str, path: str, status: int) -> str:
+        answer = served["paths"][path][method]["responses"][str(status)]
+        return answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+
+    assert body_of("post", "/v1/systemone", 422) == "SystemOneProblems"
+    assert body_of("post", "/v1/systemone", 429) == "SystemOneError"
+    assert body_of("post", "/v1/decisions", 422) == "OpenAIError"
+    assert body_of("post", "/v1/batches", 400) == "OpenAIError"
+    assert body_of("get", "/v1/models", 401) == "EitherError"
+    throttled = served["paths"]["/v1/chat/completions"]["post"]["responses"]["429"]["headers"]
+    assert {"Retry-After", "x-should-retry", "x-request-id"} <= set(throttled)
+    assert "Retry-After" not in served["paths"]["/v1/chat/completions"]["post"]["responses"]["413"]["headers"]
+    chat = served["paths"]["/v1/chat/completions"]["post"]
+    assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert "Prefer" in {p["name"] for p in chat["parameters"]}
+    assert "HTTPValidationError" not in served["components"]["schemas"]
+
+
+@pytest.mark.parametrize("operation", declaring(400), ids=" ".join)
+def test_a_credential_in_the_query_string_is_400_on_every_route(store, operation):
+    request = valid_request(operation)
+    request["multiValueQueryStringParameters"] = {"api_key": ["dgk_x"]}
+    request["queryStringParameters"] = {"api_key": "dgk_x"}
+    status, _, body = call(request)
+    assert status == 400, body
+
+
+@pytest.mark.parametrize("operation", declaring(401), ids=" ".join)
+def test_no_credential_is_401(store, operation):
+    request = valid_request(operation)
+    del request["requestContext"]["authorizer"]
+    assert call(request)[0] == 401
+
+
+@pytest.mark.parametrize("operation", declaring(503), ids=" ".join)
+def test_a_credential_store_that_cannot_be_read_is_503_with_retry_after(store, operation, monkeypatch):
+    def unreadable(*args: Any) -> None:
+        raise OSError("the store is down")
+
+    monkeypatch.setattr("gateway.functions.handler.principal_of", unreadable)
+    status, headers, _ = call(valid_request(operation))
+    assert status == 503 and int(headers["retry-after"]) > 0
+
+
+@pytest.mark.parametrize("operation", declaring(429), ids=" ".join)
+def test_a_tenant_over_its_rate_is_429_before_its_body_is_read(store, operation):
+    set_limits(store.tenants, "acme", rate_per_s=0.01, burst=1)
+    call(valid_request(operation))
+    status, headers, _ = call(valid_request(operation))
+    assert status == 429 and int(headers["retry-after"]) > 0
+
+
+BODY_OPERATIONS = [op for op in OPERATIONS if op[0] not in ("GET",) and 413 in reference.DECLARED[op]]
+
+
+@pytest.mark.parametrize("operation", BODY_OPERATIONS, ids=" ".join)
+def test_a_body_over_the_limit_is_413(store, operation):
+    request = valid_request(operation)
+    request["body"], request["isBase64Encoded"] = json.dumps({"pad": "x" * MAX_BODY}), False
+    status, _, body = call(request)
+    assert status == 413 and str(MAX_BODY) in json.dumps(body)
+
+
+@pytest.mark.parametrize("operation", BODY_OPERATIONS, ids=" ".join)
+def test_an_unknown_content_encoding_is_415_and_any_on_a_form_400(store, operation):
+    status, _, body = call(valid_request(operation, headers={"Content-Encoding": "br"}))
+    assert status == (400 if takes_form(*operation) else 415), body
+
+
+@pytest.mark.parametrize("operation", BODY_OPERATIONS, ids=" ".join)
+def test_a_body_that_cannot_be_decoded_is_refused_in_the_routes_shape(store, operation):
+    request = valid_request(operation)
+    request["body"], request["isBase64Encoded"] = "not base64!", True
+    status, _, body = call(request)
+    expected = 400 if operation[1].startswith(("/v1/files", "/v1/uploads", "/v1/batches")) else 422
+    assert status == expected and status in reference.DECLARED[operation], body
+
+
+# A path or query parameter out of its contract, for each operation that reads one.
+BAD_PARAMETERS = {
+    ("GET", "/v1/records"): "/v1/records?limit=0",
+    ("GET", "/v1/records/{decision_id}"): "/v1/records/not%20an%20id",
+    ("GET", "/v1/catalogs"): "/v1/catalogs?limit=0",
+    ("GET", "/v1/catalogs/{name}"): "/v1/catalogs/Not_A_Name",
+    ("GET", "/v1/catalogs/{name}/versions"): "/v1/catalogs/support-routing/versions?after=-1",
+    ("GET", "/v1/catalogs/{name}/versions/{version}"): "/v1/catalogs/support-routing/versions/0",
+    ("GET", "/v1/usage"): "/v1/usage?from=yesterday",
+    ("GET", "/v1/files"): "/v1/files?limit=0",
+    ("GET", "/v1/files/{file_id}"): "/v1/files/not.an.id",
+    ("GET", "/v1/files/{file_id}/content"): "/v1/files/not.an.id/content",
+    ("GET", "/v1/batches"): "/v1/batches?limit=0",
+    ("GET", "/v1/batches/{batch_id}"): "/v1/batches/not.an.id",
+}
+
+
+def test_every_operation_that_reads_parameters_has_a_bad_one_here():
+    with_parameters = {op for op in OPERATIONS if op[0] == "GET" and ("{" in op[1] or example_of(op).query)}
+    assert with_parameters <= set(BAD_PARAMETERS)
+
+
+@pytest.mark.parametrize("operation", sorted(BAD_PARAMETERS), ids=" ".join)
+def test_a_parameter_out_of_its_contract_is_refused_in_the_routes_shape(store, operation):
+    status, _, body = call(event("GET", BAD_PARAMETERS[operation], principal=ALL_SCOPES))
+    expected = 400 if operation[1].startswith(("/v1/files", "/v1/batches")) else 422
+    assert status == expected and status in reference.DECLARED[operation], body
+
+
+ROUTE_MODULES = ("operations", "decisions", "chat", "records", "catalogs", "tokens", "usage", "batches")
+
+
+@pytest.mark.parametrize("operation", declaring(500), ids=" ".join)
+def test_a_defect_behind_a_route_is_500_with_nothing_of_it_in_the_body(store, operation, monkeypatch):
+    def defect(*args: Any) -> None:
+        raise RuntimeError("secret internals")
+
+    for module in ROUTE_MODULES:  # every route asks who calls first, once its request is valid
+        monkeypatch.setattr(f"gateway.api.{module}.caller", defect)
+    status, _, body = call(valid_request(operation))
+    assert status == 500, body
+    assert "secret" not in json.dumps(body)
+
+
+def test_the_error_bodies_match_the_declared_schemas(store):
+    """A refusal of each shape (a 422 or 400, a 401), held to the schema its status declares."""
+    served = call(event("GET", "/v1/openapi?format=json", principal=None))[2]
+    for operation in (("POST", "/v1/systemone"), ("POST", "/v1/decisions"), ("GET", "/v1/models"), ("POST", "/v1/batches"),
+                      ("PUT", "/v1/catalogs/{name}")):
+        invalid = valid_request(operation)
+        if operation[0] != "GET":
+            invalid["body"] = json.dumps({"model": 1})
+        anonymous = valid_request(operation)
+        del anonymous["requestContext"]["authorizer"]
+        for request in (invalid, anonymous):
+            status, _, body = call(request)
+            declared = served["paths"][operation[1]][operation[0].lower()]["responses"][str(status)]
+            openapi_doc.validate(served, declared["content"]["application/json"]["schema"], body)
