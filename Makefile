@@ -13,7 +13,7 @@ MODEL ?= $(if $(FAST),$(FAST_MODEL),$(QUALITY_MODEL))
 test test-fast lint docs containers base-images container-test sam-local-test bench-scorer bench-options bench-long bench-tenants bench-batch \
 	bench-stream bench-hostile bench-gateway bench-compare bench-load cost eval-adapters validate gateway: MODEL = $(FAST_MODEL)
 
-.PHONY: setup test test-fast lint docs up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-cache bench-batch bench-stream bench-gateway bench-compare bench-load cost validate pack-model smoke deploy teardown clean \
+.PHONY: setup test test-fast lint docs docs-check docs-serve up gateway scorer eval eval-stack eval-adapters eval-injection bench-scorer bench-options bench-hostile bench-long bench-tenants bench-cache bench-batch bench-stream bench-gateway bench-compare bench-load cost validate pack-model api-examples smoke deploy teardown clean \
 	containers base-images container-test sam-local sam-local-test
 
 setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and verify the embedded models (and MODEL, if it is an optional one)
@@ -22,15 +22,27 @@ setup:  ## create .venv, build llama-cpp-python (cached by its flags), fetch and
 test: setup containers  ## the whole suite: the real tiny models, the scorer image and `sam local` included
 	@$(PY) -m ruff check gateway scorer_container systemone devkit tests bench evals scripts
 	@$(DOCS_BUILD)
+	@$(DOCS_CHECKED)
 	@$(PY) -m pytest
 
 # The documentation site (docs/, mkdocs.yml) into build/site, offline. Strict: a broken link,
 # anchor or include fails (the API page is rendered from the OpenAPI document the gateway serves).
 DOCS_BUILD = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-docs: setup  ## the documentation site into build/site (open build/site/index.html)
+docs: setup  ## the documentation site into build/site (open build/site/index.html; search needs make docs-serve)
 	@$(DOCS_BUILD)
 	@echo "[docs] built build/site"
+
+# The built site in headless Chromium (Debian's package): every page at 1280 px without content
+# wider than its column and without a browser error, and search answering when served. Where no
+# Chromium is installed it says so, and make test goes on (exit 3: skipped).
+DOCS_CHECKED = $(PY) scripts/docs_check.py; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 3 ]
+
+docs-check: docs  ## the built site in headless Chromium: no page wider than its column at 1280 px, no browser error, search answers
+	@$(PY) scripts/docs_check.py
+
+docs-serve: setup  ## the site on http://127.0.0.1:8000, rebuilt as pages change (search works when served)
+	@NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 test-fast: setup  ## the tests that need no model, no Docker engine and no `sam build`, on every core, each property on a fifth of its examples
 	@$(PY) -m pytest -m "not model and not container and not sam_local and not slow" --thin-fuzz -n auto
@@ -157,6 +169,9 @@ $(LITELLM_ENV)/.installed:  ## LiteLLM's proxy in its own venv: a comparison poi
 bench-load: setup  ## two scorers as one pool under load (concurrency 1, 4, 16), then with the first killed halfway
 	@$(PY) -m bench.load
 	@$(PY) scripts/docs_pages.py bench-load
+
+api-examples: setup  ## one request and its answer per operation of the API, from the stack `make up` runs (DG_URL, DG_API_KEY), into docs/reference/examples.json
+	@$(PY) -m devkit.api_examples
 
 smoke: setup  ## is a gateway answering? health, models, a decision in each format, a streamed chat, an outcome, a refusal (DG_URL, DG_API_KEY)
 	@$(PY) -m devkit.smoke

@@ -299,6 +299,13 @@ def render_bench_load(report: dict) -> list[str]:
     five_xx = sum(r["client_5xx"] for r in report["pool"]) + sum(
         t["quiet"]["client_5xx"] + t["flood"].get("client_5xx", 0) for t in tenants)
     lines += [f"Client-visible 5xx in the whole run: {five_xx}.", ""]
+    refused = [r for r in report["pool"] if r["ok"] < r["requests"]]
+    if refused:  # percentiles over every request: instant refusals pull them down
+        lines += ["The latency columns and the plot count every request, refused ones included: where most were "
+                  "refused at once with 429 (" + ", ".join(f"{r['phase']} at {r['concurrency']}: "
+                                                           f"{r['requests'] - r['ok']} of {r['requests']}"
+                                                           for r in refused)
+                  + "), a lower p50 means instant refusals, not faster answers: read them with the answered column.", ""]
     return lines + image("bench-load.png", "bench-load")
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,9 @@ PAGES = ("README.md", "docs/getting-started.md")
 
 
 def fenced_blocks(path: Path, language: str) -> list[str]:
+    """The page's `language` blocks, those in a content tab (indented under `=== "..."`) too."""
     text = path.read_text()
-    return [m.group(1) for m in re.finditer(rf"^```{language}\n(.*?)^```", text, re.S | re.M)]
+    return [textwrap.dedent(m.group(2)) for m in re.finditer(rf"^( *)```{language}\n(.*?)^\1```", text, re.S | re.M)]
 
 
 def examples(language: str) -> list:

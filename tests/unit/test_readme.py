@@ -3,8 +3,10 @@ decision where a reader starts, its links alive, and no credential in it or the 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -81,3 +83,76 @@ def test_the_retry_page_says_what_the_installed_sdks_do():
     assert (policy.max_retries, policy.backoff_initial, policy.backoff_max, policy.backoff_jitter, policy.timeout,
             policy.respect_retry_after) == (2, 0.5, 5.0, 0.25, 30.0, True)
     assert policy.http_statuses == {408, 429, *range(500, 600)} and typesafe_defaults.DEFAULT_TIMEOUT == 10.0
+
+
+def _joined_source() -> str:
+    """The code that writes messages, its implicitly concatenated string literals joined (a
+    message split over lines in the source reads whole here)."""
+    files = [p for folder in ("gateway", "scorer_container", "systemone", "devkit", "scripts")
+             for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".sh")]
+    text = "\n".join(p.read_text() for p in files)
+    return re.sub(r"\"\s*\n\s*[rbf]*\"", "", text)
+
+
+def quoted_messages(page: str) -> list[str]:
+    """The messages a page quotes: `message` and `reason` in its JSON blocks, every line of its text blocks."""
+    found = []
+    for kind, block in re.findall(r"```(json|text)\n(.*?)```", page, re.S):
+        if kind == "json":
+            found += re.findall(r'"(?:message|reason)": "([^"]+)"', block)
+        else:
+            found += [line for line in block.splitlines() if line.strip()]
+    return found
+
+
+def test_the_troubleshooting_page_quotes_messages_the_code_writes():
+    source = _joined_source()
+    messages = quoted_messages((ROOT / "docs" / "troubleshooting.md").read_text())
+    assert len(messages) >= 6
+    for message in messages:
+        # The figures (counts, sizes, hashes, ports) are examples; the words around them are the code's.
+        fragments = [f.strip(" .,:;") for f in re.split(r"\S*[0-9…]\S*", message)]
+        for fragment in (f for f in fragments if len(f) >= 12):
+            assert fragment in source, f"the troubleshooting page quotes {fragment!r}, which no code writes"
+
+
+def test_every_figure_names_the_target_and_the_date_that_wrote_it():
+    """A figure's fragment (docs/figures/*.md) opens with the command that wrote it and when;
+    every picture on a page sits in one, and exists."""
+    figures = ROOT / "docs" / "figures"
+    for fragment in sorted(figures.glob("*.md")):
+        text = fragment.read_text()
+        first = text.splitlines()[0]
+        assert re.search(r"`make [a-z-]+`", first) or "`python -m " in first, f"{fragment.name} names no target"
+        assert re.search(r"\b20\d\d-\d\d-\d\d\b", first), f"{fragment.name} gives no date"
+        for picture in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+            assert (ROOT / "docs" / picture).exists(), f"{fragment.name} shows {picture}, which is not there"
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if figures not in p.parents]
+    for page in pages:
+        loose = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page.read_text())
+        assert not loose, f"{page.name} shows {loose} outside a figure's fragment (which names its target and date)"
+
+
+def _fits(shown: Any, recorded: Any) -> bool:
+    """`shown` is `recorded` trimmed: its keys a subset, its numbers rounded to 2 places at most."""
+    if isinstance(shown, dict):
+        return isinstance(recorded, dict) and all(k in recorded and _fits(v, recorded[k]) for k, v in shown.items())
+    if isinstance(shown, list):
+        return isinstance(recorded, list) and len(shown) == len(recorded) and all(map(_fits, shown, recorded))
+    if isinstance(shown, float) and isinstance(recorded, (int, float)):
+        return abs(shown - recorded) <= 0.005
+    return shown == recorded
+
+
+def test_the_readmes_first_answer_is_the_one_a_recorded_run_got():
+    """The README shows the answer `make api-examples` recorded for its own curl (same body), and says
+    when and with which model."""
+    recorded = json.loads((ROOT / "docs" / "reference" / "examples.json").read_text())
+    example = next(e for e in recorded["examples"] if e["operation"] == "POST /v1/systemone")
+    text = README.read_text()
+    blocks = fenced_blocks(text)
+    curl = next(code for language, code in blocks if language == "bash" and "/v1/systemone" in code)
+    assert json.loads(re.search(r"-d '(.*?)'", curl, re.S).group(1)) == example["request"]["body"]
+    shown = [json.loads(code) for language, code in blocks if language == "json"]
+    assert shown and _fits(shown[0], example["response"]["body"]), "the README's answer is not the recorded one"
+    assert recorded["date"] in text and recorded["model"] in text
