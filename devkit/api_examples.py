@@ -1,7 +1,8 @@
 """One real request per operation of the API, and the run that records what a gateway answers.
 
-`make api-examples` (with `make up` running, DG_URL and DG_API_KEY set as `make smoke` takes
-them) sends these in order, each using the ids the ones before it returned (a decision's id
+`make api-examples` (with a fresh `make up` running, DG_URL and DG_API_KEY set as it prints
+them; a URL off this machine is refused, as the run writes data and its answers are published)
+sends these in order, each using the ids the ones before it returned (a decision's id
 for its outcome and record, an uploaded file for a batch), and writes every request and answer
 to docs/reference/examples.json, which the API reference shows under each operation. The tests
 hold every example to the schemas of the document the gateway serves
@@ -21,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 OUT = ROOT / "docs" / "reference" / "examples.json"
 CATALOG = "support-routing"
 STATE = "Customer wrote: I was charged twice for order 4411, refund one please."
@@ -80,7 +83,7 @@ DECISIONS = {
                   {"type": "choice", "name": "queue", "instructions": "Which queue?",
                    "choices": [{"value": "billing", "description": "payments and refunds"}, {"value": "delivery"},
                                {"value": "account"}]}],
-}
+}  # docs/concepts/decisions.md shows this request (and its System One twin) above its recorded answer
 CATALOG_ENTRY = {
     "type": "choice", "instructions": "Which support queue should handle this ticket?",
     "options": [{"name": "billing", "description": "payments, refunds, invoices"},
@@ -197,6 +200,18 @@ def send_paced(send: Callable[..., Any], method: str, path: str, kwargs: dict[st
     return reply
 
 
+def redacted(text: str, key: str) -> str:
+    """The recording without the key: its id (the part before the secret, which records name as
+    their credential) becomes a placeholder, and the key itself must not appear at all."""
+    parts = key.split("_")
+    secret = parts[-1] if len(parts) == 3 else key
+    if key in text or (len(secret) >= 16 and secret in text):
+        raise RuntimeError("the API key appears in an answer: nothing written")
+    if len(parts) == 3 and parts[1]:
+        text = text.replace(parts[1], "0000000000000000")
+    return text
+
+
 def served_model(recorded: list[dict[str, Any]]) -> str | None:
     """The model that answered the decisions (a System One answer names it)."""
     for example in recorded:
@@ -223,13 +238,16 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
     if not url or not key:
         print("api-examples: set DG_URL and DG_API_KEY (make up prints both)", file=sys.stderr)
         return 2
+    if urlsplit(url).hostname not in LOOPBACK:
+        # The run writes (a catalog entry, an outcome, files, a batch) and its answers are published
+        # with the docs: only a local stack's throwaway data belongs there, never a deployment's.
+        print(f"api-examples: DG_URL must be the local stack (127.0.0.1 or localhost), not {url}", file=sys.stderr)
+        return 2
     with httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
         recorded = run(client.request)
     document = {"written_by": "make api-examples", "date": time.strftime("%Y-%m-%d", time.gmtime()),
                 "model": served_model(recorded), "examples": recorded}
-    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    if key in text:
-        raise RuntimeError("the API key appears in an answer: nothing written")
+    text = redacted(json.dumps(document, indent=2, ensure_ascii=False) + "\n", key)
     args.out.write_text(text)
     print(f"[api-examples] wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0

@@ -94,14 +94,24 @@ class Browser:
             os.dup2(to_browser_read, 3)
             os.dup2(from_browser_write, 4)
 
-        self.process = subprocess.Popen(
-            [executable, "--headless=new", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
-             "--no-first-run", "--no-default-browser-check", f"--user-data-dir={self.profile}",
-             f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
-            preexec_fn=fds, pass_fds=(3, 4),  # kept open past preexec_fn, which put the pipes there
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(to_browser_read)
-        os.close(from_browser_write)
+        # Chromium's sandbox cannot start as root (a CI runner, a container): only there is it off.
+        sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []
+        try:
+            self.process = subprocess.Popen(
+                [executable, "--headless=new", "--remote-debugging-pipe", *sandbox, "--disable-gpu",
+                 "--no-first-run", "--no-default-browser-check", f"--user-data-dir={self.profile}",
+                 f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
+                preexec_fn=fds, pass_fds=(3, 4),  # kept open past preexec_fn, which put the pipes there
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            for fd in (to_browser_read, self._to_browser, self._from_browser, from_browser_write):
+                os.close(fd)
+            shutil.rmtree(self.profile, ignore_errors=True)
+            raise
+        finally:
+            if hasattr(self, "process"):
+                os.close(to_browser_read)
+                os.close(from_browser_write)
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict[str, Any]] = []
@@ -142,14 +152,17 @@ class Browser:
         return json.loads(message)
 
     def close(self) -> None:
+        """The browser gone, its pipes closed and its profile deleted, whatever it answers."""
         try:
             self.send("Browser.close", timeout_s=5)
+            self.process.wait(timeout=10)
         except Exception:
             self.process.kill()
-        self.process.wait(timeout=10)
-        os.close(self._to_browser)
-        os.close(self._from_browser)
-        shutil.rmtree(self.profile, ignore_errors=True)
+            self.process.wait()
+        finally:
+            os.close(self._to_browser)
+            os.close(self._from_browser)
+            shutil.rmtree(self.profile, ignore_errors=True)
 
 
 def open_page(browser: Browser) -> str:
@@ -225,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.site / "index.html").exists():
         print(f"[docs-check] no site at {args.site}: run make docs first", file=sys.stderr)
         return 2
-    server, browser = serve(args.site), Browser(executable)
+    browser = Browser(executable)  # started before the server's thread: a fork with no other thread running
+    server = serve(args.site)
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     failures: dict[str, list[str]] = {}
     try:
@@ -242,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         browser.close()
         server.shutdown()
+        server.server_close()
     for page, problems in failures.items():
         for problem in problems:
             print(f"  {page}: {problem}")

@@ -223,10 +223,13 @@ def render_operation(path: str, method: str, op: dict[str, Any]) -> list[str]:
         for media, content in body.get("content", {}).items():
             lines += [f"Request body ({media}{', required' if body.get('required') else ''}): "
                       f"{type_of(content.get('schema'))}", ""]
-    lines += ["| status | meaning | body |", "| --- | --- | --- |"]
+    lines += ["| status | meaning | body | headers |", "| --- | --- | --- | --- |"]
     for status, response in sorted(op.get("responses", {}).items()):
-        schemas = [type_of(c.get("schema")) for c in (response.get("content") or {}).values()]
-        lines.append(f"| {status} | {cell(response.get('description', ''))} | {', '.join(schemas) or '-'} |")
+        schemas = [f"{type_of(c.get('schema'))} ({media})" if media != "application/json" else type_of(c.get("schema"))
+                   for media, c in (response.get("content") or {}).items()]
+        # x-request-id is on every answer (the page says so once); the others tell a client what to do.
+        headers = ", ".join(f"`{name}`" for name in response.get("headers", {}) if name != "x-request-id")
+        lines.append(f"| {status} | {cell(response.get('description', ''))} | {', '.join(schemas) or '-'} | {headers} |")
     lines.append("")
     return lines
 

@@ -214,6 +214,8 @@ _thin_fuzz = False
 
 
 def pytest_addoption(parser):
+    parser.addoption("--statuses-answered", metavar="PATH",
+                     help="append the (operation, status) pairs the gateway answered to PATH (tests/declared_statuses.py)")
     parser.addoption("--thin-fuzz", action="store_true",
                      help="run each property-based test on a fifth of its examples (make test-fast)")
 

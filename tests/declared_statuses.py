@@ -13,6 +13,7 @@ Registered by tests/conftest.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -107,14 +108,28 @@ def report_undeclared(item: Any, report: Any) -> None:
 
 
 def whole_suite(session: Any) -> bool:
-    config = session.config
-    return (config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
-            and not config.option.markexpr and not getattr(config.option, "lf", False)
-            and not LEDGER.deselected and not hasattr(config, "workerinput")
+    """Whether this process ran the whole suite itself: `pytest` with no paths, filters, ignores or
+    workers (under xdist no one process sees every answer)."""
+    config, option = session.config, session.config.option
+    narrowed = (option.keyword or option.markexpr or getattr(option, "lf", False) or getattr(option, "ignore", None)
+                or getattr(option, "ignore_glob", None) or getattr(option, "deselect", None)
+                or getattr(option, "numprocesses", None) or hasattr(config, "workerinput"))
+    return (config.args_source == pytest.Config.ArgsSource.TESTPATHS and not narrowed and not LEDGER.deselected
             and session.testscollected > 0 and not session.shouldstop)
 
 
+def write_answered(session: Any) -> None:
+    """With --statuses-answered PATH, every (operation, status) this process saw, one JSON line each
+    (appended: the workers of one run, or runs of parts of the suite, add up in one file)."""
+    path = session.config.getoption("--statuses-answered")
+    if path:
+        with open(path, "a") as out:
+            for method, template, status in sorted(LEDGER.seen):
+                out.write(json.dumps([method, template, status]) + "\n")
+
+
 def check_every_status_answered(session: Any) -> None:
+    write_answered(session)
     if not whole_suite(session) or session.testsfailed:
         return
     missing = LEDGER.never_answered()

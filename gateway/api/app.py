@@ -33,13 +33,23 @@ class GatewayResolver(APIGatewayRestResolver):
     """Powertools' resolver, whose OpenAPI document also says what each operation answers
     besides its success (`gateway.api.reference`)."""
 
+    _documents: dict[str, Any]
+
     def get_openapi_schema(self, **kwargs: Any) -> Any:
-        from aws_lambda_powertools.event_handler.openapi.models import OpenAPI
+        # Built once per instance and arguments (the routes never change, and /v1/openapi is
+        # public where served): a few arguments' worth, as the servers entry is the stage's.
+        key = repr(sorted(kwargs.items()))
+        documents = self.__dict__.setdefault("_documents", {})
+        if key not in documents:
+            from aws_lambda_powertools.event_handler.openapi.models import OpenAPI
 
-        from gateway.api.reference import finish
+            from gateway.api.reference import finish
 
-        document = super().get_openapi_schema(**kwargs).model_dump(by_alias=True, exclude_none=True, mode="json")
-        return OpenAPI.model_validate(finish(document))
+            document = super().get_openapi_schema(**kwargs).model_dump(by_alias=True, exclude_none=True, mode="json")
+            if len(documents) >= 4:
+                documents.clear()
+            documents[key] = OpenAPI.model_validate(finish(document))
+        return documents[key]
 
 
 def build_app(services: InstanceServices) -> APIGatewayRestResolver:

@@ -22,7 +22,8 @@ Statuses = dict[int, str]
 # Before routing, on every route: the handler refuses a credential in the URL.
 IN_THE_URL: Statuses = {400: "A credential in the query string: credentials travel in the Authorization header only."}
 # Every route that does more than answer a constant.
-ANY_ROUTE: Statuses = {**IN_THE_URL, 500: "The gateway failed on this request (a defect; nothing was charged)."}
+ANY_ROUTE: Statuses = {**IN_THE_URL, 500: "The gateway failed on this request (a defect); endpoint time already spent "
+                                           "on it is counted."}
 # Before routing, on every route that takes a credential.
 CALLER: Statuses = {
     401: "No credential, or one that is malformed, unknown, expired, revoked or tampered with (all alike).",
@@ -79,6 +80,8 @@ DECIDED: Statuses = {
 CATALOG_READ = forbidden("The credential lacks `catalogs:read`.")
 CATALOG_WRITE = forbidden("The credential lacks `catalogs:write`.")
 NO_CATALOG = not_found("No such catalog entry (or version) for this tenant.")
+# A deployment without a store (none of the templates') has no records or catalogs to read.
+NO_STORE = not_found("This gateway keeps no records or catalogs (it has no store).")
 FILES_SCOPE = forbidden("The credential holds neither `decide` nor `chat`.")
 BATCH_OWNER = forbidden("The credential holds neither `decide` nor `chat`, or not the scope of the route the batch "
                         "runs.")
@@ -96,14 +99,14 @@ DECLARED: dict[tuple[str, str], Statuses] = {
         409: "Another outcome is being written for this decision at once (retry).",
         413: "The record with this outcome would be larger than one stored item.",
         503: "The record store cannot be written right now (Retry-After), or the credential store cannot be read."},
-    ("GET", "/v1/records"): {**ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`.")},
+    ("GET", "/v1/records"): {**ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."), **NO_STORE},
     ("GET", "/v1/records/{decision_id}"): {
         **ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."),
         **not_found("No decision with this id for this tenant (or its record has expired).")},
-    ("GET", "/v1/catalogs"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ},
+    ("GET", "/v1/catalogs"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_STORE},
     ("GET", "/v1/catalogs/{name}"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_CATALOG},
     ("PUT", "/v1/catalogs/{name}"): {
-        **ANY_ROUTE, **CALLER, **BODY, **CATALOG_WRITE,
+        **ANY_ROUTE, **CALLER, **BODY, **CATALOG_WRITE, **NO_STORE,
         409: "Concurrent writers of this entry kept colliding (re-read and retry)."},
     ("GET", "/v1/catalogs/{name}/versions"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_CATALOG},
     ("GET", "/v1/catalogs/{name}/versions/{version}"): {

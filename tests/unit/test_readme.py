@@ -156,3 +156,12 @@ def test_the_readmes_first_answer_is_the_one_a_recorded_run_got():
     shown = [json.loads(code) for language, code in blocks if language == "json"]
     assert shown and _fits(shown[0], example["response"]["body"]), "the README's answer is not the recorded one"
     assert recorded["date"] in text and recorded["model"] in text
+
+
+def test_the_decisions_page_shows_the_request_its_recorded_answer_answers():
+    recorded = json.loads((ROOT / "docs" / "reference" / "examples.json").read_text())
+    example = next(e for e in recorded["examples"] if e["operation"] == "POST /v1/decisions")
+    page = (ROOT / "docs" / "concepts" / "decisions.md").read_text()
+    curl = next(m.group(1) for m in re.finditer(r"```sh\n(.*?)```", page, re.S) if "/v1/decisions" in m.group(1))
+    assert json.loads(re.search(r"-d '(.*?)'", curl, re.S).group(1)) == example["request"]["body"]
+    assert "<!-- example-answer: POST /v1/decisions -->" in page

@@ -86,3 +86,17 @@ def test_every_recorded_example_fits_the_schemas_the_gateway_serves(written, doc
 def test_no_recorded_example_holds_a_credential():
     text = EXAMPLES_FILE.read_text()
     assert not re.search(r"dg[kt]_[A-Za-z0-9]{8}", text)
+
+
+def test_the_recorder_refuses_a_gateway_off_this_machine(capsys):
+    code = api_examples.main([], {"DG_URL": "https://abc.execute-api.us-east-1.amazonaws.com/prod", "DG_API_KEY": "dgk_x"})
+    assert code == 2 and "local stack" in capsys.readouterr().err
+
+
+def test_the_recording_names_no_key_and_not_its_id():
+    key = "dgk_5f3a9c0d1e2b4a6c_" + "S" * 43
+    text = api_examples.redacted('{"credential_id": "5f3a9c0d1e2b4a6c", "recorded_by": "key:5f3a9c0d1e2b4a6c"}', key)
+    assert "5f3a9c0d1e2b4a6c" not in text and "0000000000000000" in text
+    for leaked in (key, key.rsplit("_", 1)[1]):  # the key, or its secret alone
+        with pytest.raises(RuntimeError):
+            api_examples.redacted(f'{{"echo": "{leaked}"}}', key)

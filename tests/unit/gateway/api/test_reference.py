@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from devkit import api_examples
 from devkit.api_examples import EXAMPLES, PLACEHOLDERS, Example
 from devkit.fake_backend import UniformBackend
 from devkit.gateway_stack import PRINCIPAL, event, install
@@ -201,3 +202,11 @@ def test_the_error_bodies_match_the_declared_schemas(store):
             status, _, body = call(request)
             declared = served["paths"][operation[1]][operation[0].lower()]["responses"][str(status)]
             openapi_doc.validate(served, declared["content"]["application/json"]["schema"], body)
+
+
+def test_without_a_store_the_records_and_catalogs_routes_say_so_with_404():
+    install(UniformBackend())  # no store: a gateway that keeps no records or catalogs
+    for method, path, body in (("GET", "/v1/records", None), ("GET", "/v1/catalogs", None),
+                               ("PUT", "/v1/catalogs/support-routing", api_examples.CATALOG_ENTRY)):
+        status, _, reply = call(event(method, path, body, principal=ALL_SCOPES))
+        assert status == 404 and "not configured" in json.dumps(reply), reply
