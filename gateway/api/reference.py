@@ -96,9 +96,7 @@ DECLARED: dict[tuple[str, str], Statuses] = {
     ("POST", "/v1/decisions/{decision_id}/outcome"): {
         **ANY_ROUTE, **CALLER, **BODY, **forbidden("The credential lacks `decide`."),
         **not_found("No decision with this id for this tenant (or its record has expired)."),
-        409: "Another outcome is being written for this decision at once (retry).",
-        413: "The record with this outcome would be larger than one stored item.",
-        503: "The record store cannot be written right now (Retry-After), or the credential store cannot be read."},
+        413: "The record with this outcome would be larger than one stored item, or a body over 4,669,440 bytes."},
     ("GET", "/v1/records"): {**ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."), **NO_STORE},
     ("GET", "/v1/records/{decision_id}"): {
         **ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."),

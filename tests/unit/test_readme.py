@@ -165,3 +165,39 @@ def test_the_decisions_page_shows_the_request_its_recorded_answer_answers():
     curl = next(m.group(1) for m in re.finditer(r"```sh\n(.*?)```", page, re.S) if "/v1/decisions" in m.group(1))
     assert json.loads(re.search(r"-d '(.*?)'", curl, re.S).group(1)) == example["request"]["body"]
     assert "<!-- example-answer: POST /v1/decisions -->" in page
+
+
+def curl_calls(text: str) -> list[tuple[str, str, str]]:
+    """(method, path, JSON body) of every curl in a page's shell blocks that sends a JSON body."""
+    calls = []
+    for language, code in fenced_blocks(text):
+        if language not in ("sh", "bash"):
+            continue
+        for command in re.split(r"\n(?=\S*curl )|\n(?=[A-Z_]+=\$\(curl )", code):
+            target = re.search(r'"\$DG_URL(/[^"?]*)', command)
+            body = re.search(r"-d '(\{.*?\})'", command, re.S)
+            if "curl" not in command or not target or not body:
+                continue
+            method = re.search(r"-X (\w+)", command)
+            calls.append((method.group(1) if method else "POST", target.group(1), body.group(1)))
+    return calls
+
+
+def test_every_request_body_the_docs_show_fits_the_served_schema():
+    """The JSON a page's curl sends is held to the request schema of its operation in the document the
+    gateway serves (the recorded examples are held to theirs in tests/unit/devkit/test_api_examples.py)."""
+    from scripts import openapi_doc
+
+    document = openapi_doc.document()
+    templates = [(path, re.compile("^" + re.sub(r"\{[^/}]+\}", "[^/]+", path) + "$")) for path in document["paths"]]
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = re.sub(r"^    ", "", page.read_text(), flags=re.M)  # blocks in content tabs, dedented
+        for method, path, body in curl_calls(text):
+            path = re.sub(r"\$\w+|\$\{\w+\}", "x1", path)
+            operation = next(p for p, pattern in templates if pattern.match(path))
+            schema = document["paths"][operation][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
+            openapi_doc.validate(document, schema, json.loads(body))
+            checked += 1
+    assert checked >= 8

@@ -210,3 +210,76 @@ def test_without_a_store_the_records_and_catalogs_routes_say_so_with_404():
                                ("PUT", "/v1/catalogs/support-routing", api_examples.CATALOG_ENTRY)):
         status, _, reply = call(event(method, path, body, principal=ALL_SCOPES))
         assert status == 404 and "not configured" in json.dumps(reply), reply
+
+
+@pytest.mark.parametrize("operation", declaring(403), ids=" ".join)
+def test_a_credential_without_the_routes_scope_is_403(store, operation):
+    """A credential with no scope at all (register_credentials keeps the key live): every route
+    that needs one refuses it before reading anything."""
+    bare = {**ALL_SCOPES, "scopes": "", "credential_id": "k-bare"}
+    register_credentials(store, bare)
+    request = valid_request(operation)
+    request["requestContext"]["authorizer"] = dict(bare)
+    status, _, body = call(request)
+    assert status == 403, body
+
+
+def upload_a_file(lines: int = 1) -> str:
+    example = example_of(("POST", "/v1/files"))
+    data = "".join(json.dumps(line) + "\n" for line in api_examples.BATCH_LINES[:lines]).encode()
+    raw, content_type = multipart({"purpose": b"batch"}, {"file": ("tickets.jsonl", data)})
+    status, _, reply = call(event("POST", example.path, raw=raw, headers={"Content-Type": content_type},
+                                  principal=ALL_SCOPES))
+    assert status == 200, reply
+    return reply["id"]
+
+
+def test_a_file_larger_than_a_buffered_answer_is_413_there(store, monkeypatch):
+    monkeypatch.setattr("gateway.api.batches.MAX_BUFFERED_BYTES", 10)
+    status, _, body = call(event("GET", f"/v1/files/{upload_a_file()}/content", principal=ALL_SCOPES))
+    assert status == 413 and "streaming" in json.dumps(body)
+
+
+def test_cancelling_a_batch_that_ended_is_409(store):
+    status, _, batch = call(event("POST", "/v1/batches", {"input_file_id": upload_a_file(), "endpoint": "/v1/systemone",
+                                                          "completion_window": "24h"}, principal=ALL_SCOPES))
+    assert status == 200, batch
+    stored = store.batches.get_batch("acme", batch["id"])
+    stored.status = "completed"
+    assert store.batches.update_batch(stored, "validating")
+    status, _, body = call(event("POST", f"/v1/batches/{batch['id']}/cancel", principal=ALL_SCOPES))
+    assert status == 409 and "completed" in json.dumps(body)
+
+
+def new_upload() -> tuple[str, str]:
+    data = "".join(json.dumps(line) + "\n" for line in api_examples.BATCH_LINES[:1]).encode()
+    status, _, upload = call(event("POST", "/v1/uploads", {"filename": "a.jsonl", "purpose": "batch", "bytes": len(data),
+                                                           "mime_type": "application/jsonl"}, principal=ALL_SCOPES))
+    assert status == 200, upload
+    raw, content_type = multipart({}, {"data": ("part", data)})
+    status, _, part = call(event("POST", f"/v1/uploads/{upload['id']}/parts", raw=raw,
+                                 headers={"Content-Type": content_type}, principal=ALL_SCOPES))
+    assert status == 200, part
+    return upload["id"], part["id"]
+
+
+def test_an_upload_another_request_ended_meanwhile_is_409_to_complete_or_cancel(store, monkeypatch):
+    """The store's conditional write is what loses the race: it is made to lose it here."""
+    upload_id, part_id = new_upload()
+
+    def lost(*args: Any) -> Any:
+        raise ValueError("the upload is no longer pending")
+
+    monkeypatch.setattr(type(store.batches), "complete_upload", lost)
+    status, _, body = call(event("POST", f"/v1/uploads/{upload_id}/complete", {"part_ids": [part_id]},
+                                 principal=ALL_SCOPES))
+    assert status == 409, body
+    monkeypatch.setattr(type(store.batches), "set_upload", lambda *args: False)
+    status, _, body = call(event("POST", f"/v1/uploads/{upload_id}/cancel", principal=ALL_SCOPES))
+    assert status == 409, body
+
+
+def test_cancelling_a_pending_upload_answers_it_cancelled(store):
+    upload_id, _ = new_upload()
+    status, _, body = call(event("POST", f"/v1/uploads/{upload_id}/cancel", principal=ALL_SCOPES))
+    assert status == 200 and body["status"] == "cancelled"
