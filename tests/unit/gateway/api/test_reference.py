@@ -18,7 +18,9 @@ from devkit.gateway_stack import PRINCIPAL, event, install
 from gateway.api import reference
 from gateway.api.paths import takes_form
 from gateway.auth.tenants import set_limits
+from gateway.backends.base import EndpointFailed, EndpointTimedOut
 from scripts import openapi_doc
+from tests.fakes import FailingBackend
 from tests.gateway_helpers import call, multipart, register_credentials, tenant_store, unthrottled
 
 OPERATIONS = sorted(reference.DECLARED)
@@ -283,3 +285,33 @@ def test_cancelling_a_pending_upload_answers_it_cancelled(store):
     upload_id, _ = new_upload()
     status, _, body = call(event("POST", f"/v1/uploads/{upload_id}/cancel", principal=ALL_SCOPES))
     assert status == 200 and body["status"] == "cancelled"
+
+
+SCORED_ROUTES = [("POST", "/v1/systemone"), ("POST", "/v1/decisions"), ("POST", "/v1/chat/completions")]
+
+
+@pytest.mark.parametrize("operation", SCORED_ROUTES, ids=" ".join)
+@pytest.mark.parametrize(("failure", "expected"), [(EndpointFailed("dg-cpu", "container_500"), 502),
+                                                   (EndpointTimedOut("dg-cpu", "scorer_deadline", answered=True), 504)],
+                         ids=["an endpoint failing", "the scorer cutting the work"])
+def test_a_models_failure_reaches_every_scored_route_in_its_shape(tmp_path, operation, failure, expected):
+    store = tenant_store(tmp_path / "gateway.sqlite", "acme")
+    unthrottled(store, "acme")
+    register_credentials(store, ALL_SCOPES)
+    install(FailingBackend({"dg-cpu": failure}), stores=store)
+    status, headers, body = call(valid_request(operation))
+    assert status == expected, body
+    assert ("error" in body) == (operation[1] != "/v1/systemone")
+    if expected == 504:
+        assert headers["x-should-retry"] == "false"  # the same work would run out again
+
+
+def test_a_refit_that_an_edit_overtook_is_409_in_both_shapes(store, monkeypatch):
+    from gateway.errors import Conflict
+
+    def overtaken(*args: Any, **kwargs: Any) -> Any:  # what CatalogService.put raises for a refit's stale base
+        raise Conflict("the catalog entry 'support-routing' changed while this was computed from version 1")
+
+    monkeypatch.setattr("gateway.services.learning.LearningService.refit", overtaken)
+    status, _, body = call(valid_request(("POST", "/v1/catalogs/{name}/refit")))
+    assert status == 409 and body["error"]["code"] == "conflict" and body["detail"]["error_type"] == "conflict"
