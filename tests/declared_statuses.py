@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-SUCCESS = (200, 201)
-
 
 class StatusLedger:
     def __init__(self) -> None:

@@ -37,14 +37,24 @@ BODY: Statuses = {
     422: "A body that is not JSON this API can read, or a field out of its contract: every problem, with its place.",
 }
 # OpenAI's Files, Uploads and Batch APIs answer a request they cannot read 400, as OpenAI does.
-FILES_BODY: Statuses = {**BODY, 400: "A request these APIs cannot read (a field out of its contract, a credential in "
-                                     "the query string): OpenAI answers those 400."}
+FILES_BODY: Statuses = {**BODY, 400: "A request these APIs cannot read (a body, a field out of its contract): OpenAI "
+                                     "answers those 400."}
 del FILES_BODY[422]
 FILES_QUERY: Statuses = {400: FILES_BODY[400]}
 # A multipart form (a file, an upload's part) is read by its route, and sent without Content-Encoding.
-FORM_BODY: Statuses = {**FILES_BODY, 400: FILES_BODY[400] + " A form sent with a Content-Encoding."}
+FORM_BODY: Statuses = {**FILES_BODY, 400: "A form these APIs cannot read, or one sent with a Content-Encoding."}
 del FORM_BODY[415]
 QUERY: Statuses = {422: "A path or query parameter out of its contract: every problem, with its place."}
+
+
+def declare(*groups: Statuses) -> Statuses:
+    """The statuses of several groups; where two name one status, the reasons are both kept."""
+    merged: dict[int, list[str]] = {}
+    for group in groups:
+        for status, when in group.items():
+            if when not in merged.setdefault(status, []):
+                merged[status].append(when)
+    return {status: " Or: ".join(reasons) for status, reasons in merged.items()}
 
 
 def forbidden(what: str) -> Statuses:
@@ -88,77 +98,73 @@ BATCH_OWNER = forbidden("The credential holds neither `decide` nor `chat`, or no
 
 # Every operation: its statuses beyond its success. Keys are (method, path as the document has it).
 DECLARED: dict[tuple[str, str], Statuses] = {
-    ("GET", "/health"): IN_THE_URL,
-    ("GET", "/v1/models"): {**ANY_ROUTE, **CALLER},
-    ("POST", "/v1/systemone"): {**ANY_ROUTE, **CALLER, **BODY, **DECIDED},
-    ("POST", "/v1/decisions"): {**ANY_ROUTE, **CALLER, **BODY, **DECIDED},
-    ("POST", "/v1/chat/completions"): {**ANY_ROUTE, **CALLER, **BODY, **SCORED},
-    ("POST", "/v1/decisions/{decision_id}/outcome"): {
-        **ANY_ROUTE, **CALLER, **BODY, **forbidden("The credential lacks `decide`."),
-        **not_found("No decision with this id for this tenant (or its record has expired)."),
-        413: "The record with this outcome would be larger than one stored item, or a body over 4,669,440 bytes."},
-    ("GET", "/v1/records"): {**ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."), **NO_STORE},
-    ("GET", "/v1/records/{decision_id}"): {
-        **ANY_ROUTE, **CALLER, **QUERY, **forbidden("The credential lacks `decide`."),
-        **not_found("No decision with this id for this tenant (or its record has expired).")},
-    ("GET", "/v1/catalogs"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_STORE},
-    ("GET", "/v1/catalogs/{name}"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_CATALOG},
-    ("PUT", "/v1/catalogs/{name}"): {
-        **ANY_ROUTE, **CALLER, **BODY, **CATALOG_WRITE, **NO_STORE,
-        409: "Concurrent writers of this entry kept colliding (re-read and retry)."},
-    ("GET", "/v1/catalogs/{name}/versions"): {**ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_CATALOG},
-    ("GET", "/v1/catalogs/{name}/versions/{version}"): {
-        **ANY_ROUTE, **CALLER, **QUERY, **CATALOG_READ, **NO_CATALOG},
-    ("POST", "/v1/catalogs/{name}/refit"): {
-        **ANY_ROUTE, **CALLER, **BODY, **CATALOG_WRITE, **NO_CATALOG,
-        409: "Concurrent writers of this entry kept colliding (re-read and retry)."},
-    ("POST", "/v1/tokens"): {
-        **ANY_ROUTE, **CALLER, **BODY,
-        **forbidden("Only a SigV4 (IAM) caller mints tokens; or the scopes or models asked for exceed the "
-                    "caller's."),
-        429: "The tenant's mint cap (Retry-After)."},
-    ("POST", "/v1/tokens/revoke"): {
-        **ANY_ROUTE, **CALLER, **BODY,
-        **forbidden("Revoking needs a SigV4 caller or the `admin` scope."),
-        429: "The tenant's revocation cap (Retry-After)."},
-    ("GET", "/v1/usage"): {**ANY_ROUTE, **CALLER, **QUERY,
-                           **forbidden("Reading usage needs `admin` or `catalogs:read` (it names catalog entries).")},
-    ("POST", "/v1/files"): {
-        **ANY_ROUTE, **CALLER, **FORM_BODY, **FILES_SCOPE,
-        413: "A file past its limits (`file_too_large`: its size, the tenant's files or bytes), or a body over "
-             "4,669,440 bytes, with the figures."},
-    ("GET", "/v1/files"): {**ANY_ROUTE, **CALLER, **FILES_QUERY, **FILES_SCOPE},
-    ("GET", "/v1/files/{file_id}"): {
-        **ANY_ROUTE, **CALLER, **FILES_QUERY, **FILES_SCOPE, **not_found("No such file for this tenant.")},
-    ("DELETE", "/v1/files/{file_id}"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **FILES_SCOPE, **not_found("No such file for this tenant.")},
-    ("GET", "/v1/files/{file_id}/content"): {
-        **ANY_ROUTE, **CALLER, **FILES_QUERY, **FILES_SCOPE, **not_found("No such file for this tenant."),
-        413: "A file larger than a buffered response carries, asked on the buffered integration (it is served "
-             "on the streaming one)."},
-    ("POST", "/v1/uploads"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **FILES_SCOPE,
-        413: "An upload larger than a file may be, or past the tenant's files or bytes, with the figures."},
-    ("POST", "/v1/uploads/{upload_id}/parts"): {
-        **ANY_ROUTE, **CALLER, **FORM_BODY, **FILES_SCOPE, **not_found("No such upload for this tenant."),
-        413: "A part over 4 MiB, or a body over 4,669,440 bytes, with the figures."},
-    ("POST", "/v1/uploads/{upload_id}/complete"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **FILES_SCOPE, **not_found("No such upload for this tenant."),
-        409: "Another request completed or cancelled the upload at the same time."},
-    ("POST", "/v1/uploads/{upload_id}/cancel"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **FILES_SCOPE, **not_found("No such upload for this tenant."),
-        409: "Another request completed or cancelled the upload at the same time."},
-    ("POST", "/v1/batches"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **BATCH_OWNER,
-        **not_found("No such input file for this tenant."),
-        413: "A batch whose work cannot finish in its window (`batch_too_large`), with the figures.",
-        429: "The tenant has 10 open batches, or is over its request rate (Retry-After)."},
-    ("GET", "/v1/batches"): {**ANY_ROUTE, **CALLER, **FILES_QUERY, **FILES_SCOPE},
-    ("GET", "/v1/batches/{batch_id}"): {
-        **ANY_ROUTE, **CALLER, **FILES_QUERY, **FILES_SCOPE, **not_found("No such batch for this tenant.")},
-    ("POST", "/v1/batches/{batch_id}/cancel"): {
-        **ANY_ROUTE, **CALLER, **FILES_BODY, **FILES_SCOPE, **not_found("No such batch for this tenant."),
-        409: "The batch has ended, or is finalizing (what finished is kept either way)."},
+    ("GET", "/health"): declare(IN_THE_URL),
+    ("GET", "/v1/models"): declare(ANY_ROUTE, CALLER),
+    ("POST", "/v1/systemone"): declare(ANY_ROUTE, CALLER, BODY, DECIDED),
+    ("POST", "/v1/decisions"): declare(ANY_ROUTE, CALLER, BODY, DECIDED),
+    ("POST", "/v1/chat/completions"): declare(ANY_ROUTE, CALLER, BODY, SCORED),
+    ("POST", "/v1/decisions/{decision_id}/outcome"): declare(
+        ANY_ROUTE, CALLER, BODY, forbidden("The credential lacks `decide`."),
+        not_found("No decision with this id for this tenant (or its record has expired)."),
+        {413: "The record with this outcome would be larger than one stored item."}),
+    ("GET", "/v1/records"): declare(ANY_ROUTE, CALLER, QUERY, forbidden("The credential lacks `decide`."), NO_STORE),
+    ("GET", "/v1/records/{decision_id}"): declare(
+        ANY_ROUTE, CALLER, QUERY, forbidden("The credential lacks `decide`."),
+        not_found("No decision with this id for this tenant (or its record has expired).")),
+    ("GET", "/v1/catalogs"): declare(ANY_ROUTE, CALLER, QUERY, CATALOG_READ, NO_STORE),
+    ("GET", "/v1/catalogs/{name}"): declare(ANY_ROUTE, CALLER, QUERY, CATALOG_READ, NO_CATALOG),
+    ("PUT", "/v1/catalogs/{name}"): declare(
+        ANY_ROUTE, CALLER, BODY, CATALOG_WRITE, NO_STORE,
+        {409: "Concurrent writers of this entry kept colliding (re-read and retry)."}),
+    ("GET", "/v1/catalogs/{name}/versions"): declare(ANY_ROUTE, CALLER, QUERY, CATALOG_READ, NO_CATALOG),
+    ("GET", "/v1/catalogs/{name}/versions/{version}"): declare(ANY_ROUTE, CALLER, QUERY, CATALOG_READ, NO_CATALOG),
+    ("POST", "/v1/catalogs/{name}/refit"): declare(
+        ANY_ROUTE, CALLER, BODY, CATALOG_WRITE, NO_CATALOG,
+        {409: "Concurrent writers of this entry kept colliding (re-read and retry)."}),
+    ("POST", "/v1/tokens"): declare(
+        ANY_ROUTE, CALLER, BODY,
+        forbidden("Only a SigV4 (IAM) caller mints tokens; or the scopes or models asked for exceed the caller's."),
+        {429: "The tenant's mint cap (Retry-After)."}),
+    ("POST", "/v1/tokens/revoke"): declare(
+        ANY_ROUTE, CALLER, BODY, forbidden("Revoking needs a SigV4 caller or the `admin` scope."),
+        {429: "The tenant's revocation cap (Retry-After)."}),
+    ("GET", "/v1/usage"): declare(
+        ANY_ROUTE, CALLER, QUERY,
+        forbidden("Reading usage needs `admin` or `catalogs:read` (it names catalog entries).")),
+    ("POST", "/v1/files"): declare(
+        ANY_ROUTE, CALLER, FORM_BODY, FILES_SCOPE,
+        {413: "A file past its limits (`file_too_large`: its size, the tenant's files or bytes), with the figures."}),
+    ("GET", "/v1/files"): declare(ANY_ROUTE, CALLER, FILES_QUERY, FILES_SCOPE),
+    ("GET", "/v1/files/{file_id}"): declare(
+        ANY_ROUTE, CALLER, FILES_QUERY, FILES_SCOPE, not_found("No such file for this tenant.")),
+    ("DELETE", "/v1/files/{file_id}"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, FILES_SCOPE, not_found("No such file for this tenant.")),
+    ("GET", "/v1/files/{file_id}/content"): declare(
+        ANY_ROUTE, CALLER, FILES_QUERY, FILES_SCOPE, not_found("No such file for this tenant."),
+        {413: "A file larger than a buffered response carries, asked on the buffered integration (it is served on the "
+              "streaming one)."}),
+    ("POST", "/v1/uploads"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, FILES_SCOPE,
+        {413: "An upload larger than a file may be, or past the tenant's files or bytes, with the figures."}),
+    ("POST", "/v1/uploads/{upload_id}/parts"): declare(
+        ANY_ROUTE, CALLER, FORM_BODY, FILES_SCOPE, not_found("No such upload for this tenant."),
+        {413: "A part over 4 MiB, with the figures."}),
+    ("POST", "/v1/uploads/{upload_id}/complete"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, FILES_SCOPE, not_found("No such upload for this tenant."),
+        {409: "Another request completed or cancelled the upload at the same time."}),
+    ("POST", "/v1/uploads/{upload_id}/cancel"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, FILES_SCOPE, not_found("No such upload for this tenant."),
+        {409: "Another request completed or cancelled the upload at the same time."}),
+    ("POST", "/v1/batches"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, BATCH_OWNER, not_found("No such input file for this tenant."),
+        {413: "A batch whose work cannot finish in its window (`batch_too_large`), with the figures.",
+         429: "The tenant has 10 batches validating or running (Retry-After)."}),
+    ("GET", "/v1/batches"): declare(ANY_ROUTE, CALLER, FILES_QUERY, FILES_SCOPE),
+    ("GET", "/v1/batches/{batch_id}"): declare(
+        ANY_ROUTE, CALLER, FILES_QUERY, FILES_SCOPE, not_found("No such batch for this tenant.")),
+    ("POST", "/v1/batches/{batch_id}/cancel"): declare(
+        ANY_ROUTE, CALLER, FILES_BODY, FILES_SCOPE, not_found("No such batch for this tenant."),
+        {409: "The batch has ended, or is finalizing (what finished is kept either way)."}),
 }
 
 # -- headers ----------------------------------------------------------------------------
